@@ -1,0 +1,400 @@
+//! Pure parts of the harness: node layout, `server.properties`, the log4j2 config, Kafka ids and
+//! port picking.
+
+use std::fmt::Write as _;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+
+/// Static description of one node: identity, ports and where its files live.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct NodeSpec {
+    pub id: i32,
+    pub broker_port: u16,
+    pub controller_port: u16,
+    /// `<data_dir>/node-<id>`.
+    pub dir: PathBuf,
+    /// Directory id of the node's metadata log dir, used by `--initial-controllers`.
+    pub dir_id: String,
+}
+
+impl NodeSpec {
+    pub fn new(data_dir: &Path, id: i32, broker_port: u16, controller_port: u16) -> NodeSpec {
+        NodeSpec {
+            id,
+            broker_port,
+            controller_port,
+            dir: data_dir.join(format!("node-{id}")),
+            dir_id: random_kafka_id(),
+        }
+    }
+    pub fn properties_path(&self) -> PathBuf {
+        self.dir.join("server.properties")
+    }
+    pub fn log4j_path(&self) -> PathBuf {
+        self.dir.join("log4j2.yaml")
+    }
+    /// JVM stdout+stderr, where the console log appender writes.
+    pub fn log_path(&self) -> PathBuf {
+        self.dir.join("kafka.log")
+    }
+    /// `log.dirs` (also the metadata log dir).
+    pub fn log_dirs(&self) -> PathBuf {
+        self.dir.join("data")
+    }
+    /// `kafka.logs.dir` (nothing is written there with our log4j2 config, but Kafka expects it).
+    pub fn logs_dir(&self) -> PathBuf {
+        self.dir.join("logs")
+    }
+}
+
+/// `127.0.0.1:P1,127.0.0.1:P2,...` from broker ports.
+pub(crate) fn bootstrap_of<'a>(nodes: impl IntoIterator<Item = &'a NodeSpec>) -> String {
+    nodes
+        .into_iter()
+        .map(|n| format!("127.0.0.1:{}", n.broker_port))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// The `--initial-controllers` value: `1@127.0.0.1:C1:DIRID1,...`.
+pub(crate) fn initial_controllers(all: &[NodeSpec]) -> String {
+    all.iter()
+        .map(|n| format!("{}@127.0.0.1:{}:{}", n.id, n.controller_port, n.dir_id))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// `server.properties` for `node` in a cluster of `all` combined broker+controller nodes.
+///
+/// The values that differ from Kafka's defaults are chosen for a small local test cluster:
+/// internal topics with replication = node count (the default 3 cannot be met by one node),
+/// 10 instead of 50 partitions for them (faster to create and load), no group-join delay, and a
+/// 32 MiB log-cleaner buffer (the 128 MiB default is allocated on a 512 MiB heap). `extra` is
+/// appended last so it overrides.
+pub(crate) fn server_properties(
+    node: &NodeSpec,
+    all: &[NodeSpec],
+    extra: &[(String, String)],
+) -> String {
+    let n = all.len();
+    let quorum = all
+        .iter()
+        .map(|n| format!("127.0.0.1:{}", n.controller_port))
+        .collect::<Vec<_>>()
+        .join(",");
+    let listeners = format!(
+        "PLAINTEXT://127.0.0.1:{},CONTROLLER://127.0.0.1:{}",
+        node.broker_port, node.controller_port
+    );
+    let mut props: Vec<(&str, String)> = vec![
+        ("process.roles", "broker,controller".into()),
+        ("node.id", node.id.to_string()),
+        ("controller.quorum.bootstrap.servers", quorum),
+        ("listeners", listeners.clone()),
+        ("advertised.listeners", listeners),
+        ("controller.listener.names", "CONTROLLER".into()),
+        ("inter.broker.listener.name", "PLAINTEXT".into()),
+        (
+            "listener.security.protocol.map",
+            "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT".into(),
+        ),
+        ("log.dirs", node.log_dirs().display().to_string()),
+        ("num.partitions", "1".into()),
+        ("auto.create.topics.enable", "false".into()),
+        ("offsets.topic.replication.factor", n.to_string()),
+        ("offsets.topic.num.partitions", "10".into()),
+        ("transaction.state.log.replication.factor", n.to_string()),
+        (
+            "transaction.state.log.min.isr",
+            if n < 3 { "1" } else { "2" }.into(),
+        ),
+        ("transaction.state.log.num.partitions", "10".into()),
+        ("group.initial.rebalance.delay.ms", "0".into()),
+        ("log.cleaner.dedupe.buffer.size", "33554432".into()),
+    ];
+    if n >= 3 {
+        props.push(("default.replication.factor", "3".into()));
+        props.push(("min.insync.replicas", "2".into()));
+    } else {
+        props.push(("default.replication.factor", n.to_string()));
+        props.push(("min.insync.replicas", "1".into()));
+    }
+    let mut out = String::from(
+        "# Written by kafka-eos's local broker harness; regenerated on every start.\n",
+    );
+    for (k, v) in props {
+        let _ = writeln!(out, "{k}={}", escape_value(&v));
+    }
+    if !extra.is_empty() {
+        out.push_str("# ClusterConfig::extra_properties (override the above)\n");
+        for (k, v) in extra {
+            let _ = writeln!(out, "{}={}", escape_key(k), escape_value(v));
+        }
+    }
+    out
+}
+
+/// Escapes a Java properties value (backslash, line breaks, leading whitespace).
+fn escape_value(v: &str) -> String {
+    let mut out = String::with_capacity(v.len());
+    for (i, c) in v.chars().enumerate() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            ' ' | '\t' if i == 0 => {
+                out.push('\\');
+                out.push(c);
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Escapes a Java properties key (also `=`, `:` and whitespace, which would end it).
+fn escape_key(k: &str) -> String {
+    let mut out = String::with_capacity(k.len());
+    for c in k.trim().chars() {
+        if matches!(c, '=' | ':' | ' ' | '\t' | '\\' | '#' | '!') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// log4j2 config: everything to the console (the node's `kafka.log`), INFO, with the two very
+/// chatty loggers (per-request and per-partition state changes) at WARN.
+pub(crate) const LOG4J2_YAML: &str = "\
+Configuration:
+  name: kafka-eos-local-broker
+  Appenders:
+    Console:
+      name: STDOUT
+      PatternLayout:
+        pattern: \"[%d] %p %m (%c)%n\"
+  Loggers:
+    Root:
+      level: INFO
+      AppenderRef:
+        - ref: STDOUT
+    Logger:
+      - name: kafka.request.logger
+        level: WARN
+      - name: state.change.logger
+        level: WARN
+      - name: org.apache.kafka.storage.internals.log.LogLoader
+        level: WARN
+";
+
+/// A Kafka `Uuid` string (cluster id, directory id): 16 random bytes in URL-safe base64
+/// without padding, 22 characters, never starting with `-` (the storage tool would take it for
+/// an option) and never one of Kafka's reserved ids (all zero, or 1).
+pub(crate) fn random_kafka_id() -> String {
+    loop {
+        let bytes = random_bytes();
+        let reserved = bytes[..15].iter().all(|&b| b == 0) && bytes[15] <= 1;
+        let id = base64url_nopad(&bytes);
+        if !reserved && !id.starts_with('-') {
+            return id;
+        }
+    }
+}
+
+fn random_bytes() -> [u8; 16] {
+    let mut buf = [0u8; 16];
+    let mut filled = 0;
+    while filled < buf.len() {
+        // SAFETY: writes at most the remaining length into our buffer.
+        let n =
+            unsafe { libc::getrandom(buf[filled..].as_mut_ptr().cast(), buf.len() - filled, 0) };
+        if n > 0 {
+            filled += n as usize;
+        } else if std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
+            // No getrandom (very old kernel): fall back to std's randomly seeded hasher.
+            use std::hash::{BuildHasher, Hasher};
+            for chunk in buf.chunks_mut(8) {
+                let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+                h.write_u128(
+                    std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map(|d| d.as_nanos())
+                        .unwrap_or(0),
+                );
+                let v = h.finish().to_le_bytes();
+                chunk.copy_from_slice(&v[..chunk.len()]);
+            }
+            break;
+        }
+    }
+    buf
+}
+
+const B64URL: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+
+pub(crate) fn base64url_nopad(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
+        let v = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        let chars = chunk.len() + 1;
+        for i in 0..chars {
+            out.push(B64URL[((v >> (18 - 6 * i)) & 0x3f) as usize] as char);
+        }
+    }
+    out
+}
+
+/// `count` distinct free TCP ports on 127.0.0.1.
+///
+/// All listeners are held until every port is chosen (so no duplicates), then released for the
+/// broker to bind. Another process can grab one in between; the cluster start retries with
+/// fresh ports when a node fails with "Address already in use".
+pub(crate) fn free_ports(count: usize) -> std::io::Result<Vec<u16>> {
+    let listeners = (0..count)
+        .map(|_| TcpListener::bind(("127.0.0.1", 0)))
+        .collect::<std::io::Result<Vec<_>>>()?;
+    listeners
+        .iter()
+        .map(|l| l.local_addr().map(|a| a.port()))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn nodes(n: i32) -> Vec<NodeSpec> {
+        (1..=n)
+            .map(|i| NodeSpec {
+                id: i,
+                broker_port: 9000 + i as u16,
+                controller_port: 9100 + i as u16,
+                dir: PathBuf::from(format!("/d/node-{i}")),
+                dir_id: format!("DIR{i}"),
+            })
+            .collect()
+    }
+
+    fn parse(props: &str) -> std::collections::HashMap<String, String> {
+        // Later keys win, as in java.util.Properties.
+        props
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.is_empty())
+            .map(|l| {
+                let (k, v) = l.split_once('=').unwrap();
+                (k.to_string(), v.to_string())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn single_node_properties() {
+        let all = nodes(1);
+        let p = parse(&server_properties(&all[0], &all, &[]));
+        assert_eq!(p["node.id"], "1");
+        assert_eq!(p["process.roles"], "broker,controller");
+        assert_eq!(p["controller.quorum.bootstrap.servers"], "127.0.0.1:9101");
+        assert_eq!(
+            p["listeners"],
+            "PLAINTEXT://127.0.0.1:9001,CONTROLLER://127.0.0.1:9101"
+        );
+        assert_eq!(p["advertised.listeners"], p["listeners"]);
+        assert_eq!(p["log.dirs"], "/d/node-1/data");
+        assert_eq!(p["offsets.topic.replication.factor"], "1");
+        assert_eq!(p["transaction.state.log.replication.factor"], "1");
+        assert_eq!(p["transaction.state.log.min.isr"], "1");
+        assert_eq!(p["default.replication.factor"], "1");
+        assert_eq!(p["min.insync.replicas"], "1");
+        assert_eq!(p["auto.create.topics.enable"], "false");
+        assert!(
+            !p.contains_key("controller.quorum.voters"),
+            "mixing voters with bootstrap breaks the storage tool"
+        );
+    }
+
+    #[test]
+    fn three_node_properties_and_overrides() {
+        let all = nodes(3);
+        let extra = vec![
+            ("broker.session.timeout.ms".to_string(), "6000".to_string()),
+            ("min.insync.replicas".to_string(), "1".to_string()),
+        ];
+        let text = server_properties(&all[1], &all, &extra);
+        let p = parse(&text);
+        assert_eq!(p["node.id"], "2");
+        assert_eq!(
+            p["controller.quorum.bootstrap.servers"],
+            "127.0.0.1:9101,127.0.0.1:9102,127.0.0.1:9103"
+        );
+        assert_eq!(
+            p["listeners"],
+            "PLAINTEXT://127.0.0.1:9002,CONTROLLER://127.0.0.1:9102"
+        );
+        assert_eq!(p["offsets.topic.replication.factor"], "3");
+        assert_eq!(p["transaction.state.log.min.isr"], "2");
+        assert_eq!(p["default.replication.factor"], "3");
+        assert_eq!(p["broker.session.timeout.ms"], "6000");
+        // The override comes after the default, so it wins.
+        assert_eq!(p["min.insync.replicas"], "1");
+        assert!(
+            text.find("min.insync.replicas=2").unwrap()
+                < text.find("min.insync.replicas=1").unwrap()
+        );
+        assert_eq!(
+            initial_controllers(&all),
+            "1@127.0.0.1:9101:DIR1,2@127.0.0.1:9102:DIR2,3@127.0.0.1:9103:DIR3"
+        );
+        assert_eq!(
+            bootstrap_of(&all),
+            "127.0.0.1:9001,127.0.0.1:9002,127.0.0.1:9003"
+        );
+    }
+
+    #[test]
+    fn properties_escaping() {
+        assert_eq!(escape_value(r"C:\x"), r"C:\\x");
+        assert_eq!(escape_value(" a b"), r"\ a b");
+        assert_eq!(escape_value("a\nb"), r"a\nb");
+        assert_eq!(escape_key("a:b"), r"a\:b");
+    }
+
+    #[test]
+    fn kafka_ids() {
+        let mut seen = std::collections::HashSet::new();
+        for _ in 0..2000 {
+            let id = random_kafka_id();
+            assert_eq!(id.len(), 22, "{id}");
+            assert!(!id.starts_with('-'), "{id}");
+            assert!(id.bytes().all(|b| B64URL.contains(&b)), "{id}");
+            assert!(seen.insert(id));
+        }
+    }
+
+    #[test]
+    fn base64url() {
+        // RFC 4648 test vectors, URL-safe alphabet, no padding.
+        assert_eq!(base64url_nopad(b""), "");
+        assert_eq!(base64url_nopad(b"f"), "Zg");
+        assert_eq!(base64url_nopad(b"fo"), "Zm8");
+        assert_eq!(base64url_nopad(b"foo"), "Zm9v");
+        assert_eq!(base64url_nopad(b"foobar"), "Zm9vYmFy");
+        assert_eq!(base64url_nopad(&[0xfb, 0xff]), "-_8");
+        // Kafka's Uuid for bytes 0..16 (as printed by Uuid.toString).
+        let bytes: Vec<u8> = (0..16).collect();
+        assert_eq!(base64url_nopad(&bytes), "AAECAwQFBgcICQoLDA0ODw");
+    }
+
+    #[test]
+    fn ports_are_distinct() {
+        let ports = free_ports(6).unwrap();
+        let set: std::collections::HashSet<_> = ports.iter().collect();
+        assert_eq!(set.len(), 6);
+        assert!(ports.iter().all(|&p| p > 0));
+    }
+}

@@ -1,0 +1,579 @@
+//! Pipeline configuration: the builder, every option's default and the trade-off behind it,
+//! and the validation that rejects unsafe combinations before anything connects.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use kafka_eos::{Guarantee, OutputRecord, Pipeline, ProcessorErrorPolicy};
+//! # async fn demo() -> Result<(), kafka_eos::Error> {
+//! let pipeline = Pipeline::builder()
+//!     .bootstrap_servers("127.0.0.1:9092")
+//!     .application_id("uppercase")
+//!     .input_topic("words")
+//!     .guarantee(Guarantee::ExactlyOnce)
+//!     .commit_interval(Duration::from_millis(100))
+//!     .on_processor_error(ProcessorErrorPolicy::retry(2).then_dead_letter("words-dlq"))
+//!     .processor(|rec| {
+//!         let upper = rec.value.as_deref().unwrap_or_default().to_ascii_uppercase();
+//!         Ok(vec![OutputRecord::to("words-upper").value(upper)])
+//!     })
+//!     .build()?;
+//! let summary = pipeline.run().await?;
+//! println!("{summary:?}");
+//! # Ok(()) }
+//! ```
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use rdkafka::ClientConfig;
+
+use crate::error::{Error, Result};
+use crate::processor::{ProcessResult, Processor};
+use crate::record::InputRecord;
+
+/// The delivery guarantee of a pipeline. Chosen per pipeline: exactly-once costs a
+/// transaction per batch (a few milliseconds of coordinator round trips, amortised over
+/// the commit interval); at-least-once costs nothing extra but may write an output twice
+/// after a crash or rebalance. See `docs/semantics.md` for the full contract.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Guarantee {
+    /// One transactional producer per assigned input partition, with
+    /// `transactional.id = <application-id>-<topic>-<partition>`. Its `init_transactions` on
+    /// assignment fences the partition's previous owner and resolves its open transaction
+    /// before this instance reads the committed offset. Isolates failures per partition
+    /// (one partition's abort does not touch the others); costs one librdkafka producer
+    /// (threads, sockets, buffers) per partition. The default.
+    #[default]
+    ExactlyOnce,
+    /// One transactional producer per instance, committing all its partitions' offsets in
+    /// one transaction and fenced by consumer-group generation (KIP-447,
+    /// `transactional.id = <application-id>-<instance-id>`). Fewer producers and
+    /// transactions; an abort replays every partition's batch.
+    ExactlyOncePerConsumer,
+    /// An idempotent producer and no transaction: a batch's offsets are committed only after
+    /// every one of its outputs is acknowledged, so nothing is lost, but a crash between the
+    /// two writes the batch's outputs again.
+    AtLeastOnce,
+}
+
+impl Guarantee {
+    /// Whether this guarantee uses Kafka transactions.
+    pub fn is_transactional(self) -> bool {
+        !matches!(self, Guarantee::AtLeastOnce)
+    }
+
+    /// `exactly-once`, `exactly-once-per-consumer` or `at-least-once`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Guarantee::ExactlyOnce => "exactly-once",
+            Guarantee::ExactlyOncePerConsumer => "exactly-once-per-consumer",
+            Guarantee::AtLeastOnce => "at-least-once",
+        }
+    }
+}
+
+impl std::str::FromStr for Guarantee {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "exactly-once" | "eos" => Ok(Guarantee::ExactlyOnce),
+            "exactly-once-per-consumer" | "eos-per-consumer" => Ok(Guarantee::ExactlyOncePerConsumer),
+            "at-least-once" | "alo" => Ok(Guarantee::AtLeastOnce),
+            _ => Err(Error::Config(format!(
+                "unknown guarantee {s:?}; use exactly-once, exactly-once-per-consumer or at-least-once"
+            ))),
+        }
+    }
+}
+
+/// What to do when the processor returns an error or panics on a record.
+///
+/// Whatever the policy, the transaction holding the failing record is aborted first, so
+/// none of its outputs become visible, and the batch is replayed from the last committed
+/// offset. The policy then decides the failing record's fate once it has failed
+/// `retries + 1` times. Default: 2 retries (100 ms apart), then stop the pipeline.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcessorErrorPolicy {
+    /// Replays of the batch before the record is given up on. Default 2.
+    pub retries: u32,
+    /// Pause before each replay. Default 100 ms.
+    pub backoff: Duration,
+    /// What happens to a record that failed every attempt.
+    pub then: Exhausted,
+}
+
+/// The fate of a record that failed every attempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Exhausted {
+    /// Stop the pipeline with [`Error::Processor`]; nothing of the failing batch is
+    /// committed, so a restart resumes at that batch. Right when every record matters
+    /// (a financial close) and a human should look.
+    Stop,
+    /// Write the input record, unchanged, to this topic **inside the transaction** (with
+    /// headers `kafka-eos.error`, `kafka-eos.origin`, `kafka-eos.attempts`) and go on. Right
+    /// when one poison record must not stall the partition.
+    DeadLetter(String),
+}
+
+impl ProcessorErrorPolicy {
+    /// Stop at the first failure (no retries).
+    pub fn stop() -> Self {
+        ProcessorErrorPolicy { retries: 0, backoff: Duration::from_millis(100), then: Exhausted::Stop }
+    }
+
+    /// Retry `n` times, then stop (chain [`then_dead_letter`](Self::then_dead_letter) to
+    /// dead-letter instead).
+    pub fn retry(n: u32) -> Self {
+        ProcessorErrorPolicy { retries: n, ..Self::stop() }
+    }
+
+    /// After the retries, route the record to `topic` instead of stopping.
+    pub fn then_dead_letter(mut self, topic: impl Into<String>) -> Self {
+        self.then = Exhausted::DeadLetter(topic.into());
+        self
+    }
+
+    /// Sets the pause before each replay.
+    pub fn backoff(mut self, backoff: Duration) -> Self {
+        self.backoff = backoff;
+        self
+    }
+}
+
+impl Default for ProcessorErrorPolicy {
+    fn default() -> Self {
+        ProcessorErrorPolicy::retry(2)
+    }
+}
+
+/// librdkafka properties whose values are secrets: never printed by `Debug` or logs.
+const SENSITIVE: &[&str] = &[
+    "sasl.password",
+    "sasl.oauthbearer.client.secret",
+    "ssl.key.password",
+    "ssl.keystore.password",
+    "ssl.key.pem",
+    "ssl_key",
+    "sasl.oauthbearer.config",
+];
+
+/// Properties passed to librdkafka verbatim, with secrets redacted in `Debug`.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct Properties(BTreeMap<String, String>);
+
+impl Properties {
+    /// Sets `key` to `value`.
+    pub fn set(&mut self, key: impl Into<String>, value: impl Into<String>) {
+        self.0.insert(key.into(), value.into());
+    }
+    /// The value of `key`, if set.
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.0.get(key).map(String::as_str)
+    }
+    /// Every property, in key order.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.0.iter().map(|(k, v)| (k.as_str(), v.as_str()))
+    }
+    pub(crate) fn apply(&self, cfg: &mut ClientConfig) {
+        for (k, v) in self.iter() {
+            cfg.set(k, v);
+        }
+    }
+}
+
+impl std::fmt::Debug for Properties {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_map()
+            .entries(self.iter().map(|(k, v)| (k, if SENSITIVE.contains(&k) { "[redacted]" } else { v })))
+            .finish()
+    }
+}
+
+/// A validated pipeline configuration. Build it with [`PipelineBuilder`].
+#[derive(Debug, Clone)]
+pub struct PipelineConfig {
+    /// `bootstrap.servers` of every client.
+    pub bootstrap_servers: String,
+    /// The consumer `group.id` and the prefix of every `transactional.id`.
+    pub application_id: String,
+    /// Topics consumed.
+    pub input_topics: Vec<String>,
+    /// The delivery guarantee.
+    pub guarantee: Guarantee,
+    /// Longest time a batch collects records before its transaction commits.
+    pub commit_interval: Duration,
+    /// Most input records in one transaction.
+    pub max_records_per_transaction: usize,
+    /// Producer `transaction.timeout.ms`.
+    pub transaction_timeout: Duration,
+    /// Longest time a batch may keep failing (or a revocation wait) before giving up.
+    pub task_timeout: Duration,
+    /// Longest time the startup checks wait for the cluster.
+    pub startup_timeout: Duration,
+    /// What a processor failure leads to.
+    pub processor_error_policy: ProcessorErrorPolicy,
+    /// Whether outputs carry the [`ORIGIN_HEADER`](crate::record::ORIGIN_HEADER).
+    pub origin_header: bool,
+    /// Whether `run` stops on SIGINT/SIGTERM.
+    pub handle_signals: bool,
+    /// Names this instance in the per-consumer transactional.id.
+    pub instance_id: String,
+    /// Extra consumer properties, verbatim.
+    pub consumer_properties: Properties,
+    /// Extra producer properties, verbatim.
+    pub producer_properties: Properties,
+}
+
+impl PipelineConfig {
+    /// The consumer's librdkafka configuration: ours, then the user's verbatim properties
+    /// (validation has already refused the ones that would break the guarantee).
+    pub(crate) fn consumer_config(&self) -> ClientConfig {
+        let mut c = ClientConfig::new();
+        c.set("bootstrap.servers", &self.bootstrap_servers)
+            .set("group.id", &self.application_id)
+            .set("enable.auto.commit", "false")
+            .set("enable.auto.offset.store", "false")
+            .set("isolation.level", "read_committed")
+            .set("auto.offset.reset", "earliest")
+            .set("enable.partition.eof", "false")
+            .set("partition.assignment.strategy", "range,roundrobin")
+            // librdkafka prefetches up to 64 MiB per consumer by default; our own channels
+            // already buffer a transaction's worth per partition.
+            .set("queued.max.messages.kbytes", "16384");
+        self.consumer_properties.apply(&mut c);
+        c
+    }
+
+    /// A producer's librdkafka configuration; `transactional_id` is `None` for at-least-once.
+    pub(crate) fn producer_config(&self, transactional_id: Option<&str>) -> ClientConfig {
+        let mut c = ClientConfig::new();
+        c.set("bootstrap.servers", &self.bootstrap_servers)
+            .set("enable.idempotence", "true")
+            .set("linger.ms", "5")
+            .set("transaction.timeout.ms", self.transaction_timeout.as_millis().to_string());
+        self.producer_properties.apply(&mut c);
+        if let Some(id) = transactional_id {
+            c.set("transactional.id", id);
+        }
+        c
+    }
+
+    /// The transactional.id of an input partition in [`Guarantee::ExactlyOnce`].
+    pub fn partition_transactional_id(&self, topic: &str, partition: i32) -> String {
+        format!("{}-{}-{}", self.application_id, topic, partition)
+    }
+}
+
+/// Builds a [`Pipeline`](crate::Pipeline). Required: bootstrap servers, application id, at
+/// least one input topic, a processor. Everything else has a default, given on its setter.
+#[derive(Default)]
+pub struct PipelineBuilder {
+    bootstrap_servers: Option<String>,
+    application_id: Option<String>,
+    input_topics: Vec<String>,
+    processor: Option<Processor>,
+    guarantee: Guarantee,
+    commit_interval: Option<Duration>,
+    max_records: Option<usize>,
+    transaction_timeout: Option<Duration>,
+    task_timeout: Option<Duration>,
+    startup_timeout: Option<Duration>,
+    policy: ProcessorErrorPolicy,
+    origin_header: Option<bool>,
+    handle_signals: Option<bool>,
+    instance_id: Option<String>,
+    consumer_properties: Properties,
+    producer_properties: Properties,
+}
+
+impl PipelineBuilder {
+    /// `bootstrap.servers` for every client the pipeline creates. Required.
+    pub fn bootstrap_servers(mut self, servers: impl Into<String>) -> Self {
+        self.bootstrap_servers = Some(servers.into());
+        self
+    }
+
+    /// The application id: the consumer `group.id`, and the prefix of every
+    /// `transactional.id`. Two deployments sharing it fence each other. Required; letters,
+    /// digits, `.`, `_` and `-` only.
+    pub fn application_id(mut self, id: impl Into<String>) -> Self {
+        self.application_id = Some(id.into());
+        self
+    }
+
+    /// Adds an input topic (call again for more). It must exist.
+    pub fn input_topic(mut self, topic: impl Into<String>) -> Self {
+        self.input_topics.push(topic.into());
+        self
+    }
+
+    /// The synchronous processor.
+    pub fn processor<F>(mut self, f: F) -> Self
+    where
+        F: Fn(&InputRecord) -> ProcessResult + Send + Sync + 'static,
+    {
+        self.processor = Some(Processor::sync(f));
+        self
+    }
+
+    /// The asynchronous processor; see [`Processor`] for how it is driven.
+    pub fn async_processor<F, Fut>(mut self, f: F) -> Self
+    where
+        F: Fn(InputRecord) -> Fut + Send + Sync + 'static,
+        Fut: std::future::Future<Output = ProcessResult> + Send + 'static,
+    {
+        self.processor = Some(Processor::from_async(f));
+        self
+    }
+
+    /// The delivery guarantee. Default [`Guarantee::ExactlyOnce`].
+    pub fn guarantee(mut self, g: Guarantee) -> Self {
+        self.guarantee = g;
+        self
+    }
+
+    /// Longest time a batch collects records before it is processed and committed.
+    /// Default 100 ms (Kafka Streams' default under exactly-once). Shorter lowers
+    /// end-to-end latency but pays the fixed cost of a transaction (a few coordinator round
+    /// trips) more often; longer raises throughput and latency. `docs/benchmarks.md` has
+    /// the curve.
+    pub fn commit_interval(mut self, d: Duration) -> Self {
+        self.commit_interval = Some(d);
+        self
+    }
+
+    /// Most input records in one transaction. Default 10,000. Bounds the memory a task
+    /// keeps to replay its batch after an abort (records x their size) and the work lost
+    /// to an abort.
+    pub fn max_records_per_transaction(mut self, n: usize) -> Self {
+        self.max_records = Some(n);
+        self
+    }
+
+    /// The producer's `transaction.timeout.ms`: how long the coordinator lets a transaction
+    /// stay open before aborting it (which fences a stalled producer). Default 10 s (Kafka
+    /// Streams' default). Must exceed the commit interval; shorter fences zombies sooner,
+    /// too short aborts slow but healthy batches.
+    pub fn transaction_timeout(mut self, d: Duration) -> Self {
+        self.transaction_timeout = Some(d);
+        self
+    }
+
+    /// How long one batch may keep failing with retriable or abortable errors, and how long
+    /// a revocation waits for a task to finish its transaction, before the runtime gives up
+    /// (stopping the pipeline, or abandoning the task to fencing). Default 300 s (Kafka
+    /// Streams' `task.timeout.ms`): long enough to ride out a broker restart.
+    pub fn task_timeout(mut self, d: Duration) -> Self {
+        self.task_timeout = Some(d);
+        self
+    }
+
+    /// How long `run` waits for the cluster to answer its first metadata request before
+    /// failing with [`Error::Unreachable`]. Default 30 s.
+    pub fn startup_timeout(mut self, d: Duration) -> Self {
+        self.startup_timeout = Some(d);
+        self
+    }
+
+    /// What to do when the processor fails. Default: 2 retries, then stop.
+    pub fn on_processor_error(mut self, policy: ProcessorErrorPolicy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// Whether every output carries the `kafka-eos.origin` header (`topic/partition/offset`
+    /// of its input), which the verifier needs for an exact 1:1 check. Default true; costs
+    /// about 40 bytes per output.
+    pub fn origin_header(mut self, on: bool) -> Self {
+        self.origin_header = Some(on);
+        self
+    }
+
+    /// Whether `run` installs SIGINT/SIGTERM handlers: the first signal shuts down
+    /// gracefully, a second exits the process at once (code 130). Default true; turn off
+    /// when the application handles signals itself (use the
+    /// [`ShutdownHandle`](crate::ShutdownHandle)).
+    pub fn handle_signals(mut self, on: bool) -> Self {
+        self.handle_signals = Some(on);
+        self
+    }
+
+    /// Names this instance in the per-consumer transactional.id
+    /// (`<application-id>-<instance-id>`). Default: a random id per process. Only used by
+    /// [`Guarantee::ExactlyOncePerConsumer`].
+    pub fn instance_id(mut self, id: impl Into<String>) -> Self {
+        self.instance_id = Some(id.into());
+        self
+    }
+
+    /// A librdkafka consumer property, passed verbatim (e.g. `session.timeout.ms`).
+    pub fn consumer_property(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.consumer_properties.set(key, value);
+        self
+    }
+
+    /// A librdkafka producer property, passed verbatim (e.g. `compression.type`).
+    pub fn producer_property(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.producer_properties.set(key, value);
+        self
+    }
+
+    /// A property for every client (consumer and producers): security settings such as
+    /// `security.protocol`, `sasl.mechanism`, `sasl.username`, `sasl.password`.
+    pub fn client_property(self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        let (key, value) = (key.into(), value.into());
+        self.consumer_property(key.clone(), value.clone()).producer_property(key, value)
+    }
+
+    /// Validates and builds. Fails with [`Error::Config`] naming the option and the fix.
+    pub fn build(self) -> Result<crate::Pipeline> {
+        Ok(crate::Pipeline::new(self.validate()?))
+    }
+
+    fn validate(self) -> Result<(PipelineConfig, Processor)> {
+        let cfg_err = |m: String| Err(Error::Config(m));
+        let Some(bootstrap_servers) = self.bootstrap_servers.filter(|s| !s.trim().is_empty()) else {
+            return cfg_err("bootstrap_servers is required (e.g. \"127.0.0.1:9092\")".into());
+        };
+        let Some(application_id) = self.application_id else {
+            return cfg_err("application_id is required: it is the group.id and the transactional.id prefix".into());
+        };
+        if application_id.is_empty()
+            || !application_id.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
+        {
+            return cfg_err(format!(
+                "application_id {application_id:?} must be non-empty and use only letters, digits, '.', '_' and '-'"
+            ));
+        }
+        if self.input_topics.is_empty() {
+            return cfg_err("at least one input_topic is required".into());
+        }
+        let Some(processor) = self.processor else {
+            return cfg_err("a processor is required: call .processor(|record| ...) or .async_processor(...)".into());
+        };
+        let commit_interval = self.commit_interval.unwrap_or(Duration::from_millis(100));
+        if commit_interval.is_zero() {
+            return cfg_err("commit_interval must be positive".into());
+        }
+        let max_records = self.max_records.unwrap_or(10_000);
+        if max_records == 0 {
+            return cfg_err("max_records_per_transaction must be at least 1".into());
+        }
+        let mut transaction_timeout = self.transaction_timeout.unwrap_or(Duration::from_secs(10));
+        if let Some(ms) = self.producer_properties.get("transaction.timeout.ms") {
+            let Ok(ms) = ms.parse::<u64>() else {
+                return cfg_err(format!("producer property transaction.timeout.ms={ms:?} is not a number of milliseconds"));
+            };
+            transaction_timeout = Duration::from_millis(ms);
+        }
+        if self.guarantee.is_transactional() && transaction_timeout <= commit_interval {
+            return cfg_err(format!(
+                "transaction.timeout.ms ({}) must exceed the commit interval ({} ms), or every \
+                 transaction risks being aborted by the coordinator; raise transaction_timeout \
+                 or lower commit_interval",
+                transaction_timeout.as_millis(),
+                commit_interval.as_millis()
+            ));
+        }
+        let c = &self.consumer_properties;
+        if c.get("enable.auto.commit").is_some_and(|v| v != "false") {
+            return cfg_err("consumer property enable.auto.commit must stay false: offsets are committed by the runtime, after the outputs".into());
+        }
+        if c.get("group.id").is_some() {
+            return cfg_err("do not set group.id: the application_id is the group id".into());
+        }
+        if self.guarantee.is_transactional() && c.get("isolation.level").is_some_and(|v| v != "read_committed") {
+            return cfg_err("consumer property isolation.level must be read_committed under exactly-once: a read_uncommitted consumer would process aborted records and fetch offsets that are not stable".into());
+        }
+        if c.get("partition.assignment.strategy").is_some_and(|v| v.contains("cooperative")) {
+            return cfg_err("cooperative-sticky assignment is not supported yet: use range or roundrobin (eager rebalancing)".into());
+        }
+        let p = &self.producer_properties;
+        if p.get("transactional.id").is_some() {
+            return cfg_err("do not set transactional.id: the runtime derives one per partition (or per instance) from the application_id".into());
+        }
+        if p.get("enable.idempotence").is_some_and(|v| v != "true") {
+            return cfg_err("producer property enable.idempotence must stay true: without it retries can duplicate or reorder outputs".into());
+        }
+        if let Exhausted::DeadLetter(t) = &self.policy.then {
+            if self.input_topics.contains(t) {
+                return cfg_err(format!("the dead-letter topic {t:?} cannot also be an input topic"));
+            }
+        }
+        let instance_id = self.instance_id.unwrap_or_else(random_instance_id);
+        Ok((
+            PipelineConfig {
+                bootstrap_servers,
+                application_id,
+                input_topics: self.input_topics,
+                guarantee: self.guarantee,
+                commit_interval,
+                max_records_per_transaction: max_records,
+                transaction_timeout,
+                task_timeout: self.task_timeout.unwrap_or(Duration::from_secs(300)),
+                startup_timeout: self.startup_timeout.unwrap_or(Duration::from_secs(30)),
+                processor_error_policy: self.policy,
+                origin_header: self.origin_header.unwrap_or(true),
+                handle_signals: self.handle_signals.unwrap_or(true),
+                instance_id,
+                consumer_properties: self.consumer_properties,
+                producer_properties: self.producer_properties,
+            },
+            processor,
+        ))
+    }
+}
+
+fn random_instance_id() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos());
+    h.write_u32(std::process::id());
+    format!("{:016x}", h.finish())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Pipeline;
+
+    fn base() -> PipelineBuilder {
+        Pipeline::builder()
+            .bootstrap_servers("127.0.0.1:1")
+            .application_id("app")
+            .input_topic("in")
+            .processor(|_| Ok(vec![]))
+    }
+
+    fn err(b: PipelineBuilder) -> String {
+        match b.build() {
+            Err(Error::Config(m)) => m,
+            Err(e) => panic!("expected a config error, got {e}"),
+            Ok(_) => panic!("expected a config error, got a pipeline"),
+        }
+    }
+
+    #[test]
+    fn rejects_what_would_break_the_guarantee() {
+        assert!(err(base().consumer_property("enable.auto.commit", "true")).contains("enable.auto.commit"));
+        assert!(err(base().consumer_property("isolation.level", "read_uncommitted")).contains("read_committed"));
+        assert!(err(base().transaction_timeout(Duration::from_millis(50))).contains("must exceed the commit interval"));
+        assert!(err(base().producer_property("transaction.timeout.ms", "100")).contains("must exceed"));
+        assert!(err(base().producer_property("transactional.id", "x")).contains("transactional.id"));
+        assert!(err(base().application_id("bad id!")).contains("application_id"));
+        assert!(err(base().consumer_property("partition.assignment.strategy", "cooperative-sticky")).contains("cooperative"));
+        assert!(err(Pipeline::builder().bootstrap_servers("x").application_id("a").input_topic("t")).contains("processor"));
+        assert!(err(base().on_processor_error(ProcessorErrorPolicy::stop().then_dead_letter("in"))).contains("dead-letter"));
+        // at-least-once does not care about the transaction timeout
+        assert!(base().guarantee(Guarantee::AtLeastOnce).transaction_timeout(Duration::from_millis(50)).build().is_ok());
+    }
+
+    #[test]
+    fn debug_redacts_secrets() {
+        let mut p = Properties::default();
+        p.set("sasl.password", "hunter2");
+        p.set("sasl.username", "alice");
+        let s = format!("{p:?}");
+        assert!(!s.contains("hunter2") && s.contains("alice") && s.contains("[redacted]"), "{s}");
+    }
+}

@@ -1,0 +1,201 @@
+//! Errors, and the classification that decides what the runtime does with a Kafka error.
+//!
+//! Every Kafka failure inside the transaction cycle is put in one of four classes
+//! ([`ErrorClass`]); the class alone decides the reaction, so the reaction is the same
+//! wherever in the cycle the error comes from:
+//!
+//! | class | examples | what the runtime does |
+//! |---|---|---|
+//! | [`Retriable`](ErrorClass::Retriable) | request timed out, coordinator moving, brokers briefly down | repeats the same call (after a commit timeout: only the commit, never an abort — Kafka's contract) with backoff, until the task timeout |
+//! | [`Abortable`](ErrorClass::Abortable) | a produce failed inside the transaction, offsets rejected for an old generation, anything unknown | aborts, replays the batch from the last committed offset, retries with backoff, until the task timeout |
+//! | [`Fenced`](ErrorClass::Fenced) | `PRODUCER_FENCED`, `_FENCED`, `INVALID_PRODUCER_EPOCH` (also what a transaction timeout turns into) | drops the producer and gives the partitions up: the consumer rejoins the group, and whoever is assigned the partition fences the zombie and resumes from the committed offset |
+//! | [`Fatal`](ErrorClass::Fatal) | any other error librdkafka marks fatal | as fenced: the producer is unusable |
+//!
+//! Why "unknown" is abortable and not retriable: reporting a transaction as committed when
+//! it was not would lose data silently, while aborting a transaction that could have
+//! committed only costs its replay.
+//!
+//! Errors that reach the user ([`Error`]) say what failed and what to do about it.
+
+use std::time::Duration;
+
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+
+/// What a processor returns on failure: any error type.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// How the runtime reacts to a Kafka error; see the [module docs](self).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ErrorClass {
+    /// Repeat the same call; the transaction is still usable.
+    Retriable,
+    /// Abort the transaction, rewind to the last committed offset, retry.
+    Abortable,
+    /// Another producer owns the transactional.id (or the group moved on): this one is a zombie.
+    Fenced,
+    /// The producer is unusable for another reason.
+    Fatal,
+}
+
+impl ErrorClass {
+    /// A short lowercase name, used in logs and metric labels.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorClass::Retriable => "retriable",
+            ErrorClass::Abortable => "abortable",
+            ErrorClass::Fenced => "fenced",
+            ErrorClass::Fatal => "fatal",
+        }
+    }
+}
+
+impl std::fmt::Display for ErrorClass {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+fn is_fencing(code: RDKafkaErrorCode) -> bool {
+    matches!(
+        code,
+        RDKafkaErrorCode::Fenced
+            | RDKafkaErrorCode::ProducerFenced
+            | RDKafkaErrorCode::InvalidProducerEpoch
+            | RDKafkaErrorCode::TransactionCoordinatorFenced
+            | RDKafkaErrorCode::FencedInstanceId
+    )
+}
+
+/// Classifies an error returned by a producer call or a delivery report.
+pub fn classify(err: &KafkaError) -> ErrorClass {
+    match err {
+        KafkaError::Transaction(e) => {
+            if is_fencing(e.code()) {
+                ErrorClass::Fenced
+            } else if e.is_fatal() {
+                ErrorClass::Fatal
+            } else if e.txn_requires_abort() {
+                ErrorClass::Abortable
+            } else if e.is_retriable() {
+                ErrorClass::Retriable
+            } else {
+                ErrorClass::Abortable
+            }
+        }
+        // rust-rdkafka's own flush before commit timed out: nothing is lost yet.
+        KafkaError::Flush(_) => ErrorClass::Retriable,
+        KafkaError::MessageProduction(code) if is_fencing(*code) => ErrorClass::Fenced,
+        KafkaError::MessageProduction(RDKafkaErrorCode::Fatal) => ErrorClass::Fatal,
+        _ => ErrorClass::Abortable,
+    }
+}
+
+/// An error that stops a pipeline (or keeps it from starting).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The configuration is invalid; the message names the option and the fix.
+    #[error("invalid configuration: {0}")]
+    Config(String),
+    /// No broker answered within the startup timeout.
+    #[error(
+        "cannot reach Kafka at {servers} within {timeout:?}: {detail}. Check that the brokers \
+         are running and that bootstrap.servers names their advertised listeners"
+    )]
+    Unreachable {
+        /// The bootstrap servers tried.
+        servers: String,
+        /// How long we waited.
+        timeout: Duration,
+        /// librdkafka's reason.
+        detail: String,
+    },
+    /// Input topics that do not exist on the cluster.
+    #[error(
+        "input topic(s) {topics:?} do not exist on {servers}; create them first (kafka-eos \
+         never auto-creates input topics)"
+    )]
+    UnknownTopics {
+        /// The missing topics.
+        topics: Vec<String>,
+        /// The cluster asked.
+        servers: String,
+    },
+    /// A Kafka call failed in a way the runtime could not recover from.
+    #[error("{op} failed ({class}): {source}. {hint}")]
+    Kafka {
+        /// The operation, e.g. `"init_transactions for my-app-orders-3"`.
+        op: String,
+        /// Its classification.
+        class: ErrorClass,
+        /// librdkafka's error.
+        source: KafkaError,
+        /// What to do about it.
+        hint: &'static str,
+    },
+    /// The processor failed on a record and the policy said stop.
+    #[error(
+        "processor failed on record {origin} after {attempts} attempt(s): {message}. Nothing \
+         from that record's transaction was committed; fix the processor or the record (or \
+         route failures to a dead-letter topic) and restart: processing resumes at that record"
+    )]
+    Processor {
+        /// `topic/partition/offset` of the failing record.
+        origin: String,
+        /// How many times it was tried.
+        attempts: u32,
+        /// The processor's error (or panic message).
+        message: String,
+    },
+    /// A transaction could not be completed within the task timeout.
+    #[error(
+        "{what} did not complete within the task timeout ({timeout:?}); last error: {last}. \
+         The pipeline stopped without committing the batch; restart it once the cluster is healthy"
+    )]
+    TaskTimeout {
+        /// What was being attempted.
+        what: String,
+        /// The configured task timeout.
+        timeout: Duration,
+        /// The last error seen.
+        last: String,
+    },
+    /// A bug or an unexpected state inside kafka-eos.
+    #[error("internal error: {0} (please report this)")]
+    Internal(String),
+}
+
+/// Shorthand for results whose error is [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// A hint for the user, per class, appended to [`Error::Kafka`] messages.
+pub(crate) fn hint(class: ErrorClass) -> &'static str {
+    match class {
+        ErrorClass::Retriable => "Retried until the task timeout; check broker health and network",
+        ErrorClass::Abortable => "The transaction was aborted and nothing from it is visible",
+        ErrorClass::Fenced => {
+            "Another producer took over this transactional.id: usually a rebalance or a stall \
+             longer than transaction.timeout.ms; if it repeats, check that no two deployments \
+             share the application id"
+        }
+        ErrorClass::Fatal => "The producer is unusable; check broker logs and ACLs",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rdkafka::error::RDKafkaErrorCode as C;
+
+    #[test]
+    fn produce_and_flush_errors_are_classified() {
+        assert_eq!(classify(&KafkaError::Flush(C::OperationTimedOut)), ErrorClass::Retriable);
+        assert_eq!(classify(&KafkaError::MessageProduction(C::ProducerFenced)), ErrorClass::Fenced);
+        assert_eq!(classify(&KafkaError::MessageProduction(C::Fatal)), ErrorClass::Fatal);
+        assert_eq!(
+            classify(&KafkaError::MessageProduction(C::TopicAuthorizationFailed)),
+            ErrorClass::Abortable
+        );
+        assert_eq!(classify(&KafkaError::Canceled), ErrorClass::Abortable);
+    }
+}

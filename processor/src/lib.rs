@@ -1,0 +1,70 @@
+//! # kafka-eos: exactly-once stream processing on Apache Kafka
+//!
+//! You write a processor — a closure from an input record to output records — and
+//! kafka-eos runs it as a consumer group, wrapping every batch in a Kafka transaction:
+//!
+//! ```text
+//! begin -> process -> produce outputs -> await acks -> send_offsets_to_transaction -> commit
+//! ```
+//!
+//! with one `transactional.id` per input partition (`<application-id>-<topic>-<partition>`),
+//! initialised when the partition is assigned, which fences its previous owner. The effect
+//! of every input record lands in the output topics exactly once, across crashes, restarts
+//! and rebalances, for readers with `isolation.level=read_committed`.
+//!
+//! ```no_run
+//! use kafka_eos::{codec::Json, OutputRecord, Pipeline};
+//!
+//! #[derive(serde::Deserialize, serde::Serialize)]
+//! struct Payment { merchant: String, cents: i64 }
+//!
+//! #[tokio::main]
+//! async fn main() -> Result<(), kafka_eos::Error> {
+//!     let summary = Pipeline::builder()
+//!         .bootstrap_servers("127.0.0.1:9092")
+//!         .application_id("fees")
+//!         .input_topic("payments")
+//!         .processor(|rec| {
+//!             let p: Payment = rec.value_as::<Json, _>()?;
+//!             let fee = Payment { merchant: p.merchant.clone(), cents: p.cents / 100 };
+//!             Ok(vec![OutputRecord::to("fees").key(&p.merchant).encode_value::<Json, _>(&fee)?])
+//!         })
+//!         .build()?
+//!         .run() // until SIGINT/SIGTERM or the shutdown handle
+//!         .await?;
+//!     println!("{} records in, {} out", summary.records_in, summary.records_out);
+//!     Ok(())
+//! }
+//! ```
+//!
+//! ## Where things are
+//! | module | concept |
+//! |---|---|
+//! | [`config`] | the pipeline builder, every option's default and trade-off, validation |
+//! | [`record`], [`codec`], [`processor`] | what a processor sees and returns; serde codecs |
+//! | [`txn`](crate::txn) (private) | the transaction cycle, top to bottom, and its hazards |
+//! | `runtime` (private) | the consumer thread, rebalance callbacks, partition tasks |
+//! | [`error`] | typed errors and their classification (retriable / abortable / fenced / fatal) |
+//! | [`verify`] | the verifier that proves exactly-once on real topics |
+//! | [`admin`] | topic creation, test-data production, waiting for a group to catch up |
+//! | [`broker`] | a real local Apache Kafka cluster for tests, examples and benchmarks |
+//!
+//! The guarantees and their costs are in `docs/semantics.md`.
+#![warn(missing_docs)]
+
+pub mod admin;
+pub mod broker;
+pub mod codec;
+pub mod config;
+pub mod error;
+mod metrics;
+pub mod processor;
+pub mod record;
+mod runtime;
+mod txn;
+pub mod verify;
+
+pub use config::{Exhausted, Guarantee, PipelineBuilder, PipelineConfig, ProcessorErrorPolicy};
+pub use error::{BoxError, Error, ErrorClass, Result};
+pub use record::{InputRecord, OutputRecord};
+pub use runtime::{Pipeline, ShutdownHandle, Summary};

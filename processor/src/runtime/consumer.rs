@@ -1,0 +1,446 @@
+//! The consumer thread: polls the consumer, routes records to tasks, and runs the
+//! rebalance protocol.
+//!
+//! # Rebalances (eager protocol)
+//! - **Assign.** Before librdkafka applies the assignment (and so before it fetches the
+//!   committed offsets), every new partition's task is started and its producer
+//!   initialised, in parallel; the callback waits for all of them. `init_transactions`
+//!   fences the previous owner and completes its open transaction, so the offsets fetched
+//!   next are final; the consumer is read_committed, so librdkafka also fetches them as
+//!   *stable* (KIP-447), which covers the per-consumer mode where no transactional.id is
+//!   shared.
+//! - **Revoke.** The callback tells each affected task and waits — bounded by the task
+//!   timeout — until it has committed its collected batch (at-least-once: then commits the
+//!   acknowledged offsets synchronously). A task that does not answer in time is abandoned:
+//!   the new owner's `init_transactions` (or the group generation) fences it, so it can
+//!   commit nothing after the partition moved.
+//! - **Lost** (session timeout, fenced generation): tasks drop their batch without
+//!   committing; the group has already moved on.
+//! - **Fenced producer.** A task whose producer was fenced or became unusable reports it;
+//!   the consumer leaves the group and joins again, so the group reassigns its partitions
+//!   (to this instance or another) and they restart from their committed offsets.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
+use rdkafka::{ClientContext, Offset, TopicPartitionList};
+
+use crate::config::{Exhausted, Guarantee, PipelineConfig};
+use crate::error::{Error, Result};
+use crate::record::InputRecord;
+use crate::runtime::task::{RevokeReply, Task, TaskMsg};
+use crate::runtime::{Control, Shared, TopicPartition, POLL_INTERVAL};
+
+/// Checks, within the startup timeout, that the cluster answers and the topics exist.
+pub(crate) fn preflight(cfg: &PipelineConfig) -> Result<()> {
+    let mut cc = cfg.consumer_config();
+    cc.set("log_level", "3");
+    let probe: BaseConsumer = cc.create().map_err(|e| Error::Config(format!("consumer configuration rejected by librdkafka: {e}")))?;
+    let md = probe.fetch_metadata(None, cfg.startup_timeout).map_err(|e| Error::Unreachable {
+        servers: cfg.bootstrap_servers.clone(),
+        timeout: cfg.startup_timeout,
+        detail: e.to_string(),
+    })?;
+    let exists = |t: &str| md.topics().iter().any(|mt| mt.name() == t && mt.error().is_none() && !mt.partitions().is_empty());
+    let mut wanted = cfg.input_topics.clone();
+    if let Exhausted::DeadLetter(t) = &cfg.processor_error_policy.then {
+        wanted.push(t.clone());
+    }
+    let missing: Vec<String> = wanted.into_iter().filter(|t| !exists(t)).collect();
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(Error::UnknownTopics { topics: missing, servers: cfg.bootstrap_servers.clone() })
+    }
+}
+
+/// Runs the consumer thread until shutdown or a fatal error.
+pub(crate) fn run(shared: Arc<Shared>, control: Receiver<Control>) -> Result<()> {
+    let cfg = shared.cfg.clone();
+    let handler = Rebalancer { shared: shared.clone(), registry: Mutex::new(Registry::default()), fatal: Mutex::new(None) };
+    let consumer: BaseConsumer<Rebalancer> = cfg
+        .consumer_config()
+        .create_with_context(handler)
+        .map_err(|e| Error::Config(format!("consumer configuration rejected by librdkafka: {e}")))?;
+    if cfg.guarantee != Guarantee::ExactlyOnce {
+        // One long-lived task (and producer) for the whole instance, ready before joining.
+        let txn_id = (cfg.guarantee == Guarantee::ExactlyOncePerConsumer).then(|| format!("{}-{}", cfg.application_id, cfg.instance_id));
+        let ctx = consumer.context();
+        let id = ctx.registry().next_id();
+        let (handle, ready) = spawn_task(&shared, id, txn_id, Vec::new(), None)?;
+        wait_ready(ready, Instant::now() + cfg.task_timeout)?;
+        ctx.registry().tasks.insert(id, handle);
+    }
+    let topics: Vec<&str> = cfg.input_topics.iter().map(String::as_str).collect();
+    consumer.subscribe(&topics).map_err(|e| Error::Config(format!("cannot subscribe to {topics:?}: {e}")))?;
+    tracing::info!(application_id = %cfg.application_id, guarantee = cfg.guarantee.as_str(), ?topics, "pipeline started");
+
+    let mut fatal: Option<Error> = None;
+    let mut last_poll_error = Instant::now() - Duration::from_secs(60);
+    'run: while !shared.shutdown.is_shutdown() {
+        while let Ok(msg) = control.try_recv() {
+            match msg {
+                Control::CommitOffsets(offsets) => {
+                    if let Err(e) = consumer.commit(&to_tpl(&offsets), CommitMode::Async) {
+                        tracing::warn!(error = %e, "offset commit failed; the next one supersedes it");
+                    }
+                }
+                Control::Fenced { task, error } => {
+                    if consumer.context().registry().owns_partitions(task) {
+                        tracing::warn!(task, %error, "producer fenced: leaving the group so that it reassigns the partitions");
+                        leave_group(&consumer, &shared);
+                        if let Err(e) = consumer.subscribe(&topics) {
+                            fatal = Some(Error::Config(format!("cannot re-subscribe to {topics:?}: {e}")));
+                            break 'run;
+                        }
+                    }
+                }
+                Control::Fatal(e) => {
+                    fatal = Some(e);
+                    break 'run;
+                }
+            }
+        }
+        if let Some(e) = consumer.context().take_fatal() {
+            fatal = Some(e);
+            break;
+        }
+        consumer.context().drain_pending(&consumer);
+        match consumer.poll(POLL_INTERVAL) {
+            Some(Ok(m)) => consumer.context().dispatch(&consumer, InputRecord::from_message(&m)),
+            Some(Err(e)) if last_poll_error.elapsed() > Duration::from_secs(5) => {
+                tracing::warn!(error = %e, "consumer error");
+                last_poll_error = Instant::now();
+            }
+            Some(Err(_)) | None => {}
+        }
+    }
+    shared.shutdown.shutdown();
+    leave_group(&consumer, &shared);
+    consumer.context().stop_all_tasks();
+    tracing::info!(application_id = %cfg.application_id, summary = ?shared.shutdown.summary(), "pipeline stopped");
+    match fatal.or_else(|| consumer.context().take_fatal()) {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+/// Unsubscribes and polls until the revocation callback has finished every task's batch.
+fn leave_group(consumer: &BaseConsumer<Rebalancer>, shared: &Shared) {
+    consumer.unsubscribe();
+    let deadline = Instant::now() + shared.cfg.task_timeout + Duration::from_secs(5);
+    while consumer.context().registry().has_routes() && Instant::now() < deadline {
+        // Records still arriving belong to partitions being revoked: never routed again.
+        let _ = consumer.poll(POLL_INTERVAL);
+    }
+}
+
+fn to_tpl(offsets: &[(TopicPartition, i64)]) -> TopicPartitionList {
+    let mut tpl = TopicPartitionList::with_capacity(offsets.len());
+    for ((t, p), o) in offsets {
+        let _ = tpl.add_partition_offset(t, *p, Offset::Offset(*o));
+    }
+    tpl
+}
+
+struct TaskHandle {
+    tx: SyncSender<TaskMsg>,
+    join: JoinHandle<()>,
+}
+
+#[derive(Default)]
+struct Registry {
+    /// Which task owns each assigned partition.
+    routes: HashMap<TopicPartition, u64>,
+    tasks: HashMap<u64, TaskHandle>,
+    /// Records of paused partitions, waiting for room in their task's queue.
+    pending: HashMap<TopicPartition, VecDeque<InputRecord>>,
+    next: u64,
+}
+
+impl Registry {
+    fn next_id(&mut self) -> u64 {
+        self.next += 1;
+        self.next
+    }
+    fn has_routes(&self) -> bool {
+        !self.routes.is_empty()
+    }
+    fn owns_partitions(&self, task: u64) -> bool {
+        self.routes.values().any(|t| *t == task)
+    }
+}
+
+type Ready = Receiver<Result<()>>;
+
+/// Starts a task thread; its producer is initialised on that thread and `Ready` says when.
+fn spawn_task(
+    shared: &Arc<Shared>,
+    id: u64,
+    txn_id: Option<String>,
+    partitions: Vec<TopicPartition>,
+    group: Option<Arc<rdkafka::consumer::ConsumerGroupMetadata>>,
+) -> Result<(TaskHandle, Ready)> {
+    let cap = shared.cfg.max_records_per_transaction.clamp(100, 10_000);
+    let (tx, rx) = sync_channel(cap);
+    let (ready_tx, ready_rx) = sync_channel(1);
+    let shared = shared.clone();
+    let join = std::thread::Builder::new()
+        .name(format!("kafka-eos-task-{id}"))
+        .spawn(move || match Task::start(id, shared, txn_id, partitions, group) {
+            Ok(task) => {
+                let _ = ready_tx.send(Ok(()));
+                task.run(rx);
+            }
+            Err(e) => {
+                let _ = ready_tx.send(Err(e));
+            }
+        })
+        .map_err(|e| Error::Internal(format!("cannot spawn a task thread: {e}")))?;
+    Ok((TaskHandle { tx, join }, ready_rx))
+}
+
+fn wait_ready(ready: Ready, deadline: Instant) -> Result<()> {
+    match ready.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+        Ok(r) => r,
+        Err(_) => Err(Error::TaskTimeout {
+            what: "initialising a producer (init_transactions)".into(),
+            timeout: Duration::ZERO,
+            last: "no answer".into(),
+        }),
+    }
+}
+
+/// Sends a command to a task, waiting while its queue is full, until `deadline`.
+fn send_bounded(tx: &SyncSender<TaskMsg>, mut msg: TaskMsg, deadline: Instant) -> bool {
+    loop {
+        match tx.try_send(msg) {
+            Ok(()) => return true,
+            Err(TrySendError::Disconnected(_)) => return false,
+            Err(TrySendError::Full(m)) => {
+                if Instant::now() >= deadline {
+                    return false;
+                }
+                msg = m;
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+    }
+}
+
+/// The consumer's context: owns the task registry and runs the rebalance callbacks.
+struct Rebalancer {
+    shared: Arc<Shared>,
+    registry: Mutex<Registry>,
+    fatal: Mutex<Option<Error>>,
+}
+
+impl Rebalancer {
+    fn registry(&self) -> MutexGuard<'_, Registry> {
+        self.registry.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn set_fatal(&self, e: Error) {
+        tracing::error!(error = %e, "stopping the pipeline");
+        self.fatal.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e);
+    }
+
+    fn take_fatal(&self) -> Option<Error> {
+        self.fatal.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
+
+    /// Routes a record to its partition's task. When the task's queue is full the record
+    /// waits in this partition's pending queue and the partition is paused (backpressure
+    /// without blocking this thread, which must keep polling to run rebalances). A record is
+    /// dropped only when its partition has no task (revoked): never while a later record of
+    /// the same partition could still be committed.
+    fn dispatch(&self, consumer: &BaseConsumer<Self>, record: InputRecord) {
+        let tp = (record.topic.clone(), record.partition);
+        let mut reg = self.registry();
+        let Some(tx) = reg.routes.get(&tp).and_then(|id| reg.tasks.get(id)).map(|t| t.tx.clone()) else {
+            tracing::trace!(record = %record.origin(), "no task for this partition (revoked): not routed");
+            return;
+        };
+        if let Some(queue) = reg.pending.get_mut(&tp) {
+            queue.push_back(record);
+            return;
+        }
+        match tx.try_send(TaskMsg::Record(record)) {
+            Ok(()) => {}
+            Err(TrySendError::Full(TaskMsg::Record(r))) => {
+                reg.pending.entry(tp.clone()).or_default().push_back(r);
+                drop(reg);
+                if let Err(e) = consumer.pause(&to_tpl(&[(tp, 0)])) {
+                    tracing::warn!(error = %e, "pausing a partition failed; its records wait in memory");
+                }
+            }
+            Err(_) => {
+                drop(reg);
+                self.set_fatal(Error::Internal("a partition task exited while its partition was assigned".into()));
+            }
+        }
+    }
+
+    /// Moves pending records into their tasks' queues as room appears; resumes a partition
+    /// once its pending queue is empty.
+    fn drain_pending(&self, consumer: &BaseConsumer<Self>) {
+        let mut reg = self.registry();
+        if reg.pending.is_empty() {
+            return;
+        }
+        let mut resumed = Vec::new();
+        let Registry { pending, routes, tasks, .. } = &mut *reg;
+        for (tp, queue) in pending.iter_mut() {
+            let Some(task) = routes.get(tp).and_then(|id| tasks.get(id)) else { continue };
+            while let Some(r) = queue.pop_front() {
+                match task.tx.try_send(TaskMsg::Record(r)) {
+                    Ok(()) => {}
+                    Err(TrySendError::Full(TaskMsg::Record(r))) => {
+                        queue.push_front(r);
+                        break;
+                    }
+                    Err(_) => break,
+                }
+            }
+            if queue.is_empty() {
+                resumed.push((tp.clone(), 0));
+            }
+        }
+        for (tp, _) in &resumed {
+            reg.pending.remove(tp);
+        }
+        drop(reg);
+        if !resumed.is_empty() {
+            if let Err(e) = consumer.resume(&to_tpl(&resumed)) {
+                tracing::warn!(error = %e, "resuming partitions failed");
+            }
+        }
+    }
+
+    fn on_assign(&self, consumer: &BaseConsumer<Self>, partitions: Vec<TopicPartition>) {
+        let shared = &self.shared;
+        shared.stats.rebalances.inc();
+        let Some(group) = consumer.group_metadata().map(Arc::new) else {
+            return self.set_fatal(Error::Internal("no consumer group metadata after an assignment".into()));
+        };
+        tracing::info!(?partitions, "partitions assigned");
+        let deadline = Instant::now() + shared.cfg.task_timeout;
+        if shared.cfg.guarantee == Guarantee::ExactlyOnce {
+            let mut pending = Vec::new();
+            for tp in partitions {
+                let id = self.registry().next_id();
+                let txn_id = shared.cfg.partition_transactional_id(&tp.0, tp.1);
+                match spawn_task(shared, id, Some(txn_id), vec![tp.clone()], Some(group.clone())) {
+                    Ok((handle, ready)) => pending.push((id, tp, handle, ready)),
+                    Err(e) => return self.set_fatal(e),
+                }
+            }
+            for (id, tp, handle, ready) in pending {
+                match wait_ready(ready, deadline) {
+                    Ok(()) => {
+                        let mut reg = self.registry();
+                        reg.routes.insert(tp, id);
+                        reg.tasks.insert(id, handle);
+                    }
+                    Err(e) => self.set_fatal(e),
+                }
+            }
+        } else {
+            let mut reg = self.registry();
+            let Some((&id, handle)) = reg.tasks.iter().next() else {
+                drop(reg);
+                return self.set_fatal(Error::Internal("the instance task is missing".into()));
+            };
+            let msg = TaskMsg::Assign { partitions: partitions.clone(), group };
+            if !send_bounded(&handle.tx, msg, deadline) {
+                drop(reg);
+                return self.set_fatal(Error::Internal("the instance task did not accept its assignment".into()));
+            }
+            for tp in partitions {
+                reg.routes.insert(tp, id);
+            }
+        }
+    }
+
+    fn on_revoke(&self, consumer: &BaseConsumer<Self>, partitions: Vec<TopicPartition>, lost: bool) {
+        tracing::info!(?partitions, lost, "partitions revoked");
+        let deadline = Instant::now() + self.shared.cfg.task_timeout;
+        let mut by_task: BTreeMap<u64, Vec<TopicPartition>> = BTreeMap::new();
+        {
+            let mut reg = self.registry();
+            for tp in partitions {
+                // Records waiting for room were never given to the task: the next owner
+                // reads them again from the committed offset.
+                reg.pending.remove(&tp);
+                if let Some(id) = reg.routes.remove(&tp) {
+                    by_task.entry(id).or_default().push(tp);
+                }
+            }
+        }
+        let mut waiting = Vec::new();
+        for (id, tps) in by_task {
+            let (reply_tx, reply_rx) = sync_channel(1);
+            let reg = self.registry();
+            let Some(task) = reg.tasks.get(&id) else { continue };
+            if !send_bounded(&task.tx, TaskMsg::Revoke { partitions: tps, lost, reply: reply_tx }, deadline) {
+                tracing::error!(task = id, "task did not take its revocation within the task timeout; abandoning it to fencing");
+            }
+            waiting.push((id, reply_rx));
+        }
+        let mut acked = Vec::new();
+        for (id, reply_rx) in waiting {
+            let reply: Option<RevokeReply> = reply_rx.recv_timeout(deadline.saturating_duration_since(Instant::now())).ok();
+            let per_partition = self.shared.cfg.guarantee == Guarantee::ExactlyOnce;
+            match reply {
+                Some(r) => {
+                    acked.extend(r.acked_offsets);
+                    if per_partition {
+                        if let Some(h) = self.registry().tasks.remove(&id) {
+                            let _ = h.join.join();
+                        }
+                    }
+                }
+                None => {
+                    tracing::error!(task = id, "task did not finish its transaction within the task timeout; abandoning it to fencing");
+                    if per_partition {
+                        self.registry().tasks.remove(&id);
+                    }
+                }
+            }
+        }
+        if !lost && !acked.is_empty() {
+            if let Err(e) = consumer.commit(&to_tpl(&acked), CommitMode::Sync) {
+                tracing::warn!(error = %e, "committing offsets on revocation failed; the next owner may reprocess (at-least-once)");
+            }
+        }
+    }
+
+    /// Shuts down every remaining task (the instance task, in the long-lived modes).
+    fn stop_all_tasks(&self) {
+        let tasks: Vec<TaskHandle> = self.registry().tasks.drain().map(|(_, h)| h).collect();
+        for h in &tasks {
+            let _ = send_bounded(&h.tx, TaskMsg::Shutdown, Instant::now() + self.shared.cfg.task_timeout);
+        }
+        for h in tasks {
+            let _ = h.join.join();
+        }
+    }
+}
+
+impl ClientContext for Rebalancer {}
+
+impl ConsumerContext for Rebalancer {
+    fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        let tps = |tpl: &TopicPartitionList| tpl.elements().iter().map(|e| (e.topic().to_string(), e.partition())).collect();
+        match rebalance {
+            Rebalance::Assign(tpl) => self.on_assign(consumer, tps(tpl)),
+            Rebalance::Revoke(tpl) => self.on_revoke(consumer, tps(tpl), consumer.assignment_lost()),
+            Rebalance::Error(e) => tracing::warn!(error = %e, "rebalance error"),
+        }
+    }
+}
+

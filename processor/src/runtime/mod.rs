@@ -1,0 +1,241 @@
+//! The runtime: a consumer thread, partition tasks, and the glue between them and async code.
+//!
+//! ```text
+//!   async caller ── Pipeline::run ──> [consumer thread] ── records, assign/revoke ──> [task thread] x N
+//!        ^                                │   ^                                            │
+//!        └──── Summary / Error ───────────┘   └──── control: commit offsets, fenced, fatal ┘
+//! ```
+//!
+//! - The **consumer thread** ([`consumer`]) owns the librdkafka consumer, polls it, routes
+//!   each record to the task owning its partition, and runs the rebalance callbacks. On
+//!   assignment it starts the partitions' tasks and waits until their producers are
+//!   initialised *before* librdkafka fetches the committed offsets; on revocation it waits,
+//!   bounded by the task timeout, until the tasks have committed their batches.
+//! - Each **task** ([`task`]) owns a producer and runs the transaction cycle
+//!   ([`crate::txn`]) on its own OS thread: blocking librdkafka calls never run on an async
+//!   worker thread.
+//! - Deadlock freedom: tasks never wait for the consumer thread (they write to an unbounded
+//!   control channel), so the consumer thread may wait for them; every wait has a timeout.
+
+pub(crate) mod consumer;
+pub(crate) mod task;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::config::PipelineConfig;
+use crate::error::{Error, Result};
+use crate::processor::Processor;
+
+/// `(topic, partition)`.
+pub(crate) type TopicPartition = (String, i32);
+
+/// What a task tells the consumer thread.
+pub(crate) enum Control {
+    /// At-least-once: these next offsets are acknowledged; commit them.
+    CommitOffsets(Vec<(TopicPartition, i64)>),
+    /// The task's producer was fenced or is unusable: give its partitions up.
+    Fenced { task: u64, error: String },
+    /// Stop the pipeline with this error.
+    Fatal(Error),
+}
+
+/// A monotonically increasing count.
+#[derive(Debug, Default)]
+pub(crate) struct Counter(AtomicU64);
+
+impl Counter {
+    pub(crate) fn inc(&self) {
+        self.add(1)
+    }
+    pub(crate) fn add(&self, n: u64) {
+        self.0.fetch_add(n, Ordering::Relaxed);
+    }
+    pub(crate) fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Stats {
+    pub records_in: Counter,
+    pub records_out: Counter,
+    pub transactions_committed: Counter,
+    pub transactions_aborted: Counter,
+    pub dead_lettered: Counter,
+    pub producers_fenced: Counter,
+    pub rebalances: Counter,
+}
+
+/// What a pipeline did, as counted when `run` returned (or so far, from
+/// [`ShutdownHandle::summary`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Summary {
+    /// Input records whose batch committed (replays after aborts are not counted twice).
+    pub records_in: u64,
+    /// Output records committed (dead-letter records included).
+    pub records_out: u64,
+    /// Committed transactions (at-least-once: acknowledged batches).
+    pub transactions_committed: u64,
+    /// Aborted transactions (at-least-once: failed batches that were re-sent).
+    pub transactions_aborted: u64,
+    /// Input records routed to the dead-letter topic.
+    pub dead_lettered: u64,
+    /// Producers given up because they were fenced or became unusable.
+    pub producers_fenced: u64,
+    /// Rebalances (assignments) this instance went through.
+    pub rebalances: u64,
+}
+
+impl Stats {
+    fn summary(&self) -> Summary {
+        Summary {
+            records_in: self.records_in.get(),
+            records_out: self.records_out.get(),
+            transactions_committed: self.transactions_committed.get(),
+            transactions_aborted: self.transactions_aborted.get(),
+            dead_lettered: self.dead_lettered.get(),
+            producers_fenced: self.producers_fenced.get(),
+            rebalances: self.rebalances.get(),
+        }
+    }
+}
+
+/// What the consumer thread and every task share.
+pub(crate) struct Shared {
+    pub cfg: Arc<PipelineConfig>,
+    pub processor: Processor,
+    pub rt: tokio::runtime::Handle,
+    pub stats: Arc<Stats>,
+    pub control: std::sync::mpsc::Sender<Control>,
+    pub shutdown: ShutdownHandle,
+}
+
+/// Stops a running pipeline gracefully from anywhere (cheap to clone), and reads its
+/// counters while it runs.
+#[derive(Debug, Clone, Default)]
+pub struct ShutdownHandle {
+    flag: Arc<AtomicBool>,
+    stats: Arc<Stats>,
+}
+
+impl ShutdownHandle {
+    /// Asks the pipeline to stop: every task commits its collected batch, the consumer
+    /// leaves the group, and `run` returns. Idempotent.
+    pub fn shutdown(&self) {
+        self.flag.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether shutdown was requested.
+    pub fn is_shutdown(&self) -> bool {
+        self.flag.load(Ordering::SeqCst)
+    }
+
+    /// The counters so far.
+    pub fn summary(&self) -> Summary {
+        self.stats.summary()
+    }
+}
+
+/// A configured pipeline; [`run`](Pipeline::run) it.
+pub struct Pipeline {
+    cfg: Arc<PipelineConfig>,
+    processor: Processor,
+    handle: ShutdownHandle,
+}
+
+impl std::fmt::Debug for Pipeline {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pipeline").field("config", &self.cfg).finish_non_exhaustive()
+    }
+}
+
+impl Pipeline {
+    /// Starts building a pipeline.
+    pub fn builder() -> crate::PipelineBuilder {
+        crate::PipelineBuilder::default()
+    }
+
+    pub(crate) fn new((cfg, processor): (PipelineConfig, Processor)) -> Pipeline {
+        Pipeline { cfg: Arc::new(cfg), processor, handle: ShutdownHandle::default() }
+    }
+
+    /// The validated configuration.
+    pub fn config(&self) -> &PipelineConfig {
+        &self.cfg
+    }
+
+    /// A handle that stops the pipeline and reads its counters.
+    pub fn shutdown_handle(&self) -> ShutdownHandle {
+        self.handle.clone()
+    }
+
+    /// Runs until the [`ShutdownHandle`] (or, with
+    /// [`handle_signals`](crate::PipelineBuilder::handle_signals), SIGINT/SIGTERM) stops it,
+    /// or until an unrecoverable error. Must be called from a multi-thread Tokio runtime.
+    ///
+    /// # Errors
+    /// [`Error::Unreachable`] and [`Error::UnknownTopics`] within the startup timeout; then
+    /// whatever stopped the pipeline (see [`Error`]). Whatever the error, nothing
+    /// uncommitted becomes visible, and a restart resumes from the committed offsets.
+    pub async fn run(self) -> Result<Summary> {
+        let cfg = self.cfg.clone();
+        tokio::task::spawn_blocking(move || consumer::preflight(&cfg))
+            .await
+            .map_err(|e| Error::Internal(format!("preflight task: {e}")))??;
+
+        let (control_tx, control_rx) = std::sync::mpsc::channel();
+        let shared = Arc::new(Shared {
+            cfg: self.cfg.clone(),
+            processor: self.processor,
+            rt: tokio::runtime::Handle::current(),
+            stats: self.handle.stats.clone(),
+            control: control_tx,
+            shutdown: self.handle.clone(),
+        });
+        let (done_tx, done_rx) = tokio::sync::oneshot::channel();
+        let thread_shared = shared.clone();
+        std::thread::Builder::new()
+            .name(format!("kafka-eos-consumer-{}", self.cfg.application_id))
+            .spawn(move || {
+                let _ = done_tx.send(consumer::run(thread_shared, control_rx));
+            })
+            .map_err(|e| Error::Internal(format!("cannot spawn the consumer thread: {e}")))?;
+
+        let watcher = self.cfg.handle_signals.then(|| {
+            let handle = self.handle.clone();
+            tokio::spawn(async move { watch_signals(handle).await })
+        });
+        let result = done_rx.await.map_err(|_| Error::Internal("the consumer thread panicked".into()));
+        if let Some(w) = watcher {
+            w.abort();
+        }
+        result?.map(|()| self.handle.summary())
+    }
+}
+
+/// First SIGINT/SIGTERM: graceful shutdown; second: exit at once.
+async fn watch_signals(handle: ShutdownHandle) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut int), Ok(mut term)) = (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) else {
+        tracing::warn!("cannot install signal handlers; use the ShutdownHandle");
+        return;
+    };
+    for n in 0.. {
+        tokio::select! {
+            _ = int.recv() => {},
+            _ = term.recv() => {},
+        }
+        if n == 0 {
+            tracing::info!("signal received: shutting down gracefully (send it again to exit at once)");
+            handle.shutdown();
+        } else {
+            tracing::warn!("second signal: exiting now");
+            std::process::exit(130);
+        }
+    }
+}
+
+/// How often the consumer thread checks for shutdown and control messages.
+pub(crate) const POLL_INTERVAL: Duration = Duration::from_millis(50);

@@ -1,0 +1,320 @@
+//! A partition task: one OS thread that owns a producer and the batches of its partitions.
+//!
+//! In [`ExactlyOnce`](crate::Guarantee::ExactlyOnce) a task owns exactly one input
+//! partition and lives from its assignment to its revocation; in the other guarantees one
+//! long-lived task owns every partition of the instance. The loop is the same:
+//!
+//! ```text
+//!            +-------- record (first of a batch) -------+
+//!            v                                          |
+//!   [idle] --+--> [collecting] -- interval elapsed / max records --> run_cycle --+--> [idle]
+//!     ^                |                                                        |
+//!     |                +-- revoke: run_cycle (or drop the batch if lost) -------+
+//!     +-- assign / shutdown
+//! ```
+//!
+//! The batch is only *collected* while the interval runs; the transaction is begun,
+//! processed, produced and committed in one go by [`run_cycle`]. So a revocation, which is
+//! only read between cycles, never finds a transaction open: it finds a collected batch,
+//! which it commits (keeping the work) or, if the partitions were *lost* (the group already
+//! gave them to someone else), drops without a transaction ever having begun.
+//!
+//! The task never waits for the consumer thread (it only sends on the unbounded control
+//! channel), so the consumer thread may block on it, bounded, inside a rebalance callback.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, SyncSender};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::ConsumerGroupMetadata;
+
+use crate::config::{Exhausted, Guarantee};
+use crate::error::{Error, ErrorClass};
+use crate::record::{InputRecord, OutputRecord, ORIGIN_HEADER};
+use crate::runtime::{Control, Shared, TopicPartition};
+use crate::txn::{next_offsets, run_cycle, CommitTo, CycleError, Step, StepError, TxnProducer};
+
+/// What the consumer thread sends a task.
+pub(crate) enum TaskMsg {
+    /// A consumed record of one of the task's partitions.
+    Record(InputRecord),
+    /// New partitions and the group generation they belong to (long-lived tasks only).
+    Assign { partitions: Vec<TopicPartition>, group: Arc<ConsumerGroupMetadata> },
+    /// Give these partitions up; reply when their batch is committed (or dropped, if lost).
+    Revoke { partitions: Vec<TopicPartition>, lost: bool, reply: SyncSender<RevokeReply> },
+    /// Commit what is collected and exit.
+    Shutdown,
+}
+
+/// A task's answer to a revocation.
+pub(crate) struct RevokeReply {
+    /// At-least-once: the next offsets acknowledged for the revoked partitions, for the
+    /// consumer to commit synchronously before the revocation completes.
+    pub acked_offsets: Vec<(TopicPartition, i64)>,
+}
+
+enum Flush {
+    Committed,
+    /// The producer was fenced or is unusable: it is dropped, the batch with it.
+    GaveUp(StepError),
+    /// The pipeline must stop.
+    Stop(Error),
+}
+
+pub(crate) struct Task {
+    pub(crate) id: u64,
+    shared: Arc<Shared>,
+    producer: Option<TxnProducer>,
+    transactional_id: Option<String>,
+    group: Option<Arc<ConsumerGroupMetadata>>,
+    owned: HashSet<TopicPartition>,
+    /// Failed attempts per input record (by origin) in the current batch.
+    failures: HashMap<String, u32>,
+    /// Records to route to the dead-letter topic on the next attempt, with their error.
+    dead: HashMap<String, (String, u32)>,
+    /// At-least-once: next offset acknowledged per partition.
+    acked: HashMap<TopicPartition, i64>,
+    stopped: bool,
+    control: Sender<Control>,
+}
+
+impl Task {
+    /// Creates the task's producer and, if transactional, runs `init_transactions` — which
+    /// fences the previous owner of the transactional.id and resolves its open transaction.
+    /// Runs on the task's own thread; the caller waits for the result before letting the
+    /// consumer fetch the partitions' committed offsets.
+    pub(crate) fn start(
+        id: u64,
+        shared: Arc<Shared>,
+        transactional_id: Option<String>,
+        partitions: Vec<TopicPartition>,
+        group: Option<Arc<ConsumerGroupMetadata>>,
+    ) -> Result<Task, Error> {
+        let control = shared.control.clone();
+        let mut task = Task {
+            id,
+            shared,
+            producer: None,
+            transactional_id,
+            group,
+            owned: partitions.into_iter().collect(),
+            failures: HashMap::new(),
+            dead: HashMap::new(),
+            acked: HashMap::new(),
+            stopped: false,
+            control,
+        };
+        task.ensure_producer()?;
+        Ok(task)
+    }
+
+    fn who(&self) -> String {
+        match &self.transactional_id {
+            Some(id) => format!("transactional.id {id}"),
+            None => format!("the {} producer", self.shared.cfg.application_id),
+        }
+    }
+
+    fn ensure_producer(&mut self) -> Result<(), Error> {
+        if self.producer.is_some() {
+            return Ok(());
+        }
+        let started = Instant::now();
+        let mut p = TxnProducer::create(&self.shared.cfg, self.transactional_id.clone()).map_err(|e| e.into_error(&self.who()))?;
+        p.init(Instant::now() + self.shared.cfg.task_timeout).map_err(|e| e.into_error(&self.who()))?;
+        tracing::debug!(task = self.id, transactional_id = ?p.transactional_id(), elapsed_ms = started.elapsed().as_millis() as u64, "producer ready");
+        self.producer = Some(p);
+        Ok(())
+    }
+
+    /// The task loop; returns when revoked (per-partition tasks), shut down, or disconnected.
+    pub(crate) fn run(mut self, inbox: Receiver<TaskMsg>) {
+        let cfg = self.shared.cfg.clone();
+        let per_partition = cfg.guarantee == Guarantee::ExactlyOnce;
+        let mut batch: Vec<InputRecord> = Vec::new();
+        let mut deadline = Instant::now();
+        loop {
+            let msg = if batch.is_empty() {
+                inbox.recv().map_err(|_| RecvTimeoutError::Disconnected)
+            } else {
+                inbox.recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            };
+            match msg {
+                Ok(TaskMsg::Record(r)) => {
+                    if self.stopped || self.producer.is_none() || !self.owned.contains(&(r.topic.clone(), r.partition)) {
+                        continue; // never committed: the partition's next owner reads it again
+                    }
+                    if batch.is_empty() {
+                        deadline = Instant::now() + cfg.commit_interval;
+                    }
+                    batch.push(r);
+                    if batch.len() >= cfg.max_records_per_transaction {
+                        self.flush(&mut batch);
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => self.flush(&mut batch),
+                Ok(TaskMsg::Assign { partitions, group }) => {
+                    self.flush(&mut batch);
+                    self.group = Some(group);
+                    self.owned.extend(partitions);
+                    if let Err(e) = self.ensure_producer() {
+                        self.stop(e);
+                    }
+                }
+                Ok(TaskMsg::Revoke { partitions, lost, reply }) => {
+                    if lost {
+                        tracing::info!(task = self.id, ?partitions, dropped = batch.len(), "partitions lost: dropping the uncommitted batch");
+                        batch.clear();
+                    } else {
+                        self.flush(&mut batch);
+                    }
+                    let acked_offsets = partitions.iter().filter_map(|tp| self.acked.remove(tp).map(|o| (tp.clone(), o))).collect();
+                    for tp in &partitions {
+                        self.owned.remove(tp);
+                    }
+                    let _ = reply.send(RevokeReply { acked_offsets });
+                    if per_partition {
+                        return;
+                    }
+                }
+                Ok(TaskMsg::Shutdown) | Err(RecvTimeoutError::Disconnected) => {
+                    self.flush(&mut batch);
+                    return;
+                }
+            }
+        }
+    }
+
+    fn stop(&mut self, e: Error) {
+        tracing::error!(task = self.id, error = %e, "stopping the pipeline");
+        self.stopped = true;
+        let _ = self.control.send(Control::Fatal(e));
+    }
+
+    /// Commits the collected batch, retrying per the error classes, and empties it.
+    fn flush(&mut self, batch: &mut Vec<InputRecord>) {
+        if batch.is_empty() || self.stopped {
+            batch.clear();
+            return;
+        }
+        match self.commit_batch(batch) {
+            Flush::Committed => {}
+            Flush::GaveUp(e) => {
+                self.shared.stats.producers_fenced.inc();
+                tracing::warn!(task = self.id, error = %e, "producer given up; the partitions go back to the group");
+                self.producer = None;
+                let _ = self.control.send(Control::Fenced { task: self.id, error: e.to_string() });
+            }
+            Flush::Stop(e) => self.stop(e),
+        }
+        self.failures.clear();
+        self.dead.clear();
+        batch.clear();
+    }
+
+    fn commit_batch(&mut self, batch: &[InputRecord]) -> Flush {
+        let cfg = self.shared.cfg.clone();
+        let task_deadline = Instant::now() + cfg.task_timeout;
+        let mut backoff = Duration::from_millis(100);
+        loop {
+            let Some(producer) = self.producer.as_mut() else {
+                return Flush::GaveUp(StepError::given_up());
+            };
+            let commit_to = match (&self.group, producer.transactional_id()) {
+                (Some(g), Some(_)) => CommitTo::Transaction(g),
+                (None, Some(_)) => return Flush::Stop(Error::Internal("a transactional task has no group metadata".into())),
+                _ => CommitTo::Consumer,
+            };
+            let started = Instant::now();
+            let (shared, dead) = (&self.shared, &self.dead);
+            let mut route = |r: &InputRecord| route(shared, dead, r);
+            let result = run_cycle(producer, batch, &mut route, commit_to, task_deadline);
+            match result {
+                Ok(stats) => {
+                    let s = &self.shared.stats;
+                    s.records_in.add(batch.len() as u64);
+                    s.records_out.add(stats.outputs);
+                    s.transactions_committed.inc();
+                    s.dead_lettered.add(self.dead.len() as u64);
+                    crate::metrics::cycle_committed(&cfg.application_id, batch.len(), started.elapsed());
+                    tracing::debug!(task = self.id, records = batch.len(), outputs = stats.outputs, elapsed_us = started.elapsed().as_micros() as u64, "batch committed");
+                    if producer.transactional_id().is_none() {
+                        let offsets: Vec<_> = next_offsets(batch)
+                            .elements()
+                            .iter()
+                            .filter_map(|e| e.offset().to_raw().map(|o| ((e.topic().to_string(), e.partition()), o)))
+                            .collect();
+                        self.acked.extend(offsets.iter().cloned());
+                        let _ = self.control.send(Control::CommitOffsets(offsets));
+                    }
+                    return Flush::Committed;
+                }
+                Err(CycleError::Processor { index, message }) => {
+                    if let Err(e) = producer.abort(task_deadline) {
+                        return Flush::GaveUp(e);
+                    }
+                    self.shared.stats.transactions_aborted.inc();
+                    let origin = batch[index].origin();
+                    let attempts = self.failures.entry(origin.clone()).or_insert(0);
+                    *attempts += 1;
+                    let attempts = *attempts;
+                    tracing::warn!(task = self.id, record = %origin, attempts, error = %message, "processor failed; transaction aborted");
+                    let policy = &cfg.processor_error_policy;
+                    if attempts > policy.retries {
+                        match &policy.then {
+                            Exhausted::Stop => return Flush::Stop(Error::Processor { origin, attempts, message }),
+                            Exhausted::DeadLetter(_) => {
+                                self.dead.insert(origin, (message, attempts));
+                            }
+                        }
+                    }
+                    std::thread::sleep(policy.backoff);
+                }
+                Err(CycleError::Kafka(e)) => {
+                    crate::metrics::cycle_failed(&cfg.application_id, e.class);
+                    // A commit still failing after its retries is in an unknown state: the
+                    // producer may not abort it, so it is poisoned.
+                    let poisoned = e.step == Step::Commit && e.class == ErrorClass::Retriable;
+                    if matches!(e.class, ErrorClass::Fenced | ErrorClass::Fatal) || poisoned {
+                        return Flush::GaveUp(e);
+                    }
+                    if let Err(abort_err) = producer.abort(task_deadline) {
+                        return Flush::GaveUp(abort_err);
+                    }
+                    self.shared.stats.transactions_aborted.inc();
+                    if Instant::now() + backoff >= task_deadline {
+                        return Flush::Stop(Error::TaskTimeout {
+                            what: format!("committing a batch of {} records with {}", batch.len(), self.who()),
+                            timeout: cfg.task_timeout,
+                            last: e.to_string(),
+                        });
+                    }
+                    tracing::warn!(task = self.id, error = %e, "transaction aborted; replaying the batch");
+                    std::thread::sleep(backoff);
+                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                }
+            }
+        }
+    }
+}
+
+/// A record's outputs: the processor's, or — once it exhausted its retries under a
+/// dead-letter policy — the record itself, to the dead-letter topic.
+fn route(shared: &Shared, dead: &HashMap<String, (String, u32)>, r: &InputRecord) -> Result<Vec<OutputRecord>, String> {
+    if let (Some((message, attempts)), Exhausted::DeadLetter(topic)) = (dead.get(&r.origin()), &shared.cfg.processor_error_policy.then) {
+        let mut out = OutputRecord::to(topic.clone());
+        out.key = r.key.clone();
+        out.value = r.value.clone();
+        out.timestamp = r.timestamp;
+        out.headers = r.headers.iter().filter(|(k, _)| k != ORIGIN_HEADER).cloned().collect();
+        return Ok(vec![out.header("kafka-eos.error", message).header("kafka-eos.attempts", attempts.to_string())]);
+    }
+    shared.processor.call(&shared.rt, r)
+}
+
+impl StepError {
+    fn given_up() -> StepError {
+        StepError { step: Step::Create, class: ErrorClass::Fatal, err: rdkafka::error::KafkaError::Canceled }
+    }
+}

@@ -1,0 +1,144 @@
+//! Shared fixtures: the broker, unique names, running pipelines in the background.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use kafka_eos::broker::{Cluster, ClusterConfig};
+use kafka_eos::verify::{verify, Report, VerifyConfig};
+use kafka_eos::{admin, Guarantee, OutputRecord, Pipeline, PipelineBuilder, ShutdownHandle, Summary};
+
+/// The bootstrap servers of the binary's shared cluster (started on first use). A test
+/// that cannot get a broker fails loudly: a skipped broker test would look green.
+pub fn bootstrap() -> String {
+    let _ = tracing_subscriber::fmt().with_env_filter(tracing_subscriber::EnvFilter::from_default_env()).with_test_writer().try_init();
+    static CLUSTER: OnceLock<Cluster> = OnceLock::new();
+    CLUSTER
+        .get_or_init(|| Cluster::from_env_or_start(ClusterConfig::default()).unwrap_or_else(|e| panic!("cannot start the test broker: {e}")))
+        .bootstrap_servers()
+}
+
+/// A name no other test (or earlier run against the same external cluster) uses.
+pub fn unique(prefix: &str) -> String {
+    static N: AtomicU32 = AtomicU32::new(0);
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
+    format!("{prefix}-{}-{}-{nanos:x}", std::process::id(), N.fetch_add(1, Ordering::Relaxed))
+}
+
+/// Input and output topics with `partitions` partitions each, the input holding `records`
+/// records of `value_size` bytes.
+pub struct Topics {
+    pub bootstrap: String,
+    pub input: String,
+    pub output: String,
+    pub partitions: i32,
+}
+
+pub async fn topics(name: &str, partitions: i32, records: u64, value_size: usize) -> Topics {
+    let t = Topics { bootstrap: bootstrap(), input: unique(&format!("{name}-in")), output: unique(&format!("{name}-out")), partitions };
+    let (b, i, o) = (t.bootstrap.clone(), t.input.clone(), t.output.clone());
+    tokio::task::spawn_blocking(move || {
+        admin::create_topic(&b, &i, partitions, 1)?;
+        admin::create_topic(&b, &o, partitions, 1)?;
+        if records > 0 {
+            admin::produce_sequence(&b, &i, partitions, records, value_size)?;
+        }
+        Ok::<_, kafka_eos::Error>(())
+    })
+    .await
+    .unwrap()
+    .expect("topics");
+    t
+}
+
+impl Topics {
+    /// A builder with the test defaults: a 1:1 transform (value reversed) into the output
+    /// topic, same partition as the input (so per-partition order can be checked).
+    pub fn pipeline(&self, app: &str, guarantee: Guarantee) -> PipelineBuilder {
+        let out = self.output.clone();
+        Pipeline::builder()
+            .bootstrap_servers(&self.bootstrap)
+            .application_id(app)
+            .input_topic(&self.input)
+            .guarantee(guarantee)
+            .handle_signals(false)
+            .startup_timeout(Duration::from_secs(20))
+            .processor(move |r| Ok(vec![reversed(&out, r)]))
+    }
+
+    pub async fn produce(&self, records: u64) {
+        let (b, i, p) = (self.bootstrap.clone(), self.input.clone(), self.partitions);
+        tokio::task::spawn_blocking(move || admin::produce_sequence(&b, &i, p, records, 100)).await.unwrap().expect("produce");
+    }
+
+    pub async fn wait_caught_up(&self, app: &str, timeout: Duration) {
+        let (b, g, t) = (self.bootstrap.clone(), app.to_string(), vec![self.input.clone()]);
+        tokio::task::spawn_blocking(move || admin::wait_for_catch_up(&b, &g, &t, timeout)).await.unwrap().expect("catch up");
+    }
+
+    pub async fn verify(&self) -> Report {
+        self.verify_with(|_| {}).await
+    }
+
+    pub async fn verify_with(&self, tweak: impl FnOnce(&mut VerifyConfig)) -> Report {
+        let mut cfg = VerifyConfig::new(&self.bootstrap, &self.input, &self.output);
+        tweak(&mut cfg);
+        tokio::task::spawn_blocking(move || verify(&cfg)).await.unwrap().expect("verify")
+    }
+
+    /// Output records as a read_uncommitted reader sees them (aborted ones included).
+    pub async fn count_output_uncommitted(&self) -> u64 {
+        let mut cfg = VerifyConfig::new(&self.bootstrap, &self.input, &self.output);
+        cfg.client_properties.set("isolation.level", "read_uncommitted");
+        let topic = self.output.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut n = 0u64;
+            kafka_eos::verify::read_to_end(&cfg, &topic, Instant::now() + Duration::from_secs(60), |_| n += 1).map(|()| n)
+        })
+        .await
+        .unwrap()
+        .expect("read uncommitted")
+    }
+}
+
+pub fn reversed(out: &str, r: &kafka_eos::InputRecord) -> OutputRecord {
+    let mut v = r.value.clone().unwrap_or_default();
+    v.reverse();
+    let mut o = OutputRecord::to(out).value(v).partition(r.partition);
+    o.key = r.key.clone();
+    o
+}
+
+/// A pipeline running in the background.
+pub struct Running {
+    pub handle: ShutdownHandle,
+    join: tokio::task::JoinHandle<kafka_eos::Result<Summary>>,
+}
+
+pub fn spawn(builder: PipelineBuilder) -> Running {
+    let pipeline = builder.build().expect("valid pipeline");
+    let handle = pipeline.shutdown_handle();
+    Running { handle, join: tokio::spawn(pipeline.run()) }
+}
+
+impl Running {
+    /// Graceful shutdown; panics if the pipeline failed.
+    pub async fn stop(self) -> Summary {
+        self.handle.shutdown();
+        self.finish().await.expect("pipeline failed")
+    }
+
+    /// Waits for the pipeline to end by itself.
+    pub async fn finish(self) -> kafka_eos::Result<Summary> {
+        tokio::time::timeout(Duration::from_secs(120), self.join).await.expect("pipeline did not stop within 120 s").expect("pipeline task panicked")
+    }
+
+    /// Waits until the pipeline has committed at least `n` input records.
+    pub async fn wait_records_in(&self, n: u64, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        while self.handle.summary().records_in < n {
+            assert!(Instant::now() < deadline, "only {} of {n} records in after {timeout:?}", self.handle.summary().records_in);
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}

@@ -1,0 +1,120 @@
+//! Processor failures in the middle of a transaction.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use kafka_eos::verify::VerifyConfig;
+use kafka_eos::{admin, Error, Guarantee, OutputRecord, ProcessorErrorPolicy};
+
+use crate::common::{reversed, spawn, topics, unique};
+
+const RECORDS: u64 = 4_000;
+
+/// The processor fails (error, then panic) on one record in the middle of a batch: the
+/// batch's transaction is aborted, none of its outputs is visible to read_committed readers
+/// (they are in the log: a read_uncommitted reader sees them), and the replay commits every
+/// record exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_transaction_outputs_are_never_visible_and_processing_resumes() {
+    for guarantee in [Guarantee::ExactlyOnce, Guarantee::ExactlyOncePerConsumer] {
+        let t = topics("fail", 2, RECORDS, 100).await;
+        let app = unique("fail");
+        let calls = Arc::new(AtomicU32::new(0));
+        let out = t.output.clone();
+        let c = calls.clone();
+        let run = spawn(
+            t.pipeline(&app, guarantee)
+                .max_records_per_transaction(500)
+                .on_processor_error(ProcessorErrorPolicy::retry(3).backoff(Duration::from_millis(10)))
+                .processor(move |r| {
+                    if r.partition == 1 && r.offset == 1_200 {
+                        // Let the outputs produced so far in this transaction reach the
+                        // broker (linger.ms is 5), so that the abort has something to hide.
+                        std::thread::sleep(Duration::from_millis(200));
+                        match c.fetch_add(1, Ordering::SeqCst) {
+                            0 => return Err("simulated failure".into()),
+                            1 => panic!("simulated panic"),
+                            _ => {}
+                        }
+                    }
+                    Ok(vec![reversed(&out, r)])
+                }),
+        );
+        t.wait_caught_up(&app, Duration::from_secs(60)).await;
+        let summary = run.stop().await;
+        assert_eq!(calls.load(Ordering::SeqCst), 3, "the failing record is retried until it succeeds");
+        assert!(summary.transactions_aborted >= 2, "{summary:?}");
+        let report = t.verify().await;
+        assert!(report.is_exactly_once(), "{}: {report:?}", guarantee.as_str());
+        assert_eq!(report.output_records, RECORDS);
+        let uncommitted = t.count_output_uncommitted().await;
+        assert!(
+            uncommitted > RECORDS,
+            "{}: the aborted attempts' outputs are in the log ({uncommitted} records) but invisible to read_committed",
+            guarantee.as_str()
+        );
+    }
+}
+
+/// A record that always fails goes to the dead-letter topic inside the transaction.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn poison_record_is_dead_lettered_and_the_rest_committed() {
+    let t = topics("dlq", 2, RECORDS, 100).await;
+    let dlq = unique("dlq-dead");
+    let (b, d) = (t.bootstrap.clone(), dlq.clone());
+    tokio::task::spawn_blocking(move || admin::create_topic(&b, &d, 1, 1)).await.unwrap().unwrap();
+    let app = unique("dlq");
+    let out = t.output.clone();
+    let run = spawn(
+        t.pipeline(&app, Guarantee::ExactlyOnce)
+            .on_processor_error(ProcessorErrorPolicy::retry(1).backoff(Duration::from_millis(10)).then_dead_letter(&dlq))
+            .processor(move |r| {
+                if r.partition == 0 && r.offset == 777 {
+                    return Err("cannot decode".into());
+                }
+                Ok(vec![reversed(&out, r)])
+            }),
+    );
+    t.wait_caught_up(&app, Duration::from_secs(60)).await;
+    let summary = run.stop().await;
+    assert_eq!(summary.dead_lettered, 1, "{summary:?}");
+    let report = t.verify_with(|c: &mut VerifyConfig| c.output_topics.push(dlq.clone())).await;
+    assert!(report.is_exactly_once(), "outputs plus the dead letter cover the input exactly once: {report:?}");
+    let report = t.verify().await;
+    assert_eq!((report.missing, report.duplicates), (1, 0), "only the poison record lacks an output");
+}
+
+/// Under the stop policy the pipeline stops with an error naming the record; nothing of
+/// the failing batch is committed; a restart with a fixed processor resumes there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stop_policy_stops_with_the_record_and_a_restart_resumes() {
+    let t = topics("stop", 1, RECORDS, 100).await;
+    let app = unique("stop");
+    let out = t.output.clone();
+    let run = spawn(
+        t.pipeline(&app, Guarantee::ExactlyOnce)
+            .on_processor_error(ProcessorErrorPolicy::retry(1).backoff(Duration::from_millis(10)))
+            .processor(move |r| if r.offset == 2_500 { Err("bad record".into()) } else { Ok(vec![reversed(&out, r)]) }),
+    );
+    let err = run.finish().await.expect_err("the pipeline must stop");
+    match &err {
+        Error::Processor { origin, attempts, message } => {
+            assert!(origin.ends_with("/0/2500"), "{origin}");
+            assert_eq!(*attempts, 2);
+            assert_eq!(message, "bad record");
+        }
+        other => panic!("expected a processor error, got {other}"),
+    }
+    assert!(err.to_string().contains("restart"), "the message says what to do: {err}");
+    let partial = t.verify().await;
+    assert!(partial.output_records < 2_501 && partial.duplicates == 0, "{partial:?}");
+
+    let out = t.output.clone();
+    let run = spawn(t.pipeline(&app, Guarantee::ExactlyOnce).processor(move |r| Ok(vec![OutputRecord::to(&out).value(r.value.clone().unwrap_or_default()).partition(r.partition)])));
+    t.wait_caught_up(&app, Duration::from_secs(60)).await;
+    let summary = run.stop().await;
+    assert_eq!(summary.records_in, RECORDS - partial.output_records, "resumed at the first uncommitted record");
+    let report = t.verify().await;
+    assert!(report.is_exactly_once(), "{report:?}");
+}
