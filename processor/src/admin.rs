@@ -33,15 +33,23 @@ pub fn create_topic(bootstrap: &str, topic: &str, partitions: i32, replication: 
 }
 
 /// [`create_topic`] with topic configs (e.g. `("min.insync.replicas", "2")`).
-pub fn create_topic_with(bootstrap: &str, topic: &str, partitions: i32, replication: i32, configs: &[(&str, &str)]) -> Result<()> {
+pub fn create_topic_with(
+    bootstrap: &str,
+    topic: &str,
+    partitions: i32,
+    replication: i32,
+    configs: &[(&str, &str)],
+) -> Result<()> {
     let timeout = Duration::from_secs(30);
-    let admin: AdminClient<DefaultClientContext> = client(bootstrap).create().map_err(|e| Error::Config(e.to_string()))?;
+    let admin: AdminClient<DefaultClientContext> =
+        client(bootstrap).create().map_err(|e| Error::Config(e.to_string()))?;
     let mut new = NewTopic::new(topic, partitions, TopicReplication::Fixed(replication));
     for (k, v) in configs {
         new = new.set(k, v);
     }
     let opts = AdminOptions::new().operation_timeout(Some(timeout)).request_timeout(Some(timeout));
-    let results = futures::executor::block_on(admin.create_topics([&new], &opts)).map_err(|e| unreachable(bootstrap, timeout, e))?;
+    let results = futures::executor::block_on(admin.create_topics([&new], &opts))
+        .map_err(|e| unreachable(bootstrap, timeout, e))?;
     for r in results {
         match r {
             Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
@@ -51,7 +59,9 @@ pub fn create_topic_with(bootstrap: &str, topic: &str, partitions: i32, replicat
     let probe: BaseConsumer = client(bootstrap).create().map_err(|e| Error::Config(e.to_string()))?;
     let deadline = Instant::now() + timeout;
     loop {
-        let md = probe.fetch_metadata(Some(topic), Duration::from_secs(5)).map_err(|e| unreachable(bootstrap, timeout, e))?;
+        let md = probe
+            .fetch_metadata(Some(topic), Duration::from_secs(5))
+            .map_err(|e| unreachable(bootstrap, timeout, e))?;
         let n = md.topics().first().map_or(0, |t| if t.error().is_none() { t.partitions().len() } else { 0 });
         if n == partitions as usize {
             return Ok(());
@@ -60,7 +70,11 @@ pub fn create_topic_with(bootstrap: &str, topic: &str, partitions: i32, replicat
             return Err(Error::Config(format!("topic {topic} exists with {n} partitions, not {partitions}")));
         }
         if Instant::now() > deadline {
-            return Err(Error::TaskTimeout { what: format!("creating topic {topic}"), timeout, last: "not in metadata".into() });
+            return Err(Error::TaskTimeout {
+                what: format!("creating topic {topic}"),
+                timeout,
+                last: "not in metadata".into(),
+            });
         }
         std::thread::sleep(Duration::from_millis(100));
     }
@@ -70,18 +84,36 @@ pub fn create_topic_with(bootstrap: &str, topic: &str, partitions: i32, replicat
 /// `i % partitions` with key `i` (decimal) and a value of `value_size` bytes starting with
 /// `i`. Returns once every record is acknowledged.
 pub fn produce_sequence(bootstrap: &str, topic: &str, partitions: i32, count: u64, value_size: usize) -> Result<()> {
+    let mut value = vec![b'.'; value_size];
+    produce(
+        bootstrap,
+        topic,
+        (0..count).map(|i| {
+            let key = i.to_string().into_bytes();
+            let n = key.len().min(value_size);
+            value[..n].copy_from_slice(&key[..n]);
+            (Some((i % partitions as u64) as i32), key, value.clone())
+        }),
+    )
+}
+
+/// Writes `(partition, key, value)` records to `topic` with an idempotent producer (a
+/// `None` partition lets the partitioner choose by key) and waits until every one is
+/// acknowledged.
+pub fn produce(
+    bootstrap: &str,
+    topic: &str,
+    records: impl IntoIterator<Item = (Option<i32>, Vec<u8>, Vec<u8>)>,
+) -> Result<()> {
     let producer: ThreadedProducer<DefaultProducerContext> = client(bootstrap)
         .set("enable.idempotence", "true")
         .set("linger.ms", "20")
         .set("batch.size", "1000000")
         .create()
         .map_err(|e| Error::Config(e.to_string()))?;
-    let mut value = vec![b'.'; value_size];
-    for i in 0..count {
-        let key = i.to_string();
-        let n = key.len().min(value_size);
-        value[..n].copy_from_slice(&key.as_bytes()[..n]);
-        let mut rec = BaseRecord::to(topic).key(key.as_bytes()).payload(&value[..]).partition((i % partitions as u64) as i32);
+    for (partition, key, value) in records {
+        let mut rec = BaseRecord::to(topic).key(&key[..]).payload(&value[..]);
+        rec.partition = partition;
         loop {
             match producer.send(rec) {
                 Ok(()) => break,
@@ -116,7 +148,9 @@ pub fn group_lag(bootstrap: &str, group: &str, topics: &[String]) -> Result<i64>
     let committed = consumer.committed_offsets(tpl, timeout).map_err(|e| unreachable(bootstrap, timeout, e))?;
     let mut lag = 0;
     for e in committed.elements() {
-        let (_, high) = consumer.fetch_watermarks(e.topic(), e.partition(), timeout).map_err(|e| unreachable(bootstrap, timeout, e))?;
+        let (_, high) = consumer
+            .fetch_watermarks(e.topic(), e.partition(), timeout)
+            .map_err(|e| unreachable(bootstrap, timeout, e))?;
         lag += high - e.offset().to_raw().unwrap_or(0).max(0);
     }
     Ok(lag)

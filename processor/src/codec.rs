@@ -56,8 +56,7 @@ impl<T: Serialize + DeserializeOwned> Codec<T> for Json {
         serde_json::to_vec(value).map_err(|e| DecodeError { codec: "json", message: e.to_string() })
     }
     fn decode(bytes: &[u8]) -> Result<T, DecodeError> {
-        serde_json::from_slice(bytes)
-            .map_err(|e| DecodeError { codec: "json", message: e.to_string() })
+        serde_json::from_slice(bytes).map_err(|e| DecodeError { codec: "json", message: e.to_string() })
     }
 }
 
@@ -70,8 +69,7 @@ impl<T: Serialize + DeserializeOwned> Codec<T> for Bincode {
         bincode::serialize(value).map_err(|e| DecodeError { codec: "bincode", message: e.to_string() })
     }
     fn decode(bytes: &[u8]) -> Result<T, DecodeError> {
-        bincode::deserialize(bytes)
-            .map_err(|e| DecodeError { codec: "bincode", message: e.to_string() })
+        bincode::deserialize(bytes).map_err(|e| DecodeError { codec: "bincode", message: e.to_string() })
     }
 }
 
@@ -93,8 +91,7 @@ impl Codec<String> for Raw {
         Ok(value.as_bytes().to_vec())
     }
     fn decode(bytes: &[u8]) -> Result<String, DecodeError> {
-        String::from_utf8(bytes.to_vec())
-            .map_err(|e| DecodeError { codec: "raw", message: format!("not UTF-8: {e}") })
+        String::from_utf8(bytes.to_vec()).map_err(|e| DecodeError { codec: "raw", message: format!("not UTF-8: {e}") })
     }
 }
 

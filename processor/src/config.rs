@@ -438,8 +438,7 @@ impl PipelineBuilder {
         let Some(application_id) = self.application_id else {
             return cfg_err("application_id is required: it is the group.id and the transactional.id prefix".into());
         };
-        if application_id.is_empty()
-            || !application_id.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
+        if application_id.is_empty() || !application_id.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
         {
             return cfg_err(format!(
                 "application_id {application_id:?} must be non-empty and use only letters, digits, '.', '_' and '-'"
@@ -462,7 +461,9 @@ impl PipelineBuilder {
         let mut transaction_timeout = self.transaction_timeout.unwrap_or(Duration::from_secs(10));
         if let Some(ms) = self.producer_properties.get("transaction.timeout.ms") {
             let Ok(ms) = ms.parse::<u64>() else {
-                return cfg_err(format!("producer property transaction.timeout.ms={ms:?} is not a number of milliseconds"));
+                return cfg_err(format!(
+                    "producer property transaction.timeout.ms={ms:?} is not a number of milliseconds"
+                ));
             };
             transaction_timeout = Duration::from_millis(ms);
         }
@@ -486,7 +487,10 @@ impl PipelineBuilder {
             return cfg_err("consumer property isolation.level must be read_committed under exactly-once: a read_uncommitted consumer would process aborted records and fetch offsets that are not stable".into());
         }
         if c.get("partition.assignment.strategy").is_some_and(|v| v.contains("cooperative")) {
-            return cfg_err("cooperative-sticky assignment is not supported yet: use range or roundrobin (eager rebalancing)".into());
+            return cfg_err(
+                "cooperative-sticky assignment is not supported yet: use range or roundrobin (eager rebalancing)"
+                    .into(),
+            );
         }
         let p = &self.producer_properties;
         if p.get("transactional.id").is_some() {
@@ -561,11 +565,20 @@ mod tests {
         assert!(err(base().producer_property("transaction.timeout.ms", "100")).contains("must exceed"));
         assert!(err(base().producer_property("transactional.id", "x")).contains("transactional.id"));
         assert!(err(base().application_id("bad id!")).contains("application_id"));
-        assert!(err(base().consumer_property("partition.assignment.strategy", "cooperative-sticky")).contains("cooperative"));
-        assert!(err(Pipeline::builder().bootstrap_servers("x").application_id("a").input_topic("t")).contains("processor"));
-        assert!(err(base().on_processor_error(ProcessorErrorPolicy::stop().then_dead_letter("in"))).contains("dead-letter"));
+        assert!(err(base().consumer_property("partition.assignment.strategy", "cooperative-sticky"))
+            .contains("cooperative"));
+        assert!(
+            err(Pipeline::builder().bootstrap_servers("x").application_id("a").input_topic("t")).contains("processor")
+        );
+        assert!(
+            err(base().on_processor_error(ProcessorErrorPolicy::stop().then_dead_letter("in"))).contains("dead-letter")
+        );
         // at-least-once does not care about the transaction timeout
-        assert!(base().guarantee(Guarantee::AtLeastOnce).transaction_timeout(Duration::from_millis(50)).build().is_ok());
+        assert!(base()
+            .guarantee(Guarantee::AtLeastOnce)
+            .transaction_timeout(Duration::from_millis(50))
+            .build()
+            .is_ok());
     }
 
     #[test]

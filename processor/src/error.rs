@@ -192,10 +192,7 @@ mod tests {
         assert_eq!(classify(&KafkaError::Flush(C::OperationTimedOut)), ErrorClass::Retriable);
         assert_eq!(classify(&KafkaError::MessageProduction(C::ProducerFenced)), ErrorClass::Fenced);
         assert_eq!(classify(&KafkaError::MessageProduction(C::Fatal)), ErrorClass::Fatal);
-        assert_eq!(
-            classify(&KafkaError::MessageProduction(C::TopicAuthorizationFailed)),
-            ErrorClass::Abortable
-        );
+        assert_eq!(classify(&KafkaError::MessageProduction(C::TopicAuthorizationFailed)), ErrorClass::Abortable);
         assert_eq!(classify(&KafkaError::Canceled), ErrorClass::Abortable);
     }
 }

@@ -16,5 +16,6 @@ pub(crate) fn cycle_committed(app: &str, records: usize, elapsed: Duration) {
 
 /// `kafka_eos_cycle_failures_total{class}`: a cycle failed with a Kafka error of this class.
 pub(crate) fn cycle_failed(app: &str, class: ErrorClass) {
-    metrics::counter!("kafka_eos_cycle_failures_total", "application_id" => app.to_string(), "class" => class.as_str()).increment(1);
+    metrics::counter!("kafka_eos_cycle_failures_total", "application_id" => app.to_string(), "class" => class.as_str())
+        .increment(1);
 }

@@ -107,7 +107,8 @@ type Origin = (u32, i32, i64);
 /// Reads everything and compares. Blocking: call it from a plain thread or `spawn_blocking`.
 pub fn verify(cfg: &VerifyConfig) -> Result<Report> {
     let deadline = Instant::now() + cfg.timeout;
-    let topic_ids: HashMap<&str, u32> = cfg.input_topics.iter().enumerate().map(|(i, t)| (t.as_str(), i as u32)).collect();
+    let topic_ids: HashMap<&str, u32> =
+        cfg.input_topics.iter().enumerate().map(|(i, t)| (t.as_str(), i as u32)).collect();
     let mut inputs: HashSet<Origin> = HashSet::new();
     for t in &cfg.input_topics {
         let id = topic_ids[t.as_str()];
@@ -152,7 +153,12 @@ pub fn verify(cfg: &VerifyConfig) -> Result<Report> {
 
 /// Reads `topic` with read_committed from the beginning until every partition reports its
 /// end, calling `f` for each record.
-pub fn read_to_end(cfg: &VerifyConfig, topic: &str, deadline: Instant, mut f: impl FnMut(&BorrowedMessage<'_>)) -> Result<()> {
+pub fn read_to_end(
+    cfg: &VerifyConfig,
+    topic: &str,
+    deadline: Instant,
+    mut f: impl FnMut(&BorrowedMessage<'_>),
+) -> Result<()> {
     let mut cc = ClientConfig::new();
     cc.set("bootstrap.servers", &cfg.bootstrap_servers)
         .set("group.id", "kafka-eos-verifier")
@@ -168,7 +174,8 @@ pub fn read_to_end(cfg: &VerifyConfig, topic: &str, deadline: Instant, mut f: im
         timeout: remaining,
         detail: e.to_string(),
     })?;
-    let partitions: Vec<i32> = md.topics().first().map(|t| t.partitions().iter().map(|p| p.id()).collect()).unwrap_or_default();
+    let partitions: Vec<i32> =
+        md.topics().first().map(|t| t.partitions().iter().map(|p| p.id()).collect()).unwrap_or_default();
     if partitions.is_empty() {
         return Err(Error::UnknownTopics { topics: vec![topic.to_string()], servers: cfg.bootstrap_servers.clone() });
     }

@@ -11,10 +11,16 @@ use kafka_eos::{admin, Guarantee, OutputRecord, Pipeline, PipelineBuilder, Shutd
 /// The bootstrap servers of the binary's shared cluster (started on first use). A test
 /// that cannot get a broker fails loudly: a skipped broker test would look green.
 pub fn bootstrap() -> String {
-    let _ = tracing_subscriber::fmt().with_env_filter(tracing_subscriber::EnvFilter::from_default_env()).with_test_writer().try_init();
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
     static CLUSTER: OnceLock<Cluster> = OnceLock::new();
     CLUSTER
-        .get_or_init(|| Cluster::from_env_or_start(ClusterConfig::default()).unwrap_or_else(|e| panic!("cannot start the test broker: {e}")))
+        .get_or_init(|| {
+            Cluster::from_env_or_start(ClusterConfig::default())
+                .unwrap_or_else(|e| panic!("cannot start the test broker: {e}"))
+        })
         .bootstrap_servers()
 }
 
@@ -35,7 +41,12 @@ pub struct Topics {
 }
 
 pub async fn topics(name: &str, partitions: i32, records: u64, value_size: usize) -> Topics {
-    let t = Topics { bootstrap: bootstrap(), input: unique(&format!("{name}-in")), output: unique(&format!("{name}-out")), partitions };
+    let t = Topics {
+        bootstrap: bootstrap(),
+        input: unique(&format!("{name}-in")),
+        output: unique(&format!("{name}-out")),
+        partitions,
+    };
     let (b, i, o) = (t.bootstrap.clone(), t.input.clone(), t.output.clone());
     tokio::task::spawn_blocking(move || {
         admin::create_topic(&b, &i, partitions, 1)?;
@@ -68,12 +79,18 @@ impl Topics {
 
     pub async fn produce(&self, records: u64) {
         let (b, i, p) = (self.bootstrap.clone(), self.input.clone(), self.partitions);
-        tokio::task::spawn_blocking(move || admin::produce_sequence(&b, &i, p, records, 100)).await.unwrap().expect("produce");
+        tokio::task::spawn_blocking(move || admin::produce_sequence(&b, &i, p, records, 100))
+            .await
+            .unwrap()
+            .expect("produce");
     }
 
     pub async fn wait_caught_up(&self, app: &str, timeout: Duration) {
         let (b, g, t) = (self.bootstrap.clone(), app.to_string(), vec![self.input.clone()]);
-        tokio::task::spawn_blocking(move || admin::wait_for_catch_up(&b, &g, &t, timeout)).await.unwrap().expect("catch up");
+        tokio::task::spawn_blocking(move || admin::wait_for_catch_up(&b, &g, &t, timeout))
+            .await
+            .unwrap()
+            .expect("catch up");
     }
 
     pub async fn verify(&self) -> Report {
@@ -93,7 +110,8 @@ impl Topics {
         let topic = self.output.clone();
         tokio::task::spawn_blocking(move || {
             let mut n = 0u64;
-            kafka_eos::verify::read_to_end(&cfg, &topic, Instant::now() + Duration::from_secs(60), |_| n += 1).map(|()| n)
+            kafka_eos::verify::read_to_end(&cfg, &topic, Instant::now() + Duration::from_secs(60), |_| n += 1)
+                .map(|()| n)
         })
         .await
         .unwrap()
@@ -130,14 +148,21 @@ impl Running {
 
     /// Waits for the pipeline to end by itself.
     pub async fn finish(self) -> kafka_eos::Result<Summary> {
-        tokio::time::timeout(Duration::from_secs(120), self.join).await.expect("pipeline did not stop within 120 s").expect("pipeline task panicked")
+        tokio::time::timeout(Duration::from_secs(120), self.join)
+            .await
+            .expect("pipeline did not stop within 120 s")
+            .expect("pipeline task panicked")
     }
 
     /// Waits until the pipeline has committed at least `n` input records.
     pub async fn wait_records_in(&self, n: u64, timeout: Duration) {
         let deadline = Instant::now() + timeout;
         while self.handle.summary().records_in < n {
-            assert!(Instant::now() < deadline, "only {} of {n} records in after {timeout:?}", self.handle.summary().records_in);
+            assert!(
+                Instant::now() < deadline,
+                "only {} of {n} records in after {timeout:?}",
+                self.handle.summary().records_in
+            );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }

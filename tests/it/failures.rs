@@ -68,7 +68,9 @@ async fn poison_record_is_dead_lettered_and_the_rest_committed() {
     let out = t.output.clone();
     let run = spawn(
         t.pipeline(&app, Guarantee::ExactlyOnce)
-            .on_processor_error(ProcessorErrorPolicy::retry(1).backoff(Duration::from_millis(10)).then_dead_letter(&dlq))
+            .on_processor_error(
+                ProcessorErrorPolicy::retry(1).backoff(Duration::from_millis(10)).then_dead_letter(&dlq),
+            )
             .processor(move |r| {
                 if r.partition == 0 && r.offset == 777 {
                     return Err("cannot decode".into());
@@ -111,7 +113,9 @@ async fn stop_policy_stops_with_the_record_and_a_restart_resumes() {
     assert!(partial.output_records < 2_501 && partial.duplicates == 0, "{partial:?}");
 
     let out = t.output.clone();
-    let run = spawn(t.pipeline(&app, Guarantee::ExactlyOnce).processor(move |r| Ok(vec![OutputRecord::to(&out).value(r.value.clone().unwrap_or_default()).partition(r.partition)])));
+    let run = spawn(t.pipeline(&app, Guarantee::ExactlyOnce).processor(move |r| {
+        Ok(vec![OutputRecord::to(&out).value(r.value.clone().unwrap_or_default()).partition(r.partition)])
+    }));
     t.wait_caught_up(&app, Duration::from_secs(60)).await;
     let summary = run.stop().await;
     assert_eq!(summary.records_in, RECORDS - partial.output_records, "resumed at the first uncommitted record");

@@ -1,1 +1,149 @@
-fn main(){}
+//! `kafka-eos`: the command-line companion of the library.
+//!
+//! - `kafka-eos broker start|stop|status|install`: a local Apache Kafka cluster (KRaft,
+//!   jars from Maven Central, cached) that outlives the command, for trying pipelines out;
+//! - `kafka-eos verify`: proves exactly-once (or at-least-once) between an input and an
+//!   output topic written by a kafka-eos pipeline; exits 1 on any violation.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use kafka_eos::broker::{self, ClusterConfig};
+use kafka_eos::verify::{verify, VerifyConfig};
+
+#[derive(Parser)]
+#[command(name = "kafka-eos", version, about = "Exactly-once stream processing on Apache Kafka")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Start, stop or inspect a local Kafka cluster.
+    Broker {
+        #[command(subcommand)]
+        action: BrokerAction,
+    },
+    /// Check that every input record has exactly one output (read_committed).
+    Verify(VerifyArgs),
+}
+
+#[derive(Subcommand)]
+enum BrokerAction {
+    /// Start a local cluster in the background and print its bootstrap servers.
+    Start {
+        /// Number of combined broker+controller nodes (1 or 3).
+        #[arg(long, default_value_t = 1)]
+        nodes: usize,
+        /// Where the cluster's state (PIDs, ports) and data live.
+        #[arg(long, env = "KAFKA_EOS_STATE")]
+        dir: Option<PathBuf>,
+    },
+    /// Stop the cluster started by `broker start` (by saved PID).
+    Stop {
+        #[arg(long, env = "KAFKA_EOS_STATE")]
+        dir: Option<PathBuf>,
+    },
+    /// Print the running cluster's bootstrap servers, or say none is running.
+    Status {
+        #[arg(long, env = "KAFKA_EOS_STATE")]
+        dir: Option<PathBuf>,
+    },
+    /// Fetch the Kafka jars into the cache (needs Maven and the network once).
+    Install,
+}
+
+#[derive(clap::Args)]
+struct VerifyArgs {
+    /// Bootstrap servers.
+    #[arg(long, env = "KAFKA_BOOTSTRAP")]
+    bootstrap: String,
+    /// Input topic (repeat for several).
+    #[arg(long = "input", required = true)]
+    inputs: Vec<String>,
+    /// Output topic (repeat for several).
+    #[arg(long = "output", required = true)]
+    outputs: Vec<String>,
+    /// Outputs expected per input record.
+    #[arg(long, default_value_t = 1)]
+    outputs_per_input: u32,
+    /// Only require at-least-once (duplicates allowed).
+    #[arg(long)]
+    at_least_once: bool,
+    /// Extra client property, `key=value` (security settings); repeatable.
+    #[arg(short = 'X', value_parser = parse_kv)]
+    property: Vec<(String, String)>,
+    /// Longest time to read everything, in seconds.
+    #[arg(long, default_value_t = 120)]
+    timeout_secs: u64,
+}
+
+fn parse_kv(s: &str) -> Result<(String, String), String> {
+    s.split_once('=')
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .ok_or_else(|| format!("expected key=value, got {s:?}"))
+}
+
+fn state_dir(dir: Option<PathBuf>) -> PathBuf {
+    dir.unwrap_or_else(|| broker::cache_dir().join("cluster"))
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()))
+        .with_writer(std::io::stderr)
+        .init();
+    match run(Cli::parse()) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("kafka-eos: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
+    match cli.command {
+        Command::Broker { action } => {
+            match action {
+                BrokerAction::Start { nodes, dir } => {
+                    let bootstrap = broker::start_detached(ClusterConfig::with_nodes(nodes), &state_dir(dir))?;
+                    println!("{bootstrap}");
+                }
+                BrokerAction::Stop { dir } => {
+                    broker::stop_detached(&state_dir(dir))?;
+                    println!("stopped");
+                }
+                BrokerAction::Status { dir } => match broker::status_detached(&state_dir(dir))? {
+                    Some(bootstrap) => println!("running: {bootstrap}"),
+                    None => {
+                        println!("not running");
+                        return Ok(ExitCode::from(1));
+                    }
+                },
+                BrokerAction::Install => println!("{}", broker::install()?.display()),
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Verify(a) => {
+            let mut cfg = VerifyConfig::new(a.bootstrap, "", "");
+            cfg.input_topics = a.inputs;
+            cfg.output_topics = a.outputs;
+            cfg.outputs_per_input = a.outputs_per_input;
+            cfg.timeout = Duration::from_secs(a.timeout_secs);
+            for (k, v) in a.property {
+                cfg.client_properties.set(k, v);
+            }
+            let report = verify(&cfg)?;
+            if report.order_violations > 0 || report.unexpected > 0 {
+                println!("{} order violations, {} unexpected outputs", report.order_violations, report.unexpected);
+            }
+            println!("{report}");
+            let ok = if a.at_least_once { report.is_at_least_once() } else { report.is_exactly_once() };
+            Ok(if ok { ExitCode::SUCCESS } else { ExitCode::from(1) })
+        }
+    }
+}

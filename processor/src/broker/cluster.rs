@@ -145,8 +145,8 @@ impl LocalCluster {
                 Some(dir) => (prepare_given_dir(dir)?, false),
                 None => (fresh_temp_dir()?, true),
             };
-            let ports = props::free_ports(cfg.nodes * 2)
-                .map_err(|e| BrokerError::io("picking free ports on 127.0.0.1", e))?;
+            let ports =
+                props::free_ports(cfg.nodes * 2).map_err(|e| BrokerError::io("picking free ports on 127.0.0.1", e))?;
             let nodes = (0..cfg.nodes)
                 .map(|i| Node {
                     spec: NodeSpec::new(&data_dir, i as i32 + 1, ports[2 * i], ports[2 * i + 1]),
@@ -228,10 +228,7 @@ impl LocalCluster {
 
     /// OS process id of a running node's JVM (e.g. to measure its memory), `None` if stopped.
     pub fn pid(&self, node: i32) -> Option<u32> {
-        self.find(node)
-            .ok()
-            .filter(|n| n.is_running())
-            .and_then(|n| n.pid())
+        self.find(node).ok().filter(|n| n.is_running()).and_then(|n| n.pid())
     }
 
     /// The node's log file (JVM stdout/stderr, broker log at INFO), kept across restarts.
@@ -306,10 +303,7 @@ impl LocalCluster {
         self.keep_data_dir();
         if remove {
             fs::remove_dir_all(&self.data_dir).map_err(|e| {
-                BrokerError::io(
-                    format!("removing the cluster directory {}", self.data_dir.display()),
-                    e,
-                )
+                BrokerError::io(format!("removing the cluster directory {}", self.data_dir.display()), e)
             })?;
         }
         Ok(())
@@ -324,10 +318,7 @@ impl LocalCluster {
 
     /// (spec, pid of the running JVM) for every node.
     pub(crate) fn node_states(&self) -> Vec<(NodeSpec, Option<u32>)> {
-        self.nodes
-            .iter()
-            .map(|n| (n.spec.clone(), n.pid()))
-            .collect()
+        self.nodes.iter().map(|n| (n.spec.clone(), n.pid())).collect()
     }
 
     /// Hands the running nodes over (detached mode): dropping `self` no longer kills them.
@@ -339,23 +330,18 @@ impl LocalCluster {
         self.nodes
             .iter()
             .find(|n| n.spec.id == node)
-            .ok_or_else(|| BrokerError::UnknownNode {
-                node,
-                ids: self.node_ids(),
-            })
+            .ok_or_else(|| BrokerError::UnknownNode { node, ids: self.node_ids() })
     }
 
     /// Whether a failed start is worth retrying with new ports: a node could not bind one of
     /// the picked ports because another process took it after we released it.
     fn port_clash(&self, e: &BrokerError) -> bool {
-        matches!(
-            e,
-            BrokerError::NodeExited { .. } | BrokerError::NotReady { .. }
-        ) && self.nodes.iter().any(|n| {
-            process::current_log(&n.spec.log_path())
-                .map(|log| log.contains("Address already in use"))
-                .unwrap_or(false)
-        })
+        matches!(e, BrokerError::NodeExited { .. } | BrokerError::NotReady { .. })
+            && self.nodes.iter().any(|n| {
+                process::current_log(&n.spec.log_path())
+                    .map(|log| log.contains("Address already in use"))
+                    .unwrap_or(false)
+            })
     }
 
     /// From now on nothing removes the data dir (it was removed, or is kept for its logs).
@@ -386,13 +372,11 @@ impl LocalCluster {
         let specs: Vec<NodeSpec> = self.nodes.iter().map(|n| n.spec.clone()).collect();
         for spec in &specs {
             for dir in [spec.log_dirs(), spec.logs_dir()] {
-                fs::create_dir_all(&dir)
-                    .map_err(|e| BrokerError::io(format!("creating {}", dir.display()), e))?;
+                fs::create_dir_all(&dir).map_err(|e| BrokerError::io(format!("creating {}", dir.display()), e))?;
             }
             let text = props::server_properties(spec, &specs, extra);
             let path = spec.properties_path();
-            fs::write(&path, text)
-                .map_err(|e| BrokerError::io(format!("writing {}", path.display()), e))?;
+            fs::write(&path, text).map_err(|e| BrokerError::io(format!("writing {}", path.display()), e))?;
             let path = spec.log4j_path();
             fs::write(&path, props::LOG4J2_YAML)
                 .map_err(|e| BrokerError::io(format!("writing {}", path.display()), e))?;
@@ -405,41 +389,26 @@ impl LocalCluster {
             let mut cmd = self.java_cmd();
             // A short-lived tool: small heap and the quick C1-only JIT start faster.
             cmd.args(["-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"])
-                .arg(format!(
-                    "-Dlog4j2.configurationFile={}",
-                    spec.log4j_path().display()
-                ))
+                .arg(format!("-Dlog4j2.configurationFile={}", spec.log4j_path().display()))
                 .arg("-cp")
                 .arg(self.classpath())
-                .args([
-                    "kafka.tools.StorageTool",
-                    "format",
-                    "--cluster-id",
-                    &cluster_id,
-                    "--config",
-                ])
+                .args(["kafka.tools.StorageTool", "format", "--cluster-id", &cluster_id, "--config"])
                 .arg(spec.properties_path());
             if specs.len() == 1 {
                 cmd.arg("--standalone");
             } else {
                 cmd.args(["--initial-controllers", &controllers]);
             }
-            cmd.current_dir(&spec.dir)
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped());
-            let child = cmd.spawn().map_err(|e| {
-                BrokerError::io(
-                    format!("running {} (storage format)", self.java.display()),
-                    e,
-                )
-            })?;
+            cmd.current_dir(&spec.dir).stdout(Stdio::piped()).stderr(Stdio::piped());
+            let child = cmd
+                .spawn()
+                .map_err(|e| BrokerError::io(format!("running {} (storage format)", self.java.display()), e))?;
             running.push((spec, child));
         }
         let mut first_error = None;
         for (spec, child) in running {
-            let out = child
-                .wait_with_output()
-                .map_err(|e| BrokerError::io("waiting for the storage format tool", e))?;
+            let out =
+                child.wait_with_output().map_err(|e| BrokerError::io("waiting for the storage format tool", e))?;
             if !out.status.success() && first_error.is_none() {
                 let mut output = String::from_utf8_lossy(&out.stdout).into_owned();
                 output.push_str(&String::from_utf8_lossy(&out.stderr));
@@ -474,9 +443,7 @@ impl LocalCluster {
             spec.broker_port,
             spec.controller_port
         );
-        let err_log = log
-            .try_clone()
-            .map_err(|e| BrokerError::io(format!("opening {}", log_path.display()), e))?;
+        let err_log = log.try_clone().map_err(|e| BrokerError::io(format!("opening {}", log_path.display()), e))?;
         let mut cmd = self.java_cmd();
         cmd.arg(format!("-Xmx{}m", self.heap_mb))
             .arg(format!("-Xms{}m", self.heap_mb.min(256)))
@@ -490,10 +457,7 @@ impl LocalCluster {
                 "-Djava.awt.headless=true",
             ])
             .arg(format!("-Dkafka.logs.dir={}", spec.logs_dir().display()))
-            .arg(format!(
-                "-Dlog4j2.configurationFile={}",
-                spec.log4j_path().display()
-            ))
+            .arg(format!("-Dlog4j2.configurationFile={}", spec.log4j_path().display()))
             .arg("-cp")
             .arg(self.classpath())
             .arg("kafka.Kafka")
@@ -501,12 +465,8 @@ impl LocalCluster {
             .current_dir(&spec.dir)
             .stdout(log)
             .stderr(err_log);
-        let child = process::spawn(cmd, self.mode).map_err(|e| {
-            BrokerError::io(
-                format!("launching Kafka node {} ({})", spec.id, self.java.display()),
-                e,
-            )
-        })?;
+        let child = process::spawn(cmd, self.mode)
+            .map_err(|e| BrokerError::io(format!("launching Kafka node {} ({})", spec.id, self.java.display()), e))?;
         tracing::debug!(node = spec.id, pid = child.id(), log = %log_path.display(), "Kafka node launched");
         *node.child() = Some(child);
         Ok(())
@@ -534,15 +494,11 @@ impl LocalCluster {
                 }
             }
             let now = Instant::now();
-            let attempt = (deadline.saturating_duration_since(now))
-                .clamp(Duration::from_millis(100), Duration::from_secs(2));
+            let attempt =
+                (deadline.saturating_duration_since(now)).clamp(Duration::from_millis(100), Duration::from_secs(2));
             last = probe.broker_ids(attempt);
             if let Ok(seen) = &last {
-                let ok = if exact {
-                    *seen == expected
-                } else {
-                    expected.iter().all(|id| seen.contains(id))
-                };
+                let ok = if exact { *seen == expected } else { expected.iter().all(|id| seen.contains(id)) };
                 if ok {
                     return Ok(());
                 }
@@ -556,22 +512,11 @@ impl LocalCluster {
             }
         }
         let (seen, missing): (String, Vec<&Node>) = match &last {
-            Ok(ids) => (
-                format!("{ids:?}"),
-                running
-                    .iter()
-                    .copied()
-                    .filter(|n| !ids.contains(&n.spec.id))
-                    .collect(),
-            ),
+            Ok(ids) => (format!("{ids:?}"), running.iter().copied().filter(|n| !ids.contains(&n.spec.id)).collect()),
             Err(e) => (format!("no metadata ({e})"), running.clone()),
         };
         let mut logs = String::new();
-        for n in if missing.is_empty() {
-            running.clone()
-        } else {
-            missing
-        } {
+        for n in if missing.is_empty() { running.clone() } else { missing } {
             logs.push_str(&format!(
                 "--- node {} log {}:\n{}\n",
                 n.spec.id,
@@ -579,12 +524,7 @@ impl LocalCluster {
                 process::log_excerpt(&n.spec.log_path(), TAIL_LINES)
             ));
         }
-        Err(BrokerError::NotReady {
-            timeout,
-            expected,
-            seen,
-            logs,
-        })
+        Err(BrokerError::NotReady { timeout, expected, seen, logs })
     }
 }
 
@@ -606,31 +546,18 @@ impl Drop for LocalCluster {
 /// SIGTERM to all running `nodes` at once, wait up to [`STOP_TIMEOUT`], SIGKILL the rest;
 /// every process is reaped.
 fn stop_gracefully(nodes: &[&Node]) {
-    let mut children: Vec<(i32, Child)> = nodes
-        .iter()
-        .filter_map(|n| n.child().take().map(|c| (n.spec.id, c)))
-        .collect();
+    let mut children: Vec<(i32, Child)> =
+        nodes.iter().filter_map(|n| n.child().take().map(|c| (n.spec.id, c))).collect();
     for (id, child) in &mut children {
         if matches!(child.try_wait(), Ok(None)) {
-            tracing::info!(
-                node = *id,
-                pid = child.id(),
-                "stopping Kafka node (SIGTERM)"
-            );
+            tracing::info!(node = *id, pid = child.id(), "stopping Kafka node (SIGTERM)");
             let _ = process::signal(child.id(), libc::SIGTERM);
         }
     }
-    process::wait_until(STOP_TIMEOUT, || {
-        children
-            .iter_mut()
-            .all(|(_, c)| !matches!(c.try_wait(), Ok(None)))
-    });
+    process::wait_until(STOP_TIMEOUT, || children.iter_mut().all(|(_, c)| !matches!(c.try_wait(), Ok(None))));
     for (id, child) in &mut children {
         if matches!(child.try_wait(), Ok(None)) {
-            tracing::warn!(
-                node = *id,
-                "Kafka node did not stop within {STOP_TIMEOUT:?}; sending SIGKILL"
-            );
+            tracing::warn!(node = *id, "Kafka node did not stop within {STOP_TIMEOUT:?}; sending SIGKILL");
             let _ = child.kill();
         }
         let _ = child.wait();
@@ -655,22 +582,16 @@ fn fresh_temp_dir() -> Result<PathBuf, BrokerError> {
 
 /// Creates a caller-chosen data dir and wipes the node directories of an earlier cluster.
 pub(crate) fn prepare_given_dir(dir: &Path) -> Result<PathBuf, BrokerError> {
-    fs::create_dir_all(dir)
-        .map_err(|e| BrokerError::io(format!("creating {}", dir.display()), e))?;
-    let dir = dir
-        .canonicalize()
-        .map_err(|e| BrokerError::io(format!("resolving {}", dir.display()), e))?;
-    let entries =
-        fs::read_dir(&dir).map_err(|e| BrokerError::io(format!("listing {}", dir.display()), e))?;
+    fs::create_dir_all(dir).map_err(|e| BrokerError::io(format!("creating {}", dir.display()), e))?;
+    let dir = dir.canonicalize().map_err(|e| BrokerError::io(format!("resolving {}", dir.display()), e))?;
+    let entries = fs::read_dir(&dir).map_err(|e| BrokerError::io(format!("listing {}", dir.display()), e))?;
     for entry in entries.flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
-        let is_node_dir = name
-            .strip_prefix("node-")
-            .is_some_and(|id| !id.is_empty() && id.bytes().all(|b| b.is_ascii_digit()));
+        let is_node_dir =
+            name.strip_prefix("node-").is_some_and(|id| !id.is_empty() && id.bytes().all(|b| b.is_ascii_digit()));
         if is_node_dir {
-            fs::remove_dir_all(entry.path()).map_err(|e| {
-                BrokerError::io(format!("removing the old {}", entry.path().display()), e)
-            })?;
+            fs::remove_dir_all(entry.path())
+                .map_err(|e| BrokerError::io(format!("removing the old {}", entry.path().display()), e))?;
         }
     }
     Ok(dir)
@@ -730,20 +651,10 @@ mod tests {
 
     #[test]
     fn invalid_configs_are_rejected_before_anything_runs() {
-        for cfg in [
-            ClusterConfig {
-                nodes: 0,
-                ..Default::default()
-            },
-            ClusterConfig {
-                heap_mb: 16,
-                ..Default::default()
-            },
-        ] {
-            assert!(matches!(
-                LocalCluster::start(cfg),
-                Err(BrokerError::InvalidConfig(_))
-            ));
+        for cfg in
+            [ClusterConfig { nodes: 0, ..Default::default() }, ClusterConfig { heap_mb: 16, ..Default::default() }]
+        {
+            assert!(matches!(LocalCluster::start(cfg), Err(BrokerError::InvalidConfig(_))));
         }
     }
 
@@ -754,11 +665,7 @@ mod tests {
     fn smoke() {
         let t = Instant::now();
         let c1 = LocalCluster::start(ClusterConfig::default()).unwrap();
-        eprintln!(
-            "1 node ready in {:?} at {}",
-            t.elapsed(),
-            c1.bootstrap_servers()
-        );
+        eprintln!("1 node ready in {:?} at {}", t.elapsed(), c1.bootstrap_servers());
         let probe = Probe::new(&c1.bootstrap_servers()).unwrap();
         assert_eq!(probe.broker_ids(Duration::from_secs(5)).unwrap(), vec![1]);
         eprintln!("1 node RSS: {} kB", rss_kb(c1.pid(1).unwrap()));
@@ -768,35 +675,22 @@ mod tests {
 
         let t = Instant::now();
         let mut c3 = LocalCluster::start(ClusterConfig::with_nodes(3)).unwrap();
-        eprintln!(
-            "3 nodes ready in {:?} at {}",
-            t.elapsed(),
-            c3.bootstrap_servers()
-        );
+        eprintln!("3 nodes ready in {:?} at {}", t.elapsed(), c3.bootstrap_servers());
         for id in c3.node_ids() {
             eprintln!("node {id} RSS: {} kB", rss_kb(c3.pid(id).unwrap()));
         }
         let probe = Probe::new(&c3.bootstrap_servers()).unwrap();
-        assert_eq!(
-            probe.broker_ids(Duration::from_secs(5)).unwrap(),
-            vec![1, 2, 3]
-        );
+        assert_eq!(probe.broker_ids(Duration::from_secs(5)).unwrap(), vec![1, 2, 3]);
         c3.kill_node(2).unwrap();
         assert!(!c3.is_running(2));
         let t = Instant::now();
         c3.wait_ready(Duration::from_secs(60)).unwrap();
         eprintln!("node 2 left metadata {:?} after SIGKILL", t.elapsed());
-        assert_eq!(
-            probe.broker_ids(Duration::from_secs(5)).unwrap(),
-            vec![1, 3]
-        );
+        assert_eq!(probe.broker_ids(Duration::from_secs(5)).unwrap(), vec![1, 3]);
         let t = Instant::now();
         c3.start_node(2).unwrap();
         eprintln!("node 2 back in metadata {:?} after restart", t.elapsed());
-        assert_eq!(
-            probe.broker_ids(Duration::from_secs(5)).unwrap(),
-            vec![1, 2, 3]
-        );
+        assert_eq!(probe.broker_ids(Duration::from_secs(5)).unwrap(), vec![1, 2, 3]);
         c3.wait_ready(Duration::from_secs(30)).unwrap();
         let dir = c3.data_dir().to_path_buf();
         let t = Instant::now();

@@ -57,19 +57,12 @@ impl StateNode {
 /// processes are gone is replaced. If the start fails, the nodes are killed and the state
 /// file removed; the logs stay in the data dir.
 pub fn start_detached(cfg: ClusterConfig, state_dir: &Path) -> Result<String, BrokerError> {
-    fs::create_dir_all(state_dir).map_err(|e| {
-        BrokerError::io(
-            format!("creating the state directory {}", state_dir.display()),
-            e,
-        )
-    })?;
+    fs::create_dir_all(state_dir)
+        .map_err(|e| BrokerError::io(format!("creating the state directory {}", state_dir.display()), e))?;
     let state_path = state_dir.join(STATE_FILE);
     if let Some(old) = read_state(&state_path)? {
         if old.nodes.iter().any(StateNode::alive) {
-            return Err(BrokerError::AlreadyRunning {
-                bootstrap: old.bootstrap,
-                state_file: state_path,
-            });
+            return Err(BrokerError::AlreadyRunning { bootstrap: old.bootstrap, state_file: state_path });
         }
         tracing::info!(state = %state_path.display(), "replacing the state of a detached cluster that is no longer running");
         forget(&old, &state_path)?;
@@ -79,9 +72,8 @@ pub fn start_detached(cfg: ClusterConfig, state_dir: &Path) -> Result<String, Br
     if remove_data_dir {
         cfg.data_dir = Some(state_dir.join("data"));
     }
-    let result = LocalCluster::launch(cfg, SpawnMode::Detached, |cluster| {
-        write_state(&state_path, cluster, remove_data_dir)
-    });
+    let result =
+        LocalCluster::launch(cfg, SpawnMode::Detached, |cluster| write_state(&state_path, cluster, remove_data_dir));
     match result {
         Ok(cluster) => {
             let bootstrap = cluster.bootstrap_servers();
@@ -109,11 +101,7 @@ pub fn stop_detached(state_dir: &Path) -> Result<(), BrokerError> {
     };
     let alive: Vec<&StateNode> = state.nodes.iter().filter(|n| n.alive()).collect();
     for n in &alive {
-        tracing::info!(
-            node = n.id,
-            pid = n.pid,
-            "stopping detached Kafka node (SIGTERM)"
-        );
+        tracing::info!(node = n.id, pid = n.pid, "stopping detached Kafka node (SIGTERM)");
         let _ = process::signal(n.pid, libc::SIGTERM);
     }
     let stopped = process::wait_until(STOP_TIMEOUT, || alive.iter().all(|n| !n.alive()));
@@ -145,11 +133,7 @@ pub fn status_detached(state_dir: &Path) -> Result<Option<String>, BrokerError> 
     let Some(state) = read_state(&state_dir.join(STATE_FILE))? else {
         return Ok(None);
     };
-    Ok(state
-        .nodes
-        .iter()
-        .any(StateNode::alive)
-        .then_some(state.bootstrap))
+    Ok(state.nodes.iter().any(StateNode::alive).then_some(state.bootstrap))
 }
 
 fn read_state(path: &Path) -> Result<Option<State>, BrokerError> {
@@ -160,17 +144,10 @@ fn read_state(path: &Path) -> Result<Option<State>, BrokerError> {
     };
     serde_json::from_str(&text)
         .map(Some)
-        .map_err(|e| BrokerError::BadState {
-            path: path.to_path_buf(),
-            message: e.to_string(),
-        })
+        .map_err(|e| BrokerError::BadState { path: path.to_path_buf(), message: e.to_string() })
 }
 
-fn write_state(
-    path: &Path,
-    cluster: &LocalCluster,
-    remove_data_dir: bool,
-) -> Result<(), BrokerError> {
+fn write_state(path: &Path, cluster: &LocalCluster, remove_data_dir: bool) -> Result<(), BrokerError> {
     let state = State {
         kafka_version: KAFKA_VERSION.to_string(),
         bootstrap: cluster.bootstrap_servers(),
@@ -189,13 +166,10 @@ fn write_state(
             })
             .collect(),
     };
-    let json = serde_json::to_string_pretty(&state).map_err(|e| BrokerError::BadState {
-        path: path.to_path_buf(),
-        message: e.to_string(),
-    })?;
+    let json = serde_json::to_string_pretty(&state)
+        .map_err(|e| BrokerError::BadState { path: path.to_path_buf(), message: e.to_string() })?;
     let tmp = path.with_extension("json.tmp");
-    fs::write(&tmp, json + "\n")
-        .map_err(|e| BrokerError::io(format!("writing {}", tmp.display()), e))?;
+    fs::write(&tmp, json + "\n").map_err(|e| BrokerError::io(format!("writing {}", tmp.display()), e))?;
     fs::rename(&tmp, path).map_err(|e| BrokerError::io(format!("writing {}", path.display()), e))
 }
 
@@ -208,10 +182,7 @@ fn forget(state: &State, state_path: &Path) -> Result<(), BrokerError> {
     match fs::remove_file(state_path) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(BrokerError::io(
-            format!("removing {}", state_path.display()),
-            e,
-        )),
+        Err(e) => Err(BrokerError::io(format!("removing {}", state_path.display()), e)),
     }
 }
 
@@ -228,8 +199,7 @@ mod tests {
 
     #[test]
     fn dead_pids_are_not_running_and_never_signalled() {
-        let dir =
-            std::env::temp_dir().join(format!("kafka-eos-state-test2-{}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!("kafka-eos-state-test2-{}", std::process::id()));
         fs::create_dir_all(&dir).unwrap();
         // Our own pid is alive but is not a Kafka broker: it must be treated as gone.
         let state = State {
@@ -251,10 +221,7 @@ mod tests {
         stop_detached(&dir).unwrap();
         assert!(!dir.join(STATE_FILE).exists());
         fs::write(dir.join(STATE_FILE), "not json").unwrap();
-        assert!(matches!(
-            status_detached(&dir),
-            Err(BrokerError::BadState { .. })
-        ));
+        assert!(matches!(status_detached(&dir), Err(BrokerError::BadState { .. })));
         fs::remove_dir_all(&dir).unwrap();
     }
 }

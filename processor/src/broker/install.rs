@@ -60,8 +60,7 @@ pub fn install() -> Result<PathBuf, BrokerError> {
     if dir.join(MARKER).is_file() {
         return Ok(libs);
     }
-    fs::create_dir_all(&dir)
-        .map_err(|e| BrokerError::io(format!("creating the jar cache {}", dir.display()), e))?;
+    fs::create_dir_all(&dir).map_err(|e| BrokerError::io(format!("creating the jar cache {}", dir.display()), e))?;
     let _lock = FileLock::acquire(&dir.join(".install.lock"))?;
     if dir.join(MARKER).is_file() {
         // Another process finished the fetch while we waited for the lock.
@@ -71,12 +70,7 @@ pub fn install() -> Result<PathBuf, BrokerError> {
     // Maven runs on Java too: report a missing/old Java first, with the better message.
     java()?;
     let mvn = "mvn";
-    match Command::new(mvn)
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-    {
+    match Command::new(mvn).arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status() {
         Ok(_) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             return Err(BrokerError::MavenMissing { cache: dir });
@@ -87,8 +81,7 @@ pub fn install() -> Result<PathBuf, BrokerError> {
     let partial = dir.join("libs.partial");
     for stale in [&partial, &libs] {
         if stale.exists() {
-            fs::remove_dir_all(stale)
-                .map_err(|e| BrokerError::io(format!("removing {}", stale.display()), e))?;
+            fs::remove_dir_all(stale).map_err(|e| BrokerError::io(format!("removing {}", stale.display()), e))?;
         }
     }
     let pom = dir.join("pom.xml");
@@ -126,20 +119,15 @@ pub fn install() -> Result<PathBuf, BrokerError> {
             tail: last_lines(&combined, 40),
         });
     }
-    fs::rename(&partial, &libs).map_err(|e| {
-        BrokerError::io(
-            format!("renaming {} to {}", partial.display(), libs.display()),
-            e,
-        )
-    })?;
+    fs::rename(&partial, &libs)
+        .map_err(|e| BrokerError::io(format!("renaming {} to {}", partial.display(), libs.display()), e))?;
     let jars = fs::read_dir(&libs)
         .map_err(|e| BrokerError::io(format!("listing {}", libs.display()), e))?
         .filter_map(|e| e.ok())
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .collect::<Vec<_>>();
     let marker = dir.join(MARKER);
-    let mut f = fs::File::create(&marker)
-        .map_err(|e| BrokerError::io(format!("writing {}", marker.display()), e))?;
+    let mut f = fs::File::create(&marker).map_err(|e| BrokerError::io(format!("writing {}", marker.display()), e))?;
     writeln!(f, "{}", jars.join("\n"))
         .and_then(|_| f.sync_all())
         .map_err(|e| BrokerError::io(format!("writing {}", marker.display()), e))?;
@@ -155,17 +143,11 @@ pub(crate) fn java() -> Result<PathBuf, BrokerError> {
     static CHECKED: OnceLock<Result<PathBuf, (bool, String, String)>> = OnceLock::new();
     let checked = CHECKED.get_or_init(|| {
         let java = match std::env::var_os("JAVA_HOME").filter(|h| !h.is_empty()) {
-            Some(home) if Path::new(&home).join("bin/java").is_file() => {
-                Path::new(&home).join("bin/java")
-            }
+            Some(home) if Path::new(&home).join("bin/java").is_file() => Path::new(&home).join("bin/java"),
             _ => PathBuf::from("java"),
         };
         let shown = java.display().to_string();
-        let out = match Command::new(&java)
-            .arg("-version")
-            .stdin(Stdio::null())
-            .output()
-        {
+        let out = match Command::new(&java).arg("-version").stdin(Stdio::null()).output() {
             Ok(out) => out,
             Err(_) => return Err((true, shown, String::new())),
         };
@@ -175,29 +157,18 @@ pub(crate) fn java() -> Result<PathBuf, BrokerError> {
         match parse_java_major(&text) {
             Some(major) if major >= MIN_JAVA => Ok(java),
             Some(major) => Err((false, shown, format!("Java {major}"))),
-            None => Err((
-                false,
-                shown,
-                format!("an unrecognized version: {:?}", first_line(&text)),
-            )),
+            None => Err((false, shown, format!("an unrecognized version: {:?}", first_line(&text)))),
         }
     });
     match checked {
         Ok(java) => Ok(java.clone()),
         Err((true, java, _)) => Err(BrokerError::JavaMissing { java: java.clone() }),
-        Err((false, java, found)) => Err(BrokerError::JavaTooOld {
-            java: java.clone(),
-            found: found.clone(),
-        }),
+        Err((false, java, found)) => Err(BrokerError::JavaTooOld { java: java.clone(), found: found.clone() }),
     }
 }
 
 fn first_line(text: &str) -> &str {
-    text.lines()
-        .find(|l| l.contains("version"))
-        .or_else(|| text.lines().next())
-        .unwrap_or("")
-        .trim()
+    text.lines().find(|l| l.contains("version")).or_else(|| text.lines().next()).unwrap_or("").trim()
 }
 
 /// Major Java version from `java -version` output: `"17.0.15"` → 17, `"1.8.0_381"` → 8,
@@ -210,18 +181,11 @@ pub(crate) fn parse_java_major(output: &str) -> Option<u32> {
         let version = match line.split('"').nth(1) {
             Some(quoted) => quoted,
             // Some builds print `java version 17.0.2 ...` without quotes.
-            None => line
-                .split_whitespace()
-                .skip_while(|w| *w != "version")
-                .nth(1)?,
+            None => line.split_whitespace().skip_while(|w| *w != "version").nth(1)?,
         };
         let mut parts = version.split(|c: char| !c.is_ascii_digit());
         let first: u32 = parts.next()?.parse().ok()?;
-        return if first == 1 {
-            parts.next()?.parse().ok()
-        } else {
-            Some(first)
-        };
+        return if first == 1 { parts.next()?.parse().ok() } else { Some(first) };
     }
     None
 }
@@ -275,10 +239,7 @@ mod tests {
             ("openjdk version \"21\" 2023-09-19", Some(21)),
             ("openjdk version \"22-ea\" 2024-03-19", Some(22)),
             ("openjdk version \"11.0.2\" 2019-01-15", Some(11)),
-            (
-                "Picked up JAVA_TOOL_OPTIONS: -Dfile.encoding=UTF8\nopenjdk version \"17.0.8.1\" 2023-08-24",
-                Some(17),
-            ),
+            ("Picked up JAVA_TOOL_OPTIONS: -Dfile.encoding=UTF8\nopenjdk version \"17.0.8.1\" 2023-08-24", Some(17)),
             ("java version 17.0.2 2022-01-18 LTS", Some(17)),
             ("bash: java: command not found", None),
             ("", None),

@@ -140,10 +140,7 @@ impl Default for ClusterConfig {
 impl ClusterConfig {
     /// The default configuration with `nodes` nodes.
     pub fn with_nodes(nodes: usize) -> Self {
-        ClusterConfig {
-            nodes,
-            ..Default::default()
-        }
+        ClusterConfig { nodes, ..Default::default() }
     }
 }
 
@@ -172,9 +169,7 @@ impl Cluster {
         match std::env::var(BOOTSTRAP_ENV) {
             Ok(bootstrap) if !bootstrap.trim().is_empty() => {
                 tracing::info!(%bootstrap, "using the external Kafka cluster from {BOOTSTRAP_ENV}");
-                Ok(Cluster::External {
-                    bootstrap: bootstrap.trim().to_string(),
-                })
+                Ok(Cluster::External { bootstrap: bootstrap.trim().to_string() })
             }
             _ => LocalCluster::start(cfg).map(Cluster::Local),
         }
@@ -344,9 +339,6 @@ pub enum BrokerError {
 
 impl BrokerError {
     pub(crate) fn io(context: impl Into<String>, source: std::io::Error) -> Self {
-        BrokerError::Io {
-            context: context.into(),
-            source,
-        }
+        BrokerError::Io { context: context.into(), source }
     }
 }

@@ -49,10 +49,7 @@ impl Probe {
 
     /// Node ids of the brokers in a fresh metadata response, sorted.
     pub fn broker_ids(&self, timeout: Duration) -> Result<Vec<i32>, String> {
-        let md = self
-            .client
-            .fetch_metadata(None, timeout)
-            .map_err(|e| e.to_string())?;
+        let md = self.client.fetch_metadata(None, timeout).map_err(|e| e.to_string())?;
         let mut ids: Vec<i32> = md.brokers().iter().map(|b| b.id()).collect();
         ids.sort_unstable();
         Ok(ids)

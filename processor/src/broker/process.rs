@@ -121,14 +121,7 @@ pub(crate) fn spawn(mut cmd: Command, mode: SpawnMode) -> io::Result<Child> {
             // system calls (prctl, getppid) without allocating.
             unsafe {
                 cmd.pre_exec(move || {
-                    if libc::prctl(
-                        libc::PR_SET_PDEATHSIG,
-                        libc::SIGKILL as libc::c_ulong,
-                        0,
-                        0,
-                        0,
-                    ) != 0
-                    {
+                    if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) != 0 {
                         return Err(io::Error::last_os_error());
                     }
                     // The parent may have died between fork and prctl: then nobody would
@@ -146,9 +139,7 @@ pub(crate) fn spawn(mut cmd: Command, mode: SpawnMode) -> io::Result<Child> {
                 .send(SpawnJob { cmd, reply })
                 .map_err(|_| io::Error::other("the broker spawner thread is gone"))?;
             register_exit_hook();
-            let child = rx
-                .recv()
-                .map_err(|_| io::Error::other("the broker spawner thread is gone"))??;
+            let child = rx.recv().map_err(|_| io::Error::other("the broker spawner thread is gone"))??;
             lock(&ATTACHED_PIDS).push(child.id());
             Ok(child)
         }
@@ -193,9 +184,7 @@ pub(crate) fn pid_exists(pid: u32) -> bool {
         return false;
     };
     // SAFETY: signal 0 only checks for existence.
-    pid > 0
-        && (unsafe { libc::kill(pid, 0) } == 0
-            || io::Error::last_os_error().raw_os_error() == Some(libc::EPERM))
+    pid > 0 && (unsafe { libc::kill(pid, 0) } == 0 || io::Error::last_os_error().raw_os_error() == Some(libc::EPERM))
 }
 
 /// Whether `pid` is alive and is the broker started with `properties` (its command line names
@@ -204,10 +193,7 @@ pub(crate) fn is_our_broker(pid: u32, properties: &Path) -> bool {
     let Ok(raw) = fs::read(format!("/proc/{pid}/cmdline")) else {
         return false;
     };
-    let args: Vec<String> = raw
-        .split(|&b| b == 0)
-        .map(|a| String::from_utf8_lossy(a).into_owned())
-        .collect();
+    let args: Vec<String> = raw.split(|&b| b == 0).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
     let props = properties.display().to_string();
     args.iter().any(|a| a == "kafka.Kafka") && args.contains(&props)
 }
@@ -292,11 +278,7 @@ fn excerpt(text: &str, n: usize) -> String {
     if errors.is_empty() {
         tail
     } else {
-        format!(
-            "first errors:\n{}\n... last {} lines:\n{tail}",
-            errors.join("\n"),
-            lines.len() - tail_start
-        )
+        format!("first errors:\n{}\n... last {} lines:\n{tail}", errors.join("\n"), lines.len() - tail_start)
     }
 }
 
@@ -317,10 +299,7 @@ mod tests {
         .unwrap();
         let mut child = child;
         std::thread::sleep(Duration::from_millis(200));
-        assert!(
-            child.try_wait().unwrap().is_none(),
-            "child died with its spawning thread"
-        );
+        assert!(child.try_wait().unwrap().is_none(), "child died with its spawning thread");
         assert!(signal(child.id(), libc::SIGKILL).unwrap());
         child.wait().unwrap();
         assert!(!pid_exists(child.id()), "child was not reaped");
@@ -344,16 +323,15 @@ mod tests {
         let text = excerpt(current, 3);
         assert!(!text.contains("old failure"));
         assert!(text.starts_with("first errors:\n[t] ERROR Unable to start acceptor\norg.apache"));
-        assert!(text.ends_with("... last 3 lines:\n[t] INFO shutdown step 47\n[t] INFO shutdown step 48\n[t] INFO shutdown step 49"));
+        assert!(text.ends_with(
+            "... last 3 lines:\n[t] INFO shutdown step 47\n[t] INFO shutdown step 48\n[t] INFO shutdown step 49"
+        ));
         assert_eq!(excerpt("a\nb", 5), "a\nb");
     }
 
     #[test]
     fn our_broker_check_rejects_other_processes() {
-        assert!(!is_our_broker(
-            std::process::id(),
-            Path::new("/x/server.properties")
-        ));
+        assert!(!is_our_broker(std::process::id(), Path::new("/x/server.properties")));
         assert!(!is_our_broker(u32::MAX, Path::new("/x/server.properties")));
     }
 }

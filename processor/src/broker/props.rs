@@ -49,19 +49,12 @@ impl NodeSpec {
 
 /// `127.0.0.1:P1,127.0.0.1:P2,...` from broker ports.
 pub(crate) fn bootstrap_of<'a>(nodes: impl IntoIterator<Item = &'a NodeSpec>) -> String {
-    nodes
-        .into_iter()
-        .map(|n| format!("127.0.0.1:{}", n.broker_port))
-        .collect::<Vec<_>>()
-        .join(",")
+    nodes.into_iter().map(|n| format!("127.0.0.1:{}", n.broker_port)).collect::<Vec<_>>().join(",")
 }
 
 /// The `--initial-controllers` value: `1@127.0.0.1:C1:DIRID1,...`.
 pub(crate) fn initial_controllers(all: &[NodeSpec]) -> String {
-    all.iter()
-        .map(|n| format!("{}@127.0.0.1:{}:{}", n.id, n.controller_port, n.dir_id))
-        .collect::<Vec<_>>()
-        .join(",")
+    all.iter().map(|n| format!("{}@127.0.0.1:{}:{}", n.id, n.controller_port, n.dir_id)).collect::<Vec<_>>().join(",")
 }
 
 /// `server.properties` for `node` in a cluster of `all` combined broker+controller nodes.
@@ -71,21 +64,11 @@ pub(crate) fn initial_controllers(all: &[NodeSpec]) -> String {
 /// 10 instead of 50 partitions for them (faster to create and load), no group-join delay, and a
 /// 32 MiB log-cleaner buffer (the 128 MiB default is allocated on a 512 MiB heap). `extra` is
 /// appended last so it overrides.
-pub(crate) fn server_properties(
-    node: &NodeSpec,
-    all: &[NodeSpec],
-    extra: &[(String, String)],
-) -> String {
+pub(crate) fn server_properties(node: &NodeSpec, all: &[NodeSpec], extra: &[(String, String)]) -> String {
     let n = all.len();
-    let quorum = all
-        .iter()
-        .map(|n| format!("127.0.0.1:{}", n.controller_port))
-        .collect::<Vec<_>>()
-        .join(",");
-    let listeners = format!(
-        "PLAINTEXT://127.0.0.1:{},CONTROLLER://127.0.0.1:{}",
-        node.broker_port, node.controller_port
-    );
+    let quorum = all.iter().map(|n| format!("127.0.0.1:{}", n.controller_port)).collect::<Vec<_>>().join(",");
+    let listeners =
+        format!("PLAINTEXT://127.0.0.1:{},CONTROLLER://127.0.0.1:{}", node.broker_port, node.controller_port);
     let mut props: Vec<(&str, String)> = vec![
         ("process.roles", "broker,controller".into()),
         ("node.id", node.id.to_string()),
@@ -94,20 +77,14 @@ pub(crate) fn server_properties(
         ("advertised.listeners", listeners),
         ("controller.listener.names", "CONTROLLER".into()),
         ("inter.broker.listener.name", "PLAINTEXT".into()),
-        (
-            "listener.security.protocol.map",
-            "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT".into(),
-        ),
+        ("listener.security.protocol.map", "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT".into()),
         ("log.dirs", node.log_dirs().display().to_string()),
         ("num.partitions", "1".into()),
         ("auto.create.topics.enable", "false".into()),
         ("offsets.topic.replication.factor", n.to_string()),
         ("offsets.topic.num.partitions", "10".into()),
         ("transaction.state.log.replication.factor", n.to_string()),
-        (
-            "transaction.state.log.min.isr",
-            if n < 3 { "1" } else { "2" }.into(),
-        ),
+        ("transaction.state.log.min.isr", if n < 3 { "1" } else { "2" }.into()),
         ("transaction.state.log.num.partitions", "10".into()),
         ("group.initial.rebalance.delay.ms", "0".into()),
         ("log.cleaner.dedupe.buffer.size", "33554432".into()),
@@ -119,9 +96,7 @@ pub(crate) fn server_properties(
         props.push(("default.replication.factor", n.to_string()));
         props.push(("min.insync.replicas", "1".into()));
     }
-    let mut out = String::from(
-        "# Written by kafka-eos's local broker harness; regenerated on every start.\n",
-    );
+    let mut out = String::from("# Written by kafka-eos's local broker harness; regenerated on every start.\n");
     for (k, v) in props {
         let _ = writeln!(out, "{k}={}", escape_value(&v));
     }
@@ -207,8 +182,7 @@ fn random_bytes() -> [u8; 16] {
     let mut filled = 0;
     while filled < buf.len() {
         // SAFETY: writes at most the remaining length into our buffer.
-        let n =
-            unsafe { libc::getrandom(buf[filled..].as_mut_ptr().cast(), buf.len() - filled, 0) };
+        let n = unsafe { libc::getrandom(buf[filled..].as_mut_ptr().cast(), buf.len() - filled, 0) };
         if n > 0 {
             filled += n as usize;
         } else if std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
@@ -236,11 +210,7 @@ const B64URL: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz
 pub(crate) fn base64url_nopad(bytes: &[u8]) -> String {
     let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
     for chunk in bytes.chunks(3) {
-        let b = [
-            chunk[0],
-            *chunk.get(1).unwrap_or(&0),
-            *chunk.get(2).unwrap_or(&0),
-        ];
+        let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
         let v = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
         let chars = chunk.len() + 1;
         for i in 0..chars {
@@ -256,13 +226,8 @@ pub(crate) fn base64url_nopad(bytes: &[u8]) -> String {
 /// broker to bind. Another process can grab one in between; the cluster start retries with
 /// fresh ports when a node fails with "Address already in use".
 pub(crate) fn free_ports(count: usize) -> std::io::Result<Vec<u16>> {
-    let listeners = (0..count)
-        .map(|_| TcpListener::bind(("127.0.0.1", 0)))
-        .collect::<std::io::Result<Vec<_>>>()?;
-    listeners
-        .iter()
-        .map(|l| l.local_addr().map(|a| a.port()))
-        .collect()
+    let listeners = (0..count).map(|_| TcpListener::bind(("127.0.0.1", 0))).collect::<std::io::Result<Vec<_>>>()?;
+    listeners.iter().map(|l| l.local_addr().map(|a| a.port())).collect()
 }
 
 #[cfg(test)]
@@ -300,10 +265,7 @@ mod tests {
         assert_eq!(p["node.id"], "1");
         assert_eq!(p["process.roles"], "broker,controller");
         assert_eq!(p["controller.quorum.bootstrap.servers"], "127.0.0.1:9101");
-        assert_eq!(
-            p["listeners"],
-            "PLAINTEXT://127.0.0.1:9001,CONTROLLER://127.0.0.1:9101"
-        );
+        assert_eq!(p["listeners"], "PLAINTEXT://127.0.0.1:9001,CONTROLLER://127.0.0.1:9101");
         assert_eq!(p["advertised.listeners"], p["listeners"]);
         assert_eq!(p["log.dirs"], "/d/node-1/data");
         assert_eq!(p["offsets.topic.replication.factor"], "1");
@@ -312,10 +274,7 @@ mod tests {
         assert_eq!(p["default.replication.factor"], "1");
         assert_eq!(p["min.insync.replicas"], "1");
         assert_eq!(p["auto.create.topics.enable"], "false");
-        assert!(
-            !p.contains_key("controller.quorum.voters"),
-            "mixing voters with bootstrap breaks the storage tool"
-        );
+        assert!(!p.contains_key("controller.quorum.voters"), "mixing voters with bootstrap breaks the storage tool");
     }
 
     #[test]
@@ -328,32 +287,17 @@ mod tests {
         let text = server_properties(&all[1], &all, &extra);
         let p = parse(&text);
         assert_eq!(p["node.id"], "2");
-        assert_eq!(
-            p["controller.quorum.bootstrap.servers"],
-            "127.0.0.1:9101,127.0.0.1:9102,127.0.0.1:9103"
-        );
-        assert_eq!(
-            p["listeners"],
-            "PLAINTEXT://127.0.0.1:9002,CONTROLLER://127.0.0.1:9102"
-        );
+        assert_eq!(p["controller.quorum.bootstrap.servers"], "127.0.0.1:9101,127.0.0.1:9102,127.0.0.1:9103");
+        assert_eq!(p["listeners"], "PLAINTEXT://127.0.0.1:9002,CONTROLLER://127.0.0.1:9102");
         assert_eq!(p["offsets.topic.replication.factor"], "3");
         assert_eq!(p["transaction.state.log.min.isr"], "2");
         assert_eq!(p["default.replication.factor"], "3");
         assert_eq!(p["broker.session.timeout.ms"], "6000");
         // The override comes after the default, so it wins.
         assert_eq!(p["min.insync.replicas"], "1");
-        assert!(
-            text.find("min.insync.replicas=2").unwrap()
-                < text.find("min.insync.replicas=1").unwrap()
-        );
-        assert_eq!(
-            initial_controllers(&all),
-            "1@127.0.0.1:9101:DIR1,2@127.0.0.1:9102:DIR2,3@127.0.0.1:9103:DIR3"
-        );
-        assert_eq!(
-            bootstrap_of(&all),
-            "127.0.0.1:9001,127.0.0.1:9002,127.0.0.1:9003"
-        );
+        assert!(text.find("min.insync.replicas=2").unwrap() < text.find("min.insync.replicas=1").unwrap());
+        assert_eq!(initial_controllers(&all), "1@127.0.0.1:9101:DIR1,2@127.0.0.1:9102:DIR2,3@127.0.0.1:9103:DIR3");
+        assert_eq!(bootstrap_of(&all), "127.0.0.1:9001,127.0.0.1:9002,127.0.0.1:9003");
     }
 
     #[test]

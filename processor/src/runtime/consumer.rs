@@ -39,13 +39,15 @@ use crate::runtime::{Control, Shared, TopicPartition, POLL_INTERVAL};
 pub(crate) fn preflight(cfg: &PipelineConfig) -> Result<()> {
     let mut cc = cfg.consumer_config();
     cc.set("log_level", "3");
-    let probe: BaseConsumer = cc.create().map_err(|e| Error::Config(format!("consumer configuration rejected by librdkafka: {e}")))?;
+    let probe: BaseConsumer =
+        cc.create().map_err(|e| Error::Config(format!("consumer configuration rejected by librdkafka: {e}")))?;
     let md = probe.fetch_metadata(None, cfg.startup_timeout).map_err(|e| Error::Unreachable {
         servers: cfg.bootstrap_servers.clone(),
         timeout: cfg.startup_timeout,
         detail: e.to_string(),
     })?;
-    let exists = |t: &str| md.topics().iter().any(|mt| mt.name() == t && mt.error().is_none() && !mt.partitions().is_empty());
+    let exists =
+        |t: &str| md.topics().iter().any(|mt| mt.name() == t && mt.error().is_none() && !mt.partitions().is_empty());
     let mut wanted = cfg.input_topics.clone();
     if let Exhausted::DeadLetter(t) = &cfg.processor_error_policy.then {
         wanted.push(t.clone());
@@ -61,14 +63,16 @@ pub(crate) fn preflight(cfg: &PipelineConfig) -> Result<()> {
 /// Runs the consumer thread until shutdown or a fatal error.
 pub(crate) fn run(shared: Arc<Shared>, control: Receiver<Control>) -> Result<()> {
     let cfg = shared.cfg.clone();
-    let handler = Rebalancer { shared: shared.clone(), registry: Mutex::new(Registry::default()), fatal: Mutex::new(None) };
+    let handler =
+        Rebalancer { shared: shared.clone(), registry: Mutex::new(Registry::default()), fatal: Mutex::new(None) };
     let consumer: BaseConsumer<Rebalancer> = cfg
         .consumer_config()
         .create_with_context(handler)
         .map_err(|e| Error::Config(format!("consumer configuration rejected by librdkafka: {e}")))?;
     if cfg.guarantee != Guarantee::ExactlyOnce {
         // One long-lived task (and producer) for the whole instance, ready before joining.
-        let txn_id = (cfg.guarantee == Guarantee::ExactlyOncePerConsumer).then(|| format!("{}-{}", cfg.application_id, cfg.instance_id));
+        let txn_id = (cfg.guarantee == Guarantee::ExactlyOncePerConsumer)
+            .then(|| format!("{}-{}", cfg.application_id, cfg.instance_id));
         let ctx = consumer.context();
         let id = ctx.registry().next_id();
         let (handle, ready) = spawn_task(&shared, id, txn_id, Vec::new(), None)?;
@@ -387,13 +391,17 @@ impl Rebalancer {
             let reg = self.registry();
             let Some(task) = reg.tasks.get(&id) else { continue };
             if !send_bounded(&task.tx, TaskMsg::Revoke { partitions: tps, lost, reply: reply_tx }, deadline) {
-                tracing::error!(task = id, "task did not take its revocation within the task timeout; abandoning it to fencing");
+                tracing::error!(
+                    task = id,
+                    "task did not take its revocation within the task timeout; abandoning it to fencing"
+                );
             }
             waiting.push((id, reply_rx));
         }
         let mut acked = Vec::new();
         for (id, reply_rx) in waiting {
-            let reply: Option<RevokeReply> = reply_rx.recv_timeout(deadline.saturating_duration_since(Instant::now())).ok();
+            let reply: Option<RevokeReply> =
+                reply_rx.recv_timeout(deadline.saturating_duration_since(Instant::now())).ok();
             let per_partition = self.shared.cfg.guarantee == Guarantee::ExactlyOnce;
             match reply {
                 Some(r) => {
@@ -405,7 +413,10 @@ impl Rebalancer {
                     }
                 }
                 None => {
-                    tracing::error!(task = id, "task did not finish its transaction within the task timeout; abandoning it to fencing");
+                    tracing::error!(
+                        task = id,
+                        "task did not finish its transaction within the task timeout; abandoning it to fencing"
+                    );
                     if per_partition {
                         self.registry().tasks.remove(&id);
                     }
@@ -435,7 +446,8 @@ impl ClientContext for Rebalancer {}
 
 impl ConsumerContext for Rebalancer {
     fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
-        let tps = |tpl: &TopicPartitionList| tpl.elements().iter().map(|e| (e.topic().to_string(), e.partition())).collect();
+        let tps =
+            |tpl: &TopicPartitionList| tpl.elements().iter().map(|e| (e.topic().to_string(), e.partition())).collect();
         match rebalance {
             Rebalance::Assign(tpl) => self.on_assign(consumer, tps(tpl)),
             Rebalance::Revoke(tpl) => self.on_revoke(consumer, tps(tpl), consumer.assignment_lost()),
@@ -443,4 +455,3 @@ impl ConsumerContext for Rebalancer {
         }
     }
 }
-

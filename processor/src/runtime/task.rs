@@ -121,7 +121,8 @@ impl Task {
             return Ok(());
         }
         let started = Instant::now();
-        let mut p = TxnProducer::create(&self.shared.cfg, self.transactional_id.clone()).map_err(|e| e.into_error(&self.who()))?;
+        let mut p = TxnProducer::create(&self.shared.cfg, self.transactional_id.clone())
+            .map_err(|e| e.into_error(&self.who()))?;
         p.init(Instant::now() + self.shared.cfg.task_timeout).map_err(|e| e.into_error(&self.who()))?;
         tracing::debug!(task = self.id, transactional_id = ?p.transactional_id(), elapsed_ms = started.elapsed().as_millis() as u64, "producer ready");
         self.producer = Some(p);
@@ -142,7 +143,8 @@ impl Task {
             };
             match msg {
                 Ok(TaskMsg::Record(r)) => {
-                    if self.stopped || self.producer.is_none() || !self.owned.contains(&(r.topic.clone(), r.partition)) {
+                    if self.stopped || self.producer.is_none() || !self.owned.contains(&(r.topic.clone(), r.partition))
+                    {
                         continue; // never committed: the partition's next owner reads it again
                     }
                     if batch.is_empty() {
@@ -164,12 +166,18 @@ impl Task {
                 }
                 Ok(TaskMsg::Revoke { partitions, lost, reply }) => {
                     if lost {
-                        tracing::info!(task = self.id, ?partitions, dropped = batch.len(), "partitions lost: dropping the uncommitted batch");
+                        tracing::info!(
+                            task = self.id,
+                            ?partitions,
+                            dropped = batch.len(),
+                            "partitions lost: dropping the uncommitted batch"
+                        );
                         batch.clear();
                     } else {
                         self.flush(&mut batch);
                     }
-                    let acked_offsets = partitions.iter().filter_map(|tp| self.acked.remove(tp).map(|o| (tp.clone(), o))).collect();
+                    let acked_offsets =
+                        partitions.iter().filter_map(|tp| self.acked.remove(tp).map(|o| (tp.clone(), o))).collect();
                     for tp in &partitions {
                         self.owned.remove(tp);
                     }
@@ -223,7 +231,9 @@ impl Task {
             };
             let commit_to = match (&self.group, producer.transactional_id()) {
                 (Some(g), Some(_)) => CommitTo::Transaction(g),
-                (None, Some(_)) => return Flush::Stop(Error::Internal("a transactional task has no group metadata".into())),
+                (None, Some(_)) => {
+                    return Flush::Stop(Error::Internal("a transactional task has no group metadata".into()))
+                }
                 _ => CommitTo::Consumer,
             };
             let started = Instant::now();
@@ -238,7 +248,13 @@ impl Task {
                     s.transactions_committed.inc();
                     s.dead_lettered.add(self.dead.len() as u64);
                     crate::metrics::cycle_committed(&cfg.application_id, batch.len(), started.elapsed());
-                    tracing::debug!(task = self.id, records = batch.len(), outputs = stats.outputs, elapsed_us = started.elapsed().as_micros() as u64, "batch committed");
+                    tracing::debug!(
+                        task = self.id,
+                        records = batch.len(),
+                        outputs = stats.outputs,
+                        elapsed_us = started.elapsed().as_micros() as u64,
+                        "batch committed"
+                    );
                     if producer.transactional_id().is_none() {
                         let offsets: Vec<_> = next_offsets(batch)
                             .elements()
@@ -302,7 +318,9 @@ impl Task {
 /// A record's outputs: the processor's, or — once it exhausted its retries under a
 /// dead-letter policy — the record itself, to the dead-letter topic.
 fn route(shared: &Shared, dead: &HashMap<String, (String, u32)>, r: &InputRecord) -> Result<Vec<OutputRecord>, String> {
-    if let (Some((message, attempts)), Exhausted::DeadLetter(topic)) = (dead.get(&r.origin()), &shared.cfg.processor_error_policy.then) {
+    if let (Some((message, attempts)), Exhausted::DeadLetter(topic)) =
+        (dead.get(&r.origin()), &shared.cfg.processor_error_policy.then)
+    {
         let mut out = OutputRecord::to(topic.clone());
         out.key = r.key.clone();
         out.value = r.value.clone();
