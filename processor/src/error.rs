@@ -129,7 +129,7 @@ pub enum Error {
         /// Its classification.
         class: ErrorClass,
         /// librdkafka's error.
-        source: KafkaError,
+        source: Box<KafkaError>,
         /// What to do about it.
         hint: &'static str,
     },

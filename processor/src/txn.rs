@@ -91,7 +91,7 @@ impl StepError {
         crate::Error::Kafka {
             op: format!("{} for {who}", self.step.as_str()),
             class: self.class,
-            source: self.err,
+            source: Box::new(self.err),
             hint: crate::error::hint(self.class),
         }
     }
