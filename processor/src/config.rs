@@ -28,6 +28,7 @@ use std::time::Duration;
 use rdkafka::ClientConfig;
 
 use crate::error::{Error, Result};
+use crate::observe::{TransactionEvent, TransactionHook};
 use crate::processor::{ProcessResult, Processor};
 use crate::record::InputRecord;
 
@@ -284,6 +285,7 @@ pub struct PipelineBuilder {
     instance_id: Option<String>,
     consumer_properties: Properties,
     producer_properties: Properties,
+    hooks: Vec<TransactionHook>,
 }
 
 impl PipelineBuilder {
@@ -425,12 +427,22 @@ impl PipelineBuilder {
         self.consumer_property(key.clone(), value.clone()).producer_property(key, value)
     }
 
+    /// Calls `hook` after every transaction cycle with its timings and outcome (see
+    /// [`observe`](crate::observe)). Hooks run on the partition task's thread: keep them quick.
+    pub fn on_transaction<F>(mut self, hook: F) -> Self
+    where
+        F: Fn(&TransactionEvent) + Send + Sync + 'static,
+    {
+        self.hooks.push(std::sync::Arc::new(hook));
+        self
+    }
+
     /// Validates and builds. Fails with [`Error::Config`] naming the option and the fix.
     pub fn build(self) -> Result<crate::Pipeline> {
         Ok(crate::Pipeline::new(self.validate()?))
     }
 
-    fn validate(self) -> Result<(PipelineConfig, Processor)> {
+    fn validate(self) -> Result<(PipelineConfig, Processor, Vec<TransactionHook>)> {
         let cfg_err = |m: String| Err(Error::Config(m));
         let Some(bootstrap_servers) = self.bootstrap_servers.filter(|s| !s.trim().is_empty()) else {
             return cfg_err("bootstrap_servers is required (e.g. \"127.0.0.1:9092\")".into());
@@ -524,6 +536,7 @@ impl PipelineBuilder {
                 producer_properties: self.producer_properties,
             },
             processor,
+            self.hooks,
         ))
     }
 }

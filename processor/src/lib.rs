@@ -44,6 +44,7 @@
 //! | [`record`], [`codec`], [`processor`] | what a processor sees and returns; serde codecs |
 //! | [`txn`](crate::txn) (private) | the transaction cycle, top to bottom, and its hazards |
 //! | `runtime` (private) | the consumer thread, rebalance callbacks, partition tasks |
+//! | [`observe`] | a hook called after every transaction, with its timings and outcome |
 //! | [`error`] | typed errors and their classification (retriable / abortable / fenced / fatal) |
 //! | [`verify`] | the verifier that proves exactly-once on real topics |
 //! | [`admin`] | topic creation, test-data production, waiting for a group to catch up |
@@ -58,6 +59,7 @@ pub mod codec;
 pub mod config;
 pub mod error;
 mod metrics;
+pub mod observe;
 pub mod processor;
 pub mod record;
 mod runtime;

@@ -357,10 +357,16 @@ pub(crate) fn next_offsets(batch: &[InputRecord]) -> TopicPartitionList {
     tpl
 }
 
-/// What a cycle produced.
+/// What a cycle produced, and how long each phase took.
 #[derive(Debug, Default, Clone, Copy)]
 pub(crate) struct CycleStats {
     pub outputs: u64,
+    /// `begin_transaction`, the processor and enqueuing its outputs.
+    pub process: Duration,
+    /// Waiting for the last delivery report.
+    pub await_acks: Duration,
+    /// `send_offsets_to_transaction` + `commit_transaction` (zero for at-least-once).
+    pub commit: Duration,
 }
 
 /// Runs one batch as one transaction, top to bottom. On error the transaction is left as
@@ -375,8 +381,9 @@ pub(crate) fn run_cycle(
     commit_to: CommitTo<'_>,
     deadline: Instant,
 ) -> Result<CycleStats, CycleError> {
-    producer.begin()?;
     let mut stats = CycleStats::default();
+    let mut phase = Instant::now();
+    producer.begin()?;
     for (index, record) in batch.iter().enumerate() {
         let outputs = process(record).map_err(|message| CycleError::Processor { index, message })?;
         for out in &outputs {
@@ -384,12 +391,22 @@ pub(crate) fn run_cycle(
         }
         stats.outputs += outputs.len() as u64;
     }
+    stats.process = lap(&mut phase);
     producer.await_acks(deadline)?;
+    stats.await_acks = lap(&mut phase);
     if let CommitTo::Transaction(group) = commit_to {
         producer.send_offsets(&next_offsets(batch), group, deadline)?;
         producer.commit(deadline)?;
+        stats.commit = lap(&mut phase);
     }
     Ok(stats)
+}
+
+fn lap(since: &mut Instant) -> Duration {
+    let now = Instant::now();
+    let d = now - *since;
+    *since = now;
+    d
 }
 
 #[cfg(test)]

@@ -26,6 +26,7 @@ use std::time::Duration;
 
 use crate::config::PipelineConfig;
 use crate::error::{Error, Result};
+use crate::observe::TransactionHook;
 use crate::processor::Processor;
 
 /// `(topic, partition)`.
@@ -106,6 +107,7 @@ impl Stats {
 pub(crate) struct Shared {
     pub cfg: Arc<PipelineConfig>,
     pub processor: Processor,
+    pub hooks: Vec<TransactionHook>,
     pub rt: tokio::runtime::Handle,
     pub stats: Arc<Stats>,
     pub control: std::sync::mpsc::Sender<Control>,
@@ -142,6 +144,7 @@ impl ShutdownHandle {
 pub struct Pipeline {
     cfg: Arc<PipelineConfig>,
     processor: Processor,
+    hooks: Vec<TransactionHook>,
     handle: ShutdownHandle,
 }
 
@@ -157,8 +160,8 @@ impl Pipeline {
         crate::PipelineBuilder::default()
     }
 
-    pub(crate) fn new((cfg, processor): (PipelineConfig, Processor)) -> Pipeline {
-        Pipeline { cfg: Arc::new(cfg), processor, handle: ShutdownHandle::default() }
+    pub(crate) fn new((cfg, processor, hooks): (PipelineConfig, Processor, Vec<TransactionHook>)) -> Pipeline {
+        Pipeline { cfg: Arc::new(cfg), processor, hooks, handle: ShutdownHandle::default() }
     }
 
     /// The validated configuration.
@@ -189,6 +192,7 @@ impl Pipeline {
         let shared = Arc::new(Shared {
             cfg: self.cfg.clone(),
             processor: self.processor,
+            hooks: self.hooks,
             rt: tokio::runtime::Handle::current(),
             stats: self.handle.stats.clone(),
             control: control_tx,

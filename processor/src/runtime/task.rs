@@ -31,9 +31,10 @@ use rdkafka::consumer::ConsumerGroupMetadata;
 
 use crate::config::{Exhausted, Guarantee};
 use crate::error::{Error, ErrorClass};
+use crate::observe::{Outcome, TransactionEvent};
 use crate::record::{InputRecord, OutputRecord, ORIGIN_HEADER};
 use crate::runtime::{Control, Shared, TopicPartition};
-use crate::txn::{next_offsets, run_cycle, CommitTo, CycleError, Step, StepError, TxnProducer};
+use crate::txn::{next_offsets, run_cycle, CommitTo, CycleError, CycleStats, Step, StepError, TxnProducer};
 
 /// What the consumer thread sends a task.
 pub(crate) enum TaskMsg {
@@ -240,6 +241,8 @@ impl Task {
             let (shared, dead) = (&self.shared, &self.dead);
             let mut route = |r: &InputRecord| route(shared, dead, r);
             let result = run_cycle(producer, batch, &mut route, commit_to, task_deadline);
+            self.report(batch.len(), started.elapsed(), &result);
+            let producer = self.producer.as_mut().expect("checked above");
             match result {
                 Ok(stats) => {
                     let s = &self.shared.stats;
@@ -247,14 +250,6 @@ impl Task {
                     s.records_out.add(stats.outputs);
                     s.transactions_committed.inc();
                     s.dead_lettered.add(self.dead.len() as u64);
-                    crate::metrics::cycle_committed(&cfg.application_id, batch.len(), started.elapsed());
-                    tracing::debug!(
-                        task = self.id,
-                        records = batch.len(),
-                        outputs = stats.outputs,
-                        elapsed_us = started.elapsed().as_micros() as u64,
-                        "batch committed"
-                    );
                     if producer.transactional_id().is_none() {
                         let offsets: Vec<_> = next_offsets(batch)
                             .elements()
@@ -288,11 +283,7 @@ impl Task {
                     std::thread::sleep(policy.backoff);
                 }
                 Err(CycleError::Kafka(e)) => {
-                    crate::metrics::cycle_failed(&cfg.application_id, e.class);
-                    // A commit still failing after its retries is in an unknown state: the
-                    // producer may not abort it, so it is poisoned.
-                    let poisoned = e.step == Step::Commit && e.class == ErrorClass::Retriable;
-                    if matches!(e.class, ErrorClass::Fenced | ErrorClass::Fatal) || poisoned {
+                    if gives_up(&e) {
                         return Flush::GaveUp(e);
                     }
                     if let Err(abort_err) = producer.abort(task_deadline) {
@@ -313,6 +304,63 @@ impl Task {
             }
         }
     }
+}
+
+impl Task {
+    /// Tells the hooks, the metrics and the debug log how a cycle went.
+    fn report(&self, records: usize, total: Duration, result: &Result<CycleStats, CycleError>) {
+        let app = &self.shared.cfg.application_id;
+        let (stats, outcome) = match result {
+            Ok(stats) => (*stats, Outcome::Committed),
+            Err(CycleError::Processor { message, .. }) => {
+                (CycleStats::default(), Outcome::Aborted { class: None, reason: message.clone() })
+            }
+            Err(CycleError::Kafka(e)) => {
+                crate::metrics::cycle_failed(app, e.class);
+                let reason = e.to_string();
+                let outcome = if gives_up(e) {
+                    Outcome::GaveUp { reason }
+                } else {
+                    Outcome::Aborted { class: Some(e.class), reason }
+                };
+                (CycleStats::default(), outcome)
+            }
+        };
+        if outcome == Outcome::Committed {
+            crate::metrics::cycle_committed(app, records, total);
+            tracing::debug!(
+                task = self.id,
+                records,
+                outputs = stats.outputs,
+                total_us = total.as_micros() as u64,
+                commit_us = stats.commit.as_micros() as u64,
+                "batch committed"
+            );
+        }
+        if self.shared.hooks.is_empty() {
+            return;
+        }
+        let event = TransactionEvent {
+            transactional_id: self.transactional_id.clone(),
+            records,
+            outputs: stats.outputs,
+            process: stats.process,
+            await_acks: stats.await_acks,
+            commit: stats.commit,
+            total,
+            outcome,
+        };
+        for hook in &self.shared.hooks {
+            hook(&event);
+        }
+    }
+}
+
+/// Whether a Kafka error means the producer must be dropped: fenced, fatal, or a commit
+/// still failing after its retries — in an unknown state that the producer may not abort.
+fn gives_up(e: &StepError) -> bool {
+    matches!(e.class, ErrorClass::Fenced | ErrorClass::Fatal)
+        || (e.step == Step::Commit && e.class == ErrorClass::Retriable)
 }
 
 /// A record's outputs: the processor's, or — once it exhausted its retries under a

@@ -3,7 +3,12 @@
 //! - `kafka-eos broker start|stop|status|install`: a local Apache Kafka cluster (KRaft,
 //!   jars from Maven Central, cached) that outlives the command, for trying pipelines out;
 //! - `kafka-eos verify`: proves exactly-once (or at-least-once) between an input and an
-//!   output topic written by a kafka-eos pipeline; exits 1 on any violation.
+//!   output topic written by a kafka-eos pipeline; exits 1 on any violation;
+//! - `kafka-eos bench` ([`bench`]): the cost of each guarantee on your own cluster;
+//! - `kafka-eos chaos` ([`chaos`]): exactly-once under injected faults.
+
+mod bench;
+mod chaos;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -29,6 +34,10 @@ enum Command {
     },
     /// Check that every input record has exactly one output (read_committed).
     Verify(VerifyArgs),
+    /// Measure what each guarantee costs against the no-transaction ceiling.
+    Bench(bench::Args),
+    /// Run pipelines under injected faults and verify exactly-once.
+    Chaos(chaos::Args),
 }
 
 #[derive(Subcommand)]
@@ -128,6 +137,8 @@ fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
             }
             Ok(ExitCode::SUCCESS)
         }
+        Command::Bench(a) => bench::run(a),
+        Command::Chaos(a) => chaos::run(a),
         Command::Verify(a) => {
             let mut cfg = VerifyConfig::new(a.bootstrap, "", "");
             cfg.input_topics = a.inputs;

@@ -1,0 +1,66 @@
+//! Observing transactions: a hook called after every cycle, committed or not.
+//!
+//! Benchmarks read commit latencies from it, tests count outcomes, and applications can
+//! export their own figures. The hook runs on the partition task's thread right after the
+//! cycle, so it should be quick (record a number, send on a channel): a slow hook delays
+//! the partition's next transaction.
+//!
+//! ```no_run
+//! use kafka_eos::observe::{Outcome, TransactionEvent};
+//! # fn b(builder: kafka_eos::PipelineBuilder) -> kafka_eos::PipelineBuilder {
+//! builder.on_transaction(|e: &TransactionEvent| {
+//!     if let Outcome::Committed = e.outcome {
+//!         println!("{} records committed in {:?} (commit step {:?})", e.records, e.total, e.commit);
+//!     }
+//! })
+//! # }
+//! ```
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::error::ErrorClass;
+
+/// How a cycle ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Outputs and offsets committed (at-least-once: outputs acknowledged).
+    Committed,
+    /// Aborted after a Kafka error of this class, or (`None`) a processor failure; the
+    /// batch is replayed.
+    Aborted {
+        /// The Kafka error's class; `None` when the processor failed.
+        class: Option<ErrorClass>,
+        /// The error, for humans.
+        reason: String,
+    },
+    /// The producer was fenced or became unusable; the batch was dropped and its
+    /// partitions go back to the group.
+    GaveUp {
+        /// The error, for humans.
+        reason: String,
+    },
+}
+
+/// One transaction cycle, as reported to [`PipelineBuilder::on_transaction`](crate::PipelineBuilder::on_transaction) hooks.
+#[derive(Debug, Clone)]
+pub struct TransactionEvent {
+    /// The producer's transactional.id (`None` under at-least-once).
+    pub transactional_id: Option<String>,
+    /// Input records in the batch.
+    pub records: usize,
+    /// Outputs produced (0 if the cycle failed before the end).
+    pub outputs: u64,
+    /// `begin_transaction`, the processor and enqueuing the outputs.
+    pub process: Duration,
+    /// Waiting for the last output's acknowledgement.
+    pub await_acks: Duration,
+    /// The commit step: `send_offsets_to_transaction` + `commit_transaction`.
+    pub commit: Duration,
+    /// The whole cycle, from `begin_transaction` to the end of the commit (or the failure).
+    pub total: Duration,
+    /// How it ended.
+    pub outcome: Outcome,
+}
+
+pub(crate) type TransactionHook = Arc<dyn Fn(&TransactionEvent) + Send + Sync>;
