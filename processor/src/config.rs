@@ -219,6 +219,12 @@ pub struct PipelineConfig {
     pub handle_signals: bool,
     /// Names this instance in the per-consumer transactional.id.
     pub instance_id: String,
+    /// Where `/metrics` and `/health` are served, if anywhere.
+    pub ops_address: Option<std::net::SocketAddr>,
+    /// How long input may wait without a commit before `/health` reports unhealthy.
+    pub health_threshold: Duration,
+    /// librdkafka `statistics.interval.ms` (consumer lag, producer epoch metrics); zero = off.
+    pub statistics_interval: Duration,
     /// Extra consumer properties, verbatim.
     pub consumer_properties: Properties,
     /// Extra producer properties, verbatim.
@@ -240,7 +246,8 @@ impl PipelineConfig {
             .set("partition.assignment.strategy", "range,roundrobin")
             // librdkafka prefetches up to 64 MiB per consumer by default; our own channels
             // already buffer a transaction's worth per partition.
-            .set("queued.max.messages.kbytes", "16384");
+            .set("queued.max.messages.kbytes", "16384")
+            .set("statistics.interval.ms", self.statistics_interval.as_millis().to_string());
         self.consumer_properties.apply(&mut c);
         c
     }
@@ -251,7 +258,8 @@ impl PipelineConfig {
         c.set("bootstrap.servers", &self.bootstrap_servers)
             .set("enable.idempotence", "true")
             .set("linger.ms", "5")
-            .set("transaction.timeout.ms", self.transaction_timeout.as_millis().to_string());
+            .set("transaction.timeout.ms", self.transaction_timeout.as_millis().to_string())
+            .set("statistics.interval.ms", self.statistics_interval.as_millis().to_string());
         self.producer_properties.apply(&mut c);
         if let Some(id) = transactional_id {
             c.set("transactional.id", id);
@@ -283,6 +291,9 @@ pub struct PipelineBuilder {
     origin_header: Option<bool>,
     handle_signals: Option<bool>,
     instance_id: Option<String>,
+    ops_address: Option<std::net::SocketAddr>,
+    health_threshold: Option<Duration>,
+    statistics_interval: Option<Duration>,
     consumer_properties: Properties,
     producer_properties: Properties,
     hooks: Vec<TransactionHook>,
@@ -405,6 +416,31 @@ impl PipelineBuilder {
     /// [`Guarantee::ExactlyOncePerConsumer`].
     pub fn instance_id(mut self, id: impl Into<String>) -> Self {
         self.instance_id = Some(id.into());
+        self
+    }
+
+    /// Serves Prometheus `/metrics` and `/health` on this address while the pipeline runs
+    /// (see [`ops`](crate::ops)); port 0 picks a free port, which
+    /// [`ShutdownHandle::ops_address`](crate::ShutdownHandle::ops_address) then tells. Default:
+    /// no server (metrics still go to any recorder the application installed).
+    pub fn ops_address(mut self, addr: std::net::SocketAddr) -> Self {
+        self.ops_address = Some(addr);
+        self
+    }
+
+    /// How long input may wait without a commit before `/health` reports the pipeline
+    /// unhealthy. Default 60 s: above a broker restart's pause, far above the commit
+    /// interval. An idle partition stays healthy.
+    pub fn health_threshold(mut self, d: Duration) -> Self {
+        self.health_threshold = Some(d);
+        self
+    }
+
+    /// librdkafka's `statistics.interval.ms`, which feeds the consumer-lag and
+    /// producer-epoch metrics. Default 5 s when an ops address is set, else off (parsing
+    /// statistics costs CPU on every client).
+    pub fn statistics_interval(mut self, d: Duration) -> Self {
+        self.statistics_interval = Some(d);
         self
     }
 
@@ -532,6 +568,13 @@ impl PipelineBuilder {
                 origin_header: self.origin_header.unwrap_or(true),
                 handle_signals: self.handle_signals.unwrap_or(true),
                 instance_id,
+                statistics_interval: self.statistics_interval.unwrap_or(if self.ops_address.is_some() {
+                    Duration::from_secs(5)
+                } else {
+                    Duration::ZERO
+                }),
+                ops_address: self.ops_address,
+                health_threshold: self.health_threshold.unwrap_or(Duration::from_secs(60)),
                 consumer_properties: self.consumer_properties,
                 producer_properties: self.producer_properties,
             },

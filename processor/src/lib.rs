@@ -45,6 +45,7 @@
 //! | [`txn`](crate::txn) (private) | the transaction cycle, top to bottom, and its hazards |
 //! | `runtime` (private) | the consumer thread, rebalance callbacks, partition tasks |
 //! | [`observe`] | a hook called after every transaction, with its timings and outcome |
+//! | [`ops`] | Prometheus `/metrics`, `/health`, tracing set-up |
 //! | [`error`] | typed errors and their classification (retriable / abortable / fenced / fatal) |
 //! | [`verify`] | the verifier that proves exactly-once on real topics |
 //! | [`admin`] | topic creation, test-data production, waiting for a group to catch up |
@@ -60,6 +61,7 @@ pub mod config;
 pub mod error;
 mod metrics;
 pub mod observe;
+pub mod ops;
 pub mod processor;
 pub mod record;
 mod runtime;

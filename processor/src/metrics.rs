@@ -1,21 +1,153 @@
-//! Metrics through the `metrics` crate; install any recorder (e.g. a Prometheus exporter)
-//! to collect them. Names follow Kafka Streams' where one exists.
+//! Metrics, through the `metrics` crate: any recorder the application installs receives
+//! them; [`PipelineBuilder::ops_address`](crate::PipelineBuilder::ops_address) installs a
+//! Prometheus one and serves it. Names follow Kafka's where one exists (Kafka Streams'
+//! `commit-latency`, `commit-total`, `process-latency`; the Java producer's
+//! `txn-*-time-ns-total`; librdkafka's `consumer_lag` and `eos.producer_epoch`).
+//!
+//! Every metric carries `pipeline` (the application id); per-partition ones also carry
+//! `partition` (`topic-partition`). Transaction-level metrics of the per-consumer and
+//! at-least-once modes, whose one transaction spans every partition, use
+//! `partition="all"`.
+//!
+//! | name | type | meaning |
+//! |---|---|---|
+//! | `kafka_eos_commit_latency_seconds` | histogram | the commit step: `send_offsets_to_transaction` + `commit_transaction` |
+//! | `kafka_eos_transaction_latency_seconds` | histogram | a whole cycle, `begin` to end of commit |
+//! | `kafka_eos_records_per_transaction` | histogram | input records per committed transaction |
+//! | `kafka_eos_commit_total` | counter | committed transactions |
+//! | `kafka_eos_abort_total{reason}` | counter | aborted transactions, `reason` = `processor`, `retriable`, `abortable` |
+//! | `kafka_eos_process_latency_seconds` | histogram | processor + produce time per transaction |
+//! | `kafka_eos_records_in_total`, `kafka_eos_records_out_total` | counter | committed input / output records |
+//! | `kafka_eos_dead_lettered_total` | counter | records routed to the dead-letter topic |
+//! | `kafka_eos_txn_time_ns_total{call}` | counter | time blocked in `init`, `begin`, `send_offsets`, `commit`, `abort` |
+//! | `kafka_eos_txn_init_latency_seconds` | histogram | `init_transactions` (per producer creation) |
+//! | `kafka_eos_rebalances_total` | counter | assignments received |
+//! | `kafka_eos_producers_fenced_total` | counter | producers given up (fenced, fatal, poisoned) |
+//! | `kafka_eos_consumer_lag` | gauge | librdkafka's consumer lag per partition (statistics) |
+//! | `kafka_eos_producer_epoch{transactional_id}` | gauge | librdkafka's `eos.producer_epoch` (statistics) |
 
+use std::collections::HashMap;
 use std::time::Duration;
 
-use crate::error::ErrorClass;
+use metrics::{counter, gauge, histogram, Counter, Histogram};
 
-/// `kafka_eos_commit_total`, `kafka_eos_records_per_transaction`,
-/// `kafka_eos_transaction_seconds`: one committed cycle.
-pub(crate) fn cycle_committed(app: &str, records: usize, elapsed: Duration) {
-    let app = app.to_string();
-    metrics::counter!("kafka_eos_commit_total", "application_id" => app.clone()).increment(1);
-    metrics::histogram!("kafka_eos_records_per_transaction", "application_id" => app.clone()).record(records as f64);
-    metrics::histogram!("kafka_eos_transaction_seconds", "application_id" => app).record(elapsed.as_secs_f64());
+use crate::error::ErrorClass;
+use crate::runtime::TopicPartition;
+
+fn partition_label(tp: &TopicPartition) -> String {
+    format!("{}-{}", tp.0, tp.1)
 }
 
-/// `kafka_eos_cycle_failures_total{class}`: a cycle failed with a Kafka error of this class.
-pub(crate) fn cycle_failed(app: &str, class: ErrorClass) {
-    metrics::counter!("kafka_eos_cycle_failures_total", "application_id" => app.to_string(), "class" => class.as_str())
-        .increment(1);
+/// Time blocked in each transaction call, like the Java producer's `txn-*-time-ns-total`.
+pub(crate) struct TxnTimers {
+    pub init: Counter,
+    pub begin: Counter,
+    pub send_offsets: Counter,
+    pub commit: Counter,
+    pub abort: Counter,
+    pub init_latency: Histogram,
+}
+
+impl TxnTimers {
+    pub(crate) fn new(pipeline: &str, partition: &str) -> TxnTimers {
+        let c = |call: &'static str| counter!("kafka_eos_txn_time_ns_total", "pipeline" => pipeline.to_string(), "partition" => partition.to_string(), "call" => call);
+        TxnTimers {
+            init: c("init"),
+            begin: c("begin"),
+            send_offsets: c("send_offsets"),
+            commit: c("commit"),
+            abort: c("abort"),
+            init_latency: histogram!("kafka_eos_txn_init_latency_seconds", "pipeline" => pipeline.to_string(), "partition" => partition.to_string()),
+        }
+    }
+}
+
+pub(crate) fn add_ns(c: &Counter, d: Duration) {
+    c.increment(d.as_nanos() as u64);
+}
+
+/// A task's metric handles, registered once.
+pub(crate) struct TaskMetrics {
+    pipeline: String,
+    commit_latency: Histogram,
+    transaction_latency: Histogram,
+    records_per_transaction: Histogram,
+    process_latency: Histogram,
+    commits: Counter,
+    aborts: HashMap<&'static str, Counter>,
+    per_partition: HashMap<TopicPartition, (Counter, Counter, Counter)>,
+}
+
+impl TaskMetrics {
+    /// `partition` is `topic-p` for a per-partition task, `all` otherwise.
+    pub(crate) fn new(pipeline: &str, partition: &str) -> TaskMetrics {
+        let (p, q) = (pipeline.to_string(), partition.to_string());
+        let aborts = ["processor", "retriable", "abortable"]
+            .into_iter()
+            .map(|r| {
+                (r, counter!("kafka_eos_abort_total", "pipeline" => p.clone(), "partition" => q.clone(), "reason" => r))
+            })
+            .collect();
+        TaskMetrics {
+            commit_latency: histogram!("kafka_eos_commit_latency_seconds", "pipeline" => p.clone(), "partition" => q.clone()),
+            transaction_latency: histogram!("kafka_eos_transaction_latency_seconds", "pipeline" => p.clone(), "partition" => q.clone()),
+            records_per_transaction: histogram!("kafka_eos_records_per_transaction", "pipeline" => p.clone(), "partition" => q.clone()),
+            process_latency: histogram!("kafka_eos_process_latency_seconds", "pipeline" => p.clone(), "partition" => q.clone()),
+            commits: counter!("kafka_eos_commit_total", "pipeline" => p.clone(), "partition" => q),
+            aborts,
+            per_partition: HashMap::new(),
+            pipeline: p,
+        }
+    }
+
+    pub(crate) fn committed(&mut self, records: usize, process: Duration, commit: Duration, total: Duration) {
+        self.commits.increment(1);
+        self.records_per_transaction.record(records as f64);
+        self.process_latency.record(process.as_secs_f64());
+        self.commit_latency.record(commit.as_secs_f64());
+        self.transaction_latency.record(total.as_secs_f64());
+    }
+
+    /// Counts one partition's committed records.
+    pub(crate) fn partition_records(&mut self, tp: &TopicPartition, records_in: u64, records_out: u64, dead: u64) {
+        let pipeline = &self.pipeline;
+        let (i, o, d) = self.per_partition.entry(tp.clone()).or_insert_with(|| {
+            let l = partition_label(tp);
+            (
+                counter!("kafka_eos_records_in_total", "pipeline" => pipeline.clone(), "partition" => l.clone()),
+                counter!("kafka_eos_records_out_total", "pipeline" => pipeline.clone(), "partition" => l.clone()),
+                counter!("kafka_eos_dead_lettered_total", "pipeline" => pipeline.clone(), "partition" => l),
+            )
+        });
+        i.increment(records_in);
+        o.increment(records_out);
+        d.increment(dead);
+    }
+
+    pub(crate) fn aborted(&self, class: Option<ErrorClass>) {
+        let reason = match class {
+            None => "processor",
+            Some(ErrorClass::Retriable) => "retriable",
+            Some(_) => "abortable",
+        };
+        self.aborts[reason].increment(1);
+    }
+}
+
+pub(crate) fn rebalance(pipeline: &str) {
+    counter!("kafka_eos_rebalances_total", "pipeline" => pipeline.to_string()).increment(1);
+}
+
+pub(crate) fn producer_fenced(pipeline: &str) {
+    counter!("kafka_eos_producers_fenced_total", "pipeline" => pipeline.to_string()).increment(1);
+}
+
+pub(crate) fn consumer_lag(pipeline: &str, tp: &TopicPartition, lag: i64) {
+    gauge!("kafka_eos_consumer_lag", "pipeline" => pipeline.to_string(), "partition" => partition_label(tp))
+        .set(lag as f64);
+}
+
+pub(crate) fn producer_epoch(pipeline: &str, transactional_id: &str, epoch: i64) {
+    gauge!("kafka_eos_producer_epoch", "pipeline" => pipeline.to_string(), "transactional_id" => transactional_id.to_string())
+        .set(epoch as f64);
 }

@@ -44,6 +44,7 @@ use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
 use crate::config::PipelineConfig;
 use crate::error::{classify, ErrorClass};
+use crate::metrics::{add_ns, TxnTimers};
 use crate::record::{InputRecord, OutputRecord, ORIGIN_HEADER};
 
 /// The steps of a cycle, named after the librdkafka call that failed.
@@ -106,13 +107,24 @@ impl std::fmt::Display for StepError {
 /// Counts this cycle's delivery reports; runs inside `poll` on the task thread.
 #[derive(Default)]
 pub(crate) struct DeliveryTracker {
+    /// For the statistics callback's metric labels.
+    pipeline: String,
+    transactional_id: Option<String>,
     cycle: AtomicUsize,
     acked: AtomicU64,
     failed: AtomicU64,
     first_error: Mutex<Option<KafkaError>>,
 }
 
-impl ClientContext for DeliveryTracker {}
+impl ClientContext for DeliveryTracker {
+    /// librdkafka statistics (when `statistics.interval.ms` is set): the producer epoch.
+    fn stats(&self, stats: rdkafka::Statistics) {
+        if let (Some(eos), Some(id)) = (stats.eos, &self.transactional_id) {
+            crate::metrics::producer_epoch(&self.pipeline, id, eos.producer_epoch);
+            tracing::trace!(transactional_id = %id, state = %eos.txn_state, epoch = eos.producer_epoch, "producer statistics");
+        }
+    }
+}
 
 impl ProducerContext for DeliveryTracker {
     type DeliveryOpaque = usize;
@@ -151,14 +163,25 @@ pub(crate) struct TxnProducer {
     in_txn: bool,
     /// Upper bound of one blocking librdkafka call; a step retries within its deadline.
     call_timeout: Duration,
+    timers: TxnTimers,
 }
 
 impl TxnProducer {
     /// Creates the producer; `transactional_id = None` makes an idempotent, non-transactional one.
-    pub(crate) fn create(cfg: &PipelineConfig, transactional_id: Option<String>) -> Result<TxnProducer, StepError> {
+    /// `partition` labels its metrics (`topic-p`, or `all`).
+    pub(crate) fn create(
+        cfg: &PipelineConfig,
+        transactional_id: Option<String>,
+        partition: &str,
+    ) -> Result<TxnProducer, StepError> {
+        let tracker = DeliveryTracker {
+            pipeline: cfg.application_id.clone(),
+            transactional_id: transactional_id.clone(),
+            ..DeliveryTracker::default()
+        };
         let inner = cfg
             .producer_config(transactional_id.as_deref())
-            .create_with_context(DeliveryTracker::default())
+            .create_with_context(tracker)
             .map_err(|e| StepError::new(Step::Create, e))?;
         Ok(TxnProducer {
             inner,
@@ -168,6 +191,7 @@ impl TxnProducer {
             sent: 0,
             in_txn: false,
             call_timeout: cfg.transaction_timeout.max(Duration::from_secs(5)),
+            timers: TxnTimers::new(&cfg.application_id, partition),
         })
     }
 
@@ -183,7 +207,10 @@ impl TxnProducer {
         if self.transactional_id.is_none() {
             return Ok(());
         }
-        self.retrying(Step::Init, deadline, |p, t| p.inner.init_transactions(t))
+        let started = Instant::now();
+        let result = self.retrying(Step::Init, deadline, |p, t| p.inner.init_transactions(t));
+        self.timers.init_latency.record(started.elapsed().as_secs_f64());
+        result
     }
 
     /// Starts a cycle: a new cycle number for delivery reports and, if transactional,
@@ -197,7 +224,10 @@ impl TxnProducer {
         t.failed.store(0, Ordering::Relaxed);
         *t.first_error.lock().unwrap_or_else(|p| p.into_inner()) = None;
         if self.transactional_id.is_some() {
-            self.inner.begin_transaction().map_err(|e| StepError::new(Step::Begin, e))?;
+            let started = Instant::now();
+            let result = self.inner.begin_transaction();
+            add_ns(&self.timers.begin, started.elapsed());
+            result.map_err(|e| StepError::new(Step::Begin, e))?;
             self.in_txn = true;
         }
         Ok(())
@@ -307,6 +337,25 @@ impl TxnProducer {
         step: Step,
         deadline: Instant,
         mut call: impl FnMut(&Self, Duration) -> Result<(), KafkaError>,
+    ) -> Result<(), StepError> {
+        let started = Instant::now();
+        let result = self.retry_until(step, deadline, &mut call);
+        let timer = match step {
+            Step::Init => &self.timers.init,
+            Step::SendOffsets => &self.timers.send_offsets,
+            Step::Commit => &self.timers.commit,
+            Step::Abort => &self.timers.abort,
+            _ => return result,
+        };
+        add_ns(timer, started.elapsed());
+        result
+    }
+
+    fn retry_until(
+        &mut self,
+        step: Step,
+        deadline: Instant,
+        call: &mut impl FnMut(&Self, Duration) -> Result<(), KafkaError>,
     ) -> Result<(), StepError> {
         let mut backoff = Duration::from_millis(50);
         loop {
@@ -465,7 +514,7 @@ mod mock_cluster_tests {
             .processor(|_| Ok(vec![]))
             .build()
             .expect("config");
-        let mut p = TxnProducer::create(pipeline.config(), Some("mock-in-0".into())).expect("producer");
+        let mut p = TxnProducer::create(pipeline.config(), Some("mock-in-0".into()), "in-0").expect("producer");
         p.init(soon(30)).expect("init_transactions");
         (mock, p)
     }

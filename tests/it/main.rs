@@ -8,5 +8,6 @@ mod common;
 mod eos;
 mod failures;
 mod fencing;
+mod ops;
 mod rebalance;
 mod startup;

@@ -264,6 +264,7 @@ impl Rebalancer {
     /// the same partition could still be committed.
     fn dispatch(&self, consumer: &BaseConsumer<Self>, record: InputRecord) {
         let tp = (record.topic.clone(), record.partition);
+        self.shared.shutdown.health_state().dispatched(&tp, record.offset);
         let mut reg = self.registry();
         let Some(tx) = reg.routes.get(&tp).and_then(|id| reg.tasks.get(id)).map(|t| t.tx.clone()) else {
             tracing::trace!(record = %record.origin(), "no task for this partition (revoked): not routed");
@@ -327,11 +328,13 @@ impl Rebalancer {
 
     fn on_assign(&self, consumer: &BaseConsumer<Self>, partitions: Vec<TopicPartition>) {
         let shared = &self.shared;
-        shared.stats.rebalances.inc();
+        shared.shutdown.stats().rebalances.inc();
+        crate::metrics::rebalance(&shared.cfg.application_id);
         let Some(group) = consumer.group_metadata().map(Arc::new) else {
             return self.set_fatal(Error::Internal("no consumer group metadata after an assignment".into()));
         };
         tracing::info!(?partitions, "partitions assigned");
+        shared.shutdown.health_state().assigned(&partitions);
         let deadline = Instant::now() + shared.cfg.task_timeout;
         if shared.cfg.guarantee == Guarantee::ExactlyOnce {
             let mut pending = Vec::new();
@@ -372,6 +375,7 @@ impl Rebalancer {
 
     fn on_revoke(&self, consumer: &BaseConsumer<Self>, partitions: Vec<TopicPartition>, lost: bool) {
         tracing::info!(?partitions, lost, "partitions revoked");
+        self.shared.shutdown.health_state().revoked(&partitions);
         let deadline = Instant::now() + self.shared.cfg.task_timeout;
         let mut by_task: BTreeMap<u64, Vec<TopicPartition>> = BTreeMap::new();
         {
@@ -442,7 +446,19 @@ impl Rebalancer {
     }
 }
 
-impl ClientContext for Rebalancer {}
+impl ClientContext for Rebalancer {
+    /// librdkafka statistics (when `statistics.interval.ms` is set): consumer lag.
+    fn stats(&self, stats: rdkafka::Statistics) {
+        let app = &self.shared.cfg.application_id;
+        for (topic, t) in &stats.topics {
+            for (p, s) in &t.partitions {
+                if *p >= 0 && s.consumer_lag >= 0 {
+                    crate::metrics::consumer_lag(app, &(topic.clone(), *p), s.consumer_lag);
+                }
+            }
+        }
+    }
+}
 
 impl ConsumerContext for Rebalancer {
     fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {

@@ -20,13 +20,15 @@
 pub(crate) mod consumer;
 pub(crate) mod task;
 
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use crate::config::PipelineConfig;
 use crate::error::{Error, Result};
 use crate::observe::TransactionHook;
+use crate::ops::{Health, HealthReport};
 use crate::processor::Processor;
 
 /// `(topic, partition)`.
@@ -109,34 +111,77 @@ pub(crate) struct Shared {
     pub processor: Processor,
     pub hooks: Vec<TransactionHook>,
     pub rt: tokio::runtime::Handle,
-    pub stats: Arc<Stats>,
     pub control: std::sync::mpsc::Sender<Control>,
     pub shutdown: ShutdownHandle,
 }
 
 /// Stops a running pipeline gracefully from anywhere (cheap to clone), and reads its
-/// counters while it runs.
-#[derive(Debug, Clone, Default)]
+/// counters and health while it runs.
+#[derive(Clone)]
 pub struct ShutdownHandle {
-    flag: Arc<AtomicBool>,
-    stats: Arc<Stats>,
+    inner: Arc<HandleInner>,
+}
+
+struct HandleInner {
+    flag: AtomicBool,
+    stats: Stats,
+    health: Health,
+    ops_address: OnceLock<SocketAddr>,
+}
+
+impl std::fmt::Debug for ShutdownHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ShutdownHandle")
+            .field("shutdown", &self.is_shutdown())
+            .field("summary", &self.summary())
+            .finish()
+    }
 }
 
 impl ShutdownHandle {
+    fn new(health_threshold: Duration) -> ShutdownHandle {
+        ShutdownHandle {
+            inner: Arc::new(HandleInner {
+                flag: AtomicBool::new(false),
+                stats: Stats::default(),
+                health: Health::new(health_threshold),
+                ops_address: OnceLock::new(),
+            }),
+        }
+    }
+
     /// Asks the pipeline to stop: every task commits its collected batch, the consumer
     /// leaves the group, and `run` returns. Idempotent.
     pub fn shutdown(&self) {
-        self.flag.store(true, Ordering::SeqCst);
+        self.inner.flag.store(true, Ordering::SeqCst);
     }
 
     /// Whether shutdown was requested.
     pub fn is_shutdown(&self) -> bool {
-        self.flag.load(Ordering::SeqCst)
+        self.inner.flag.load(Ordering::SeqCst)
     }
 
     /// The counters so far.
     pub fn summary(&self) -> Summary {
-        self.stats.summary()
+        self.inner.stats.summary()
+    }
+
+    /// The health report `/health` serves (assignment, last commit age per partition).
+    pub fn health(&self) -> HealthReport {
+        self.inner.health.report()
+    }
+
+    /// The address `/metrics` and `/health` are served on, once bound.
+    pub fn ops_address(&self) -> Option<SocketAddr> {
+        self.inner.ops_address.get().copied()
+    }
+
+    pub(crate) fn stats(&self) -> &Stats {
+        &self.inner.stats
+    }
+
+    pub(crate) fn health_state(&self) -> &Health {
+        &self.inner.health
     }
 }
 
@@ -161,7 +206,8 @@ impl Pipeline {
     }
 
     pub(crate) fn new((cfg, processor, hooks): (PipelineConfig, Processor, Vec<TransactionHook>)) -> Pipeline {
-        Pipeline { cfg: Arc::new(cfg), processor, hooks, handle: ShutdownHandle::default() }
+        let handle = ShutdownHandle::new(cfg.health_threshold);
+        Pipeline { cfg: Arc::new(cfg), processor, hooks, handle }
     }
 
     /// The validated configuration.
@@ -188,13 +234,20 @@ impl Pipeline {
             .await
             .map_err(|e| Error::Internal(format!("preflight task: {e}")))??;
 
+        let ops = match self.cfg.ops_address {
+            Some(addr) => {
+                let (bound, task) = crate::ops::serve(addr, self.handle.clone()).await?;
+                let _ = self.handle.inner.ops_address.set(bound);
+                Some(task)
+            }
+            None => None,
+        };
         let (control_tx, control_rx) = std::sync::mpsc::channel();
         let shared = Arc::new(Shared {
             cfg: self.cfg.clone(),
             processor: self.processor,
             hooks: self.hooks,
             rt: tokio::runtime::Handle::current(),
-            stats: self.handle.stats.clone(),
             control: control_tx,
             shutdown: self.handle.clone(),
         });
@@ -212,8 +265,8 @@ impl Pipeline {
             tokio::spawn(async move { watch_signals(handle).await })
         });
         let result = done_rx.await.map_err(|_| Error::Internal("the consumer thread panicked".into()));
-        if let Some(w) = watcher {
-            w.abort();
+        for task in watcher.into_iter().chain(ops) {
+            task.abort();
         }
         result?.map(|()| self.handle.summary())
     }

@@ -31,6 +31,7 @@ use rdkafka::consumer::ConsumerGroupMetadata;
 
 use crate::config::{Exhausted, Guarantee};
 use crate::error::{Error, ErrorClass};
+use crate::metrics::TaskMetrics;
 use crate::observe::{Outcome, TransactionEvent};
 use crate::record::{InputRecord, OutputRecord, ORIGIN_HEADER};
 use crate::runtime::{Control, Shared, TopicPartition};
@@ -78,6 +79,10 @@ pub(crate) struct Task {
     acked: HashMap<TopicPartition, i64>,
     stopped: bool,
     control: Sender<Control>,
+    /// `topic-partition` for a per-partition task, `all` for an instance task: the
+    /// `partition` label of its metrics and spans.
+    label: String,
+    metrics: TaskMetrics,
 }
 
 impl Task {
@@ -93,7 +98,14 @@ impl Task {
         group: Option<Arc<ConsumerGroupMetadata>>,
     ) -> Result<Task, Error> {
         let control = shared.control.clone();
+        let label = match (shared.cfg.guarantee, partitions.as_slice()) {
+            (Guarantee::ExactlyOnce, [(t, p)]) => format!("{t}-{p}"),
+            _ => "all".to_string(),
+        };
+        let metrics = TaskMetrics::new(&shared.cfg.application_id, &label);
         let mut task = Task {
+            label,
+            metrics,
             id,
             shared,
             producer: None,
@@ -122,7 +134,7 @@ impl Task {
             return Ok(());
         }
         let started = Instant::now();
-        let mut p = TxnProducer::create(&self.shared.cfg, self.transactional_id.clone())
+        let mut p = TxnProducer::create(&self.shared.cfg, self.transactional_id.clone(), &self.label)
             .map_err(|e| e.into_error(&self.who()))?;
         p.init(Instant::now() + self.shared.cfg.task_timeout).map_err(|e| e.into_error(&self.who()))?;
         tracing::debug!(task = self.id, transactional_id = ?p.transactional_id(), elapsed_ms = started.elapsed().as_millis() as u64, "producer ready");
@@ -210,7 +222,8 @@ impl Task {
         match self.commit_batch(batch) {
             Flush::Committed => {}
             Flush::GaveUp(e) => {
-                self.shared.stats.producers_fenced.inc();
+                self.shared.shutdown.stats().producers_fenced.inc();
+                crate::metrics::producer_fenced(&self.shared.cfg.application_id);
                 tracing::warn!(task = self.id, error = %e, "producer given up; the partitions go back to the group");
                 self.producer = None;
                 let _ = self.control.send(Control::Fenced { task: self.id, error: e.to_string() });
@@ -237,25 +250,43 @@ impl Task {
                 }
                 _ => CommitTo::Consumer,
             };
+            let span = tracing::info_span!(
+                "transaction",
+                pipeline = %cfg.application_id,
+                partition = %self.label,
+                transactional_id = self.transactional_id.as_deref().unwrap_or("-"),
+                records = batch.len(),
+                outcome = tracing::field::Empty,
+                duration_us = tracing::field::Empty,
+            );
+            let _entered = span.enter();
             let started = Instant::now();
             let (shared, dead) = (&self.shared, &self.dead);
-            let mut route = |r: &InputRecord| route(shared, dead, r);
+            let mut outputs_per_partition: HashMap<TopicPartition, u64> = HashMap::new();
+            let mut route = |r: &InputRecord| {
+                let outputs = route(shared, dead, r)?;
+                *outputs_per_partition.entry((r.topic.clone(), r.partition)).or_default() += outputs.len() as u64;
+                Ok(outputs)
+            };
             let result = run_cycle(producer, batch, &mut route, commit_to, task_deadline);
-            self.report(batch.len(), started.elapsed(), &result);
+            self.report(batch, &outputs_per_partition, started.elapsed(), &result);
             let producer = self.producer.as_mut().expect("checked above");
             match result {
                 Ok(stats) => {
-                    let s = &self.shared.stats;
+                    let s = self.shared.shutdown.stats();
                     s.records_in.add(batch.len() as u64);
                     s.records_out.add(stats.outputs);
                     s.transactions_committed.inc();
                     s.dead_lettered.add(self.dead.len() as u64);
+                    let offsets: Vec<_> = next_offsets(batch)
+                        .elements()
+                        .iter()
+                        .filter_map(|e| e.offset().to_raw().map(|o| ((e.topic().to_string(), e.partition()), o)))
+                        .collect();
+                    for (tp, next) in &offsets {
+                        self.shared.shutdown.health_state().committed(tp, *next);
+                    }
                     if producer.transactional_id().is_none() {
-                        let offsets: Vec<_> = next_offsets(batch)
-                            .elements()
-                            .iter()
-                            .filter_map(|e| e.offset().to_raw().map(|o| ((e.topic().to_string(), e.partition()), o)))
-                            .collect();
                         self.acked.extend(offsets.iter().cloned());
                         let _ = self.control.send(Control::CommitOffsets(offsets));
                     }
@@ -265,7 +296,7 @@ impl Task {
                     if let Err(e) = producer.abort(task_deadline) {
                         return Flush::GaveUp(e);
                     }
-                    self.shared.stats.transactions_aborted.inc();
+                    self.shared.shutdown.stats().transactions_aborted.inc();
                     let origin = batch[index].origin();
                     let attempts = self.failures.entry(origin.clone()).or_insert(0);
                     *attempts += 1;
@@ -289,7 +320,7 @@ impl Task {
                     if let Err(abort_err) = producer.abort(task_deadline) {
                         return Flush::GaveUp(abort_err);
                     }
-                    self.shared.stats.transactions_aborted.inc();
+                    self.shared.shutdown.stats().transactions_aborted.inc();
                     if Instant::now() + backoff >= task_deadline {
                         return Flush::Stop(Error::TaskTimeout {
                             what: format!("committing a batch of {} records with {}", batch.len(), self.who()),
@@ -307,16 +338,21 @@ impl Task {
 }
 
 impl Task {
-    /// Tells the hooks, the metrics and the debug log how a cycle went.
-    fn report(&self, records: usize, total: Duration, result: &Result<CycleStats, CycleError>) {
-        let app = &self.shared.cfg.application_id;
+    /// Tells the hooks, the metrics, the span and the debug log how a cycle went.
+    fn report(
+        &mut self,
+        batch: &[InputRecord],
+        outputs_per_partition: &HashMap<TopicPartition, u64>,
+        total: Duration,
+        result: &Result<CycleStats, CycleError>,
+    ) {
+        let records = batch.len();
         let (stats, outcome) = match result {
             Ok(stats) => (*stats, Outcome::Committed),
             Err(CycleError::Processor { message, .. }) => {
                 (CycleStats::default(), Outcome::Aborted { class: None, reason: message.clone() })
             }
             Err(CycleError::Kafka(e)) => {
-                crate::metrics::cycle_failed(app, e.class);
                 let reason = e.to_string();
                 let outcome = if gives_up(e) {
                     Outcome::GaveUp { reason }
@@ -326,16 +362,41 @@ impl Task {
                 (CycleStats::default(), outcome)
             }
         };
-        if outcome == Outcome::Committed {
-            crate::metrics::cycle_committed(app, records, total);
-            tracing::debug!(
-                task = self.id,
-                records,
-                outputs = stats.outputs,
-                total_us = total.as_micros() as u64,
-                commit_us = stats.commit.as_micros() as u64,
-                "batch committed"
-            );
+        let span = tracing::Span::current();
+        span.record("duration_us", total.as_micros() as u64);
+        match &outcome {
+            Outcome::Committed => {
+                span.record("outcome", "committed");
+                self.metrics.committed(records, stats.process, stats.commit, total);
+                let mut inputs: HashMap<TopicPartition, u64> = HashMap::new();
+                for r in batch {
+                    *inputs.entry((r.topic.clone(), r.partition)).or_default() += 1;
+                }
+                let mut dead: HashMap<TopicPartition, u64> = HashMap::new();
+                for (origin, _) in self.dead.iter() {
+                    if let Some((t, p, _)) = crate::record::parse_origin(origin.as_bytes()) {
+                        *dead.entry((t, p)).or_default() += 1;
+                    }
+                }
+                for (tp, n) in &inputs {
+                    let out = outputs_per_partition.get(tp).copied().unwrap_or(0);
+                    self.metrics.partition_records(tp, *n, out, dead.get(tp).copied().unwrap_or(0));
+                }
+                tracing::debug!(
+                    task = self.id,
+                    records,
+                    outputs = stats.outputs,
+                    commit_us = stats.commit.as_micros() as u64,
+                    "transaction committed"
+                );
+            }
+            Outcome::Aborted { class, .. } => {
+                span.record("outcome", "aborted");
+                self.metrics.aborted(*class);
+            }
+            Outcome::GaveUp { .. } => {
+                span.record("outcome", "gave_up");
+            }
         }
         if self.shared.hooks.is_empty() {
             return;

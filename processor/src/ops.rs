@@ -1,0 +1,212 @@
+//! Operations: the `/metrics` (Prometheus) and `/health` endpoints, and tracing set-up.
+//!
+//! Enabled by [`PipelineBuilder::ops_address`](crate::PipelineBuilder::ops_address). The
+//! server runs on the Tokio runtime that called `run`; it only reads shared state, so a
+//! stuck partition never stalls a scrape.
+//!
+//! **Health.** A partition is healthy while it has no input waiting, or while its last
+//! commit (or its assignment, before the first commit) is younger than the health
+//! threshold. An idle partition is healthy however old its last commit: there is nothing
+//! to commit. `/health` answers 200 with the report while every assigned partition is
+//! healthy, 503 otherwise:
+//!
+//! ```json
+//! {"healthy":true,"partitions":[{"topic":"orders","partition":0,"last_commit_age_ms":80,"uncommitted_records":12,"stalled_ms":0}]}
+//! ```
+//!
+//! **Metrics.** The first pipeline with an ops address installs a Prometheus recorder as
+//! the process's global `metrics` recorder; later pipelines share it. If the application
+//! already installed its own recorder, the metrics go there and `/metrics` says so (503).
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock, RwLock};
+use std::time::{Duration, Instant};
+
+use axum::http::StatusCode;
+use axum::routing::get;
+use axum::{Json, Router};
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use serde::Serialize;
+
+use crate::error::{Error, Result};
+use crate::runtime::TopicPartition;
+
+/// The health of one assigned partition.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct PartitionHealth {
+    /// Input topic.
+    pub topic: String,
+    /// Input partition.
+    pub partition: i32,
+    /// Milliseconds since the partition's last commit; `None` before its first.
+    pub last_commit_age_ms: Option<u64>,
+    /// Records read from Kafka but not yet committed (in memory, in a batch or queued).
+    pub uncommitted_records: i64,
+    /// How long input has been waiting without a commit (0 when nothing waits).
+    pub stalled_ms: u64,
+}
+
+/// What `/health` reports.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct HealthReport {
+    /// Every assigned partition's `stalled_ms` is below the threshold.
+    pub healthy: bool,
+    /// The current assignment.
+    pub partitions: Vec<PartitionHealth>,
+}
+
+/// Progress of one partition, updated by the consumer thread (dispatch) and its task (commit).
+struct Progress {
+    since: Instant,
+    /// Next offset after the last record routed to the task.
+    dispatched: AtomicI64,
+    /// Next offset after the last committed record.
+    committed: AtomicI64,
+    /// Milliseconds after `since` of the last commit; `u64::MAX` before the first.
+    last_commit_ms: AtomicU64,
+}
+
+/// The pipeline's health state.
+pub(crate) struct Health {
+    threshold: Duration,
+    partitions: RwLock<HashMap<TopicPartition, Arc<Progress>>>,
+}
+
+impl Health {
+    pub(crate) fn new(threshold: Duration) -> Health {
+        Health { threshold, partitions: RwLock::new(HashMap::new()) }
+    }
+
+    pub(crate) fn assigned(&self, tps: &[TopicPartition]) {
+        let mut map = self.partitions.write().unwrap_or_else(|p| p.into_inner());
+        for tp in tps {
+            map.insert(
+                tp.clone(),
+                Arc::new(Progress {
+                    since: Instant::now(),
+                    dispatched: AtomicI64::new(-1),
+                    committed: AtomicI64::new(-1),
+                    last_commit_ms: AtomicU64::new(u64::MAX),
+                }),
+            );
+        }
+    }
+
+    pub(crate) fn revoked(&self, tps: &[TopicPartition]) {
+        let mut map = self.partitions.write().unwrap_or_else(|p| p.into_inner());
+        for tp in tps {
+            map.remove(tp);
+        }
+    }
+
+    fn with(&self, tp: &TopicPartition, f: impl FnOnce(&Progress)) {
+        if let Some(p) = self.partitions.read().unwrap_or_else(|p| p.into_inner()).get(tp) {
+            f(p);
+        }
+    }
+
+    /// A record at `offset` was routed to its task.
+    pub(crate) fn dispatched(&self, tp: &TopicPartition, offset: i64) {
+        self.with(tp, |p| {
+            p.dispatched.fetch_max(offset + 1, Ordering::Relaxed);
+            // The first record after an idle period: count its wait from now.
+            let _ = p.committed.compare_exchange(-1, offset, Ordering::Relaxed, Ordering::Relaxed);
+        });
+    }
+
+    /// Everything before `next_offset` is committed.
+    pub(crate) fn committed(&self, tp: &TopicPartition, next_offset: i64) {
+        self.with(tp, |p| {
+            p.committed.fetch_max(next_offset, Ordering::Relaxed);
+            p.last_commit_ms.store(p.since.elapsed().as_millis() as u64, Ordering::Relaxed);
+        });
+    }
+
+    pub(crate) fn report(&self) -> HealthReport {
+        let map = self.partitions.read().unwrap_or_else(|p| p.into_inner());
+        let mut partitions: Vec<PartitionHealth> = map
+            .iter()
+            .map(|((topic, partition), p)| {
+                let now_ms = p.since.elapsed().as_millis() as u64;
+                let last = p.last_commit_ms.load(Ordering::Relaxed);
+                let last_commit_age_ms = (last != u64::MAX).then(|| now_ms.saturating_sub(last));
+                let (dispatched, committed) =
+                    (p.dispatched.load(Ordering::Relaxed), p.committed.load(Ordering::Relaxed));
+                let uncommitted = if dispatched < 0 { 0 } else { (dispatched - committed.max(0)).max(0) };
+                let stalled_ms = if uncommitted > 0 { last_commit_age_ms.unwrap_or(now_ms) } else { 0 };
+                PartitionHealth {
+                    topic: topic.clone(),
+                    partition: *partition,
+                    last_commit_age_ms,
+                    uncommitted_records: uncommitted,
+                    stalled_ms,
+                }
+            })
+            .collect();
+        partitions.sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
+        let threshold = self.threshold.as_millis() as u64;
+        HealthReport { healthy: partitions.iter().all(|p| p.stalled_ms < threshold), partitions }
+    }
+}
+
+/// The process-wide Prometheus handle, or why there is none.
+fn prometheus() -> &'static std::result::Result<PrometheusHandle, String> {
+    static HANDLE: OnceLock<std::result::Result<PrometheusHandle, String>> = OnceLock::new();
+    HANDLE.get_or_init(|| {
+        PrometheusBuilder::new()
+            .install_recorder()
+            .map_err(|e| format!("another metrics recorder is installed ({e}); read kafka-eos metrics from it"))
+    })
+}
+
+/// Binds `addr` and serves `/metrics` and `/health` until the returned task is aborted.
+pub(crate) async fn serve(
+    addr: SocketAddr,
+    handle: crate::ShutdownHandle,
+) -> Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
+    let prom = prometheus();
+    let app = Router::new()
+        .route(
+            "/metrics",
+            get(move || async move {
+                match prom {
+                    Ok(h) => {
+                        h.run_upkeep();
+                        (StatusCode::OK, h.render())
+                    }
+                    Err(why) => (StatusCode::SERVICE_UNAVAILABLE, why.clone()),
+                }
+            }),
+        )
+        .route(
+            "/health",
+            get(move || async move {
+                let report = handle.health();
+                (if report.healthy { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE }, Json(report))
+            }),
+        );
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| Error::Config(format!("cannot listen on the ops address {addr}: {e}")))?;
+    let bound = listener.local_addr().map_err(|e| Error::Internal(e.to_string()))?;
+    let task = tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, app).await {
+            tracing::error!(error = %e, "ops server stopped");
+        }
+    });
+    tracing::info!(address = %bound, "serving /metrics and /health");
+    Ok((bound, task))
+}
+
+/// Installs a `tracing` subscriber for applications that have none: filtered by `RUST_LOG`
+/// (default `kafka_eos=info`), human-readable or, with `json`, one JSON object per line with
+/// the current span (pipeline, partition, transactional.id) on every event. Keys and values
+/// of records are never logged above TRACE.
+pub fn init_tracing(json: bool) {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("kafka_eos=info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    let _ = if json { builder.json().with_current_span(true).try_init() } else { builder.try_init() };
+}
