@@ -9,7 +9,9 @@
 //!
 //! Run: `cargo run --release --example quickstart` (starts a broker unless `KAFKA_BOOTSTRAP`
 //! is set; the first run fetches Kafka's jars with Maven). `RUST_LOG=kafka_eos=debug` shows
-//! every transaction.
+//! every transaction; `KAFKA_EOS_JSON_LOGS=1` prints them as JSON. While it runs, Prometheus
+//! metrics and health are served on `KAFKA_EOS_OPS_ADDR` (default: a free port on 127.0.0.1): the
+//! example prints its own scrape of the key metrics before stopping.
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -105,6 +107,7 @@ async fn run() -> Result<bool, Box<dyn std::error::Error>> {
         .input_topic(&orders)
         .guarantee(Guarantee::ExactlyOnce)
         .commit_interval(Duration::from_millis(100))
+        .ops_address(std::env::var("KAFKA_EOS_OPS_ADDR").unwrap_or_else(|_| "127.0.0.1:0".into()).parse()?)
         .processor(move |rec| {
             let order: Order = rec.value_as::<Json, _>()?;
             let vat = order.cents * vat_bp(&order.country) / 10_000;
@@ -126,6 +129,17 @@ async fn run() -> Result<bool, Box<dyn std::error::Error>> {
     let (b, g, t) = (bootstrap.clone(), format!("quickstart-{suffix}"), vec![orders.clone()]);
     tokio::task::spawn_blocking(move || admin::wait_for_catch_up(&b, &g, &t, Duration::from_secs(300))).await??;
     let elapsed = started.elapsed();
+    if let Some(addr) = handle.ops_address() {
+        let scrape = tokio::task::spawn_blocking(move || scrape(addr)).await??;
+        println!("metrics from http://{addr}/metrics (health: http://{addr}/health):");
+        for line in scrape.lines().filter(|l| {
+            l.starts_with("kafka_eos_commit_total")
+                || l.starts_with("kafka_eos_records_in_total")
+                || (l.starts_with("kafka_eos_commit_latency_seconds{") && l.contains("quantile=\"0.99\""))
+        }) {
+            println!("  {line}");
+        }
+    }
     handle.shutdown();
     let summary = running.await??;
     println!(
@@ -144,4 +158,14 @@ async fn run() -> Result<bool, Box<dyn std::error::Error>> {
     drop(cluster);
     println!("{report}");
     Ok(report.is_exactly_once() && report.input_records == ORDERS)
+}
+
+/// One plain HTTP GET of `/metrics`.
+fn scrape(addr: std::net::SocketAddr) -> std::io::Result<String> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr)?;
+    write!(s, "GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")?;
+    let mut response = String::new();
+    s.read_to_string(&mut response)?;
+    Ok(response.split_once("\r\n\r\n").map(|(_, body)| body.to_string()).unwrap_or_default())
 }

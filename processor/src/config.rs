@@ -211,6 +211,8 @@ pub struct PipelineConfig {
     pub task_timeout: Duration,
     /// Longest time the startup checks wait for the cluster.
     pub startup_timeout: Duration,
+    /// Longest time a graceful shutdown waits for in-flight transactions.
+    pub shutdown_timeout: Duration,
     /// What a processor failure leads to.
     pub processor_error_policy: ProcessorErrorPolicy,
     /// Whether outputs carry the [`ORIGIN_HEADER`](crate::record::ORIGIN_HEADER).
@@ -287,6 +289,7 @@ pub struct PipelineBuilder {
     transaction_timeout: Option<Duration>,
     task_timeout: Option<Duration>,
     startup_timeout: Option<Duration>,
+    shutdown_timeout: Option<Duration>,
     policy: ProcessorErrorPolicy,
     origin_header: Option<bool>,
     handle_signals: Option<bool>,
@@ -385,6 +388,16 @@ impl PipelineBuilder {
     /// failing with [`Error::Unreachable`]. Default 30 s.
     pub fn startup_timeout(mut self, d: Duration) -> Self {
         self.startup_timeout = Some(d);
+        self
+    }
+
+    /// How long a graceful shutdown (the shutdown handle, or the first SIGINT/SIGTERM) may
+    /// take: every task commits the batch it collected, then the consumer leaves the group.
+    /// Default 30 s. A task still busy at the deadline is abandoned — its open transaction
+    /// is aborted by the coordinator's timeout or fenced by the next owner, so nothing
+    /// half-done becomes visible — and `run` returns.
+    pub fn shutdown_timeout(mut self, d: Duration) -> Self {
+        self.shutdown_timeout = Some(d);
         self
     }
 
@@ -564,6 +577,7 @@ impl PipelineBuilder {
                 transaction_timeout,
                 task_timeout: self.task_timeout.unwrap_or(Duration::from_secs(300)),
                 startup_timeout: self.startup_timeout.unwrap_or(Duration::from_secs(30)),
+                shutdown_timeout: self.shutdown_timeout.unwrap_or(Duration::from_secs(30)),
                 processor_error_policy: self.policy,
                 origin_header: self.origin_header.unwrap_or(true),
                 handle_signals: self.handle_signals.unwrap_or(true),

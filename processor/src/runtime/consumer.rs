@@ -63,8 +63,12 @@ pub(crate) fn preflight(cfg: &PipelineConfig) -> Result<()> {
 /// Runs the consumer thread until shutdown or a fatal error.
 pub(crate) fn run(shared: Arc<Shared>, control: Receiver<Control>) -> Result<()> {
     let cfg = shared.cfg.clone();
-    let handler =
-        Rebalancer { shared: shared.clone(), registry: Mutex::new(Registry::default()), fatal: Mutex::new(None) };
+    let handler = Rebalancer {
+        shared: shared.clone(),
+        registry: Mutex::new(Registry::default()),
+        fatal: Mutex::new(None),
+        shutdown_deadline: Mutex::new(None),
+    };
     let consumer: BaseConsumer<Rebalancer> = cfg
         .consumer_config()
         .create_with_context(handler)
@@ -96,7 +100,7 @@ pub(crate) fn run(shared: Arc<Shared>, control: Receiver<Control>) -> Result<()>
                 Control::Fenced { task, error } => {
                     if consumer.context().registry().owns_partitions(task) {
                         tracing::warn!(task, %error, "producer fenced: leaving the group so that it reassigns the partitions");
-                        leave_group(&consumer, &shared);
+                        leave_group(&consumer, Instant::now() + cfg.task_timeout + Duration::from_secs(5));
                         if let Err(e) = consumer.subscribe(&topics) {
                             fatal = Some(Error::Config(format!("cannot re-subscribe to {topics:?}: {e}")));
                             break 'run;
@@ -123,9 +127,15 @@ pub(crate) fn run(shared: Arc<Shared>, control: Receiver<Control>) -> Result<()>
             Some(Err(_)) | None => {}
         }
     }
+    // Graceful shutdown, bounded by the shutdown timeout: revocation commits every task's
+    // collected batch, then the instance task (if any) stops. A task still busy at the
+    // deadline is abandoned: its open transaction is aborted by the coordinator's timeout or
+    // fenced by the partition's next owner, so nothing half-done becomes visible.
     shared.shutdown.shutdown();
-    leave_group(&consumer, &shared);
-    consumer.context().stop_all_tasks();
+    let deadline = Instant::now() + cfg.shutdown_timeout;
+    *consumer.context().shutdown_deadline.lock().unwrap_or_else(|p| p.into_inner()) = Some(deadline);
+    leave_group(&consumer, deadline);
+    consumer.context().stop_all_tasks(deadline);
     tracing::info!(application_id = %cfg.application_id, summary = ?shared.shutdown.summary(), "pipeline stopped");
     match fatal.or_else(|| consumer.context().take_fatal()) {
         Some(e) => Err(e),
@@ -134,9 +144,8 @@ pub(crate) fn run(shared: Arc<Shared>, control: Receiver<Control>) -> Result<()>
 }
 
 /// Unsubscribes and polls until the revocation callback has finished every task's batch.
-fn leave_group(consumer: &BaseConsumer<Rebalancer>, shared: &Shared) {
+fn leave_group(consumer: &BaseConsumer<Rebalancer>, deadline: Instant) {
     consumer.unsubscribe();
-    let deadline = Instant::now() + shared.cfg.task_timeout + Duration::from_secs(5);
     while consumer.context().registry().has_routes() && Instant::now() < deadline {
         // Records still arriving belong to partitions being revoked: never routed again.
         let _ = consumer.poll(POLL_INTERVAL);
@@ -241,6 +250,8 @@ struct Rebalancer {
     shared: Arc<Shared>,
     registry: Mutex<Registry>,
     fatal: Mutex<Option<Error>>,
+    /// Set when shutting down: bounds every wait from then on.
+    shutdown_deadline: Mutex<Option<Instant>>,
 }
 
 impl Rebalancer {
@@ -376,7 +387,7 @@ impl Rebalancer {
     fn on_revoke(&self, consumer: &BaseConsumer<Self>, partitions: Vec<TopicPartition>, lost: bool) {
         tracing::info!(?partitions, lost, "partitions revoked");
         self.shared.shutdown.health_state().revoked(&partitions);
-        let deadline = Instant::now() + self.shared.cfg.task_timeout;
+        let deadline = self.revoke_deadline();
         let mut by_task: BTreeMap<u64, Vec<TopicPartition>> = BTreeMap::new();
         {
             let mut reg = self.registry();
@@ -397,7 +408,7 @@ impl Rebalancer {
             if !send_bounded(&task.tx, TaskMsg::Revoke { partitions: tps, lost, reply: reply_tx }, deadline) {
                 tracing::error!(
                     task = id,
-                    "task did not take its revocation within the task timeout; abandoning it to fencing"
+                    "task did not take its revocation before the deadline; abandoning it to fencing"
                 );
             }
             waiting.push((id, reply_rx));
@@ -419,7 +430,7 @@ impl Rebalancer {
                 None => {
                     tracing::error!(
                         task = id,
-                        "task did not finish its transaction within the task timeout; abandoning it to fencing"
+                        "task did not finish its transaction before the deadline (task timeout, or shutdown timeout when stopping); abandoning it to fencing"
                     );
                     if per_partition {
                         self.registry().tasks.remove(&id);
@@ -435,13 +446,32 @@ impl Rebalancer {
     }
 
     /// Shuts down every remaining task (the instance task, in the long-lived modes).
-    fn stop_all_tasks(&self) {
-        let tasks: Vec<TaskHandle> = self.registry().tasks.drain().map(|(_, h)| h).collect();
-        for h in &tasks {
-            let _ = send_bounded(&h.tx, TaskMsg::Shutdown, Instant::now() + self.shared.cfg.task_timeout);
+    fn stop_all_tasks(&self, deadline: Instant) {
+        let tasks: Vec<(u64, TaskHandle)> = self.registry().tasks.drain().collect();
+        for (_, h) in &tasks {
+            let _ = send_bounded(&h.tx, TaskMsg::Shutdown, deadline);
         }
-        for h in tasks {
-            let _ = h.join.join();
+        for (id, h) in tasks {
+            while !h.join.is_finished() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            if h.join.is_finished() {
+                let _ = h.join.join();
+            } else {
+                tracing::warn!(
+                    task = id,
+                    "task still busy at the shutdown deadline: abandoned to the transaction timeout"
+                );
+            }
+        }
+    }
+
+    /// A revocation's deadline: the task timeout, or the shutdown deadline once shutting down.
+    fn revoke_deadline(&self) -> Instant {
+        let task = Instant::now() + self.shared.cfg.task_timeout;
+        match *self.shutdown_deadline.lock().unwrap_or_else(|p| p.into_inner()) {
+            Some(d) => d.min(task),
+            None => task,
         }
     }
 }
