@@ -389,15 +389,26 @@ impl Rebalancer {
         self.shared.shutdown.health_state().revoked(&partitions);
         let deadline = self.revoke_deadline();
         let mut by_task: BTreeMap<u64, Vec<TopicPartition>> = BTreeMap::new();
+        let mut paused = Vec::new();
         {
             let mut reg = self.registry();
             for tp in partitions {
                 // Records waiting for room were never given to the task: the next owner
                 // reads them again from the committed offset.
-                reg.pending.remove(&tp);
+                if reg.pending.remove(&tp).is_some() {
+                    paused.push((tp.clone(), 0));
+                }
                 if let Some(id) = reg.routes.remove(&tp) {
                     by_task.entry(id).or_default().push(tp);
                 }
+            }
+        }
+        // An application pause is a flag on librdkafka's partition object, which can outlive
+        // an eager reassignment of the same partition: lift it, so that a partition paused
+        // now cannot stay silent once it is assigned again.
+        if !paused.is_empty() {
+            if let Err(e) = consumer.resume(&to_tpl(&paused)) {
+                tracing::warn!(error = %e, "resuming revoked partitions failed");
             }
         }
         let mut waiting = Vec::new();
