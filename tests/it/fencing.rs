@@ -15,7 +15,7 @@ async fn a_stuck_instance_is_fenced_and_its_transaction_never_appears() {
     let t = topics("zombie", 1, RECORDS, 100).await;
     let app = unique("zombie");
 
-    // Instance A blocks inside its transaction on offset 1,000 until released.
+    // Instance A blocks inside its transaction on offset 1,000 until released (once).
     let release = Arc::new(AtomicBool::new(false));
     let stuck = Arc::new(AtomicBool::new(false));
     let (out, rel, st) = (t.output.clone(), release.clone(), stuck.clone());
@@ -24,8 +24,9 @@ async fn a_stuck_instance_is_fenced_and_its_transaction_never_appears() {
             .task_timeout(Duration::from_secs(3))
             .max_records_per_transaction(200)
             .processor(move |r| {
-                if r.offset == 1_000 && !rel.load(Ordering::SeqCst) {
-                    st.store(true, Ordering::SeqCst);
+                // Only the first task to reach offset 1000 gets stuck: if the group gives
+                // the partition back to A, A's next task must not block too.
+                if r.offset == 1_000 && !st.swap(true, Ordering::SeqCst) {
                     while !rel.load(Ordering::SeqCst) {
                         std::thread::sleep(Duration::from_millis(10));
                     }
@@ -40,8 +41,9 @@ async fn a_stuck_instance_is_fenced_and_its_transaction_never_appears() {
     }
     // Its open transaction already holds outputs of offsets 1000.. (the batch began).
     // Instance B joins: the rebalance revokes A's partition; A's task cannot finish within
-    // the task timeout and is abandoned; whoever gets the partition re-initialises its
-    // transactional.id, which fences A's producer and aborts its transaction.
+    // the task timeout and is abandoned; whoever gets the partition (B, or A's next task)
+    // re-initialises its transactional.id, which fences the stuck producer and aborts its
+    // transaction.
     let b = spawn(t.pipeline(&app, Guarantee::ExactlyOnce));
     t.wait_caught_up(&app, Duration::from_secs(90)).await;
 

@@ -290,6 +290,7 @@ impl Rebalancer {
             Err(TrySendError::Full(TaskMsg::Record(r))) => {
                 reg.pending.entry(tp.clone()).or_default().push_back(r);
                 drop(reg);
+                tracing::debug!(partition = ?tp, "task queue full: partition paused");
                 if let Err(e) = consumer.pause(&to_tpl(&[(tp, 0)])) {
                     tracing::warn!(error = %e, "pausing a partition failed; its records wait in memory");
                 }
@@ -331,6 +332,7 @@ impl Rebalancer {
         }
         drop(reg);
         if !resumed.is_empty() {
+            tracing::debug!(partitions = ?resumed, "task queue drained: partitions resumed");
             if let Err(e) = consumer.resume(&to_tpl(&resumed)) {
                 tracing::warn!(error = %e, "resuming partitions failed");
             }
