@@ -20,7 +20,7 @@
 //!   the consumer leaves the group and joins again, so the group reassigns its partitions
 //!   (to this instance or another) and they restart from their committed offsets.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -170,8 +170,10 @@ struct Registry {
     /// Which task owns each assigned partition.
     routes: HashMap<TopicPartition, u64>,
     tasks: HashMap<u64, TaskHandle>,
-    /// Records of paused partitions, waiting for room in their task's queue.
+    /// Records waiting for room in their task's queue, per partition.
     pending: HashMap<TopicPartition, VecDeque<InputRecord>>,
+    /// Partitions paused because their pending queue grew to a queue's capacity.
+    paused: HashSet<TopicPartition>,
     next: u64,
 }
 
@@ -190,6 +192,13 @@ impl Registry {
 
 type Ready = Receiver<Result<()>>;
 
+/// Records a task's queue holds: a transaction's worth, within reason. A partition is paused
+/// once as many again wait in the consumer thread, which bounds memory per partition to about
+/// three transactions' worth plus librdkafka's prefetch.
+fn queue_capacity(cfg: &PipelineConfig) -> usize {
+    cfg.max_records_per_transaction.clamp(100, 10_000)
+}
+
 /// Starts a task thread; its producer is initialised on that thread and `Ready` says when.
 fn spawn_task(
     shared: &Arc<Shared>,
@@ -198,8 +207,7 @@ fn spawn_task(
     partitions: Vec<TopicPartition>,
     group: Option<Arc<rdkafka::consumer::ConsumerGroupMetadata>>,
 ) -> Result<(TaskHandle, Ready)> {
-    let cap = shared.cfg.max_records_per_transaction.clamp(100, 10_000);
-    let (tx, rx) = sync_channel(cap);
+    let (tx, rx) = sync_channel(queue_capacity(&shared.cfg));
     let (ready_tx, ready_rx) = sync_channel(1);
     let shared = shared.clone();
     let join = std::thread::Builder::new()
@@ -283,17 +291,21 @@ impl Rebalancer {
         };
         if let Some(queue) = reg.pending.get_mut(&tp) {
             queue.push_back(record);
-            return;
-        }
-        match tx.try_send(TaskMsg::Record(record)) {
-            Ok(()) => {}
-            Err(TrySendError::Full(TaskMsg::Record(r))) => {
-                reg.pending.entry(tp.clone()).or_default().push_back(r);
+            // Pausing makes librdkafka drop what it prefetched and fetch it again on resume,
+            // so only pause once a full queue's worth waits here.
+            if queue.len() >= queue_capacity(&self.shared.cfg) && reg.paused.insert(tp.clone()) {
                 drop(reg);
                 tracing::debug!(partition = ?tp, "task queue full: partition paused");
                 if let Err(e) = consumer.pause(&to_tpl(&[(tp, 0)])) {
                     tracing::warn!(error = %e, "pausing a partition failed; its records wait in memory");
                 }
+            }
+            return;
+        }
+        match tx.try_send(TaskMsg::Record(record)) {
+            Ok(()) => {}
+            Err(TrySendError::Full(TaskMsg::Record(r))) => {
+                reg.pending.entry(tp).or_default().push_back(r);
             }
             Err(_) => {
                 drop(reg);
@@ -330,6 +342,7 @@ impl Rebalancer {
         for (tp, _) in &resumed {
             reg.pending.remove(tp);
         }
+        resumed.retain(|(tp, _)| reg.paused.remove(tp));
         drop(reg);
         if !resumed.is_empty() {
             tracing::debug!(partitions = ?resumed, "task queue drained: partitions resumed");
@@ -397,7 +410,8 @@ impl Rebalancer {
             for tp in partitions {
                 // Records waiting for room were never given to the task: the next owner
                 // reads them again from the committed offset.
-                if reg.pending.remove(&tp).is_some() {
+                reg.pending.remove(&tp);
+                if reg.paused.remove(&tp) {
                     paused.push((tp.clone(), 0));
                 }
                 if let Some(id) = reg.routes.remove(&tp) {
