@@ -147,18 +147,41 @@ impl Default for ProcessorErrorPolicy {
     }
 }
 
-/// librdkafka properties whose values are secrets: never printed by `Debug` or logs.
+/// librdkafka properties whose values are secrets: never printed by `Debug` or logs. Any
+/// key ending in `password`, `secret` or `passphrase` is treated as one too.
 const SENSITIVE: &[&str] = &[
     "sasl.password",
     "sasl.oauthbearer.client.secret",
+    "sasl.oauthbearer.client.credentials.client.secret",
+    "sasl.oauthbearer.config",
+    "sasl.oauthbearer.assertion.private.key.passphrase",
+    "sasl.oauthbearer.assertion.private.key.pem",
     "ssl.key.password",
     "ssl.keystore.password",
     "ssl.key.pem",
     "ssl_key",
-    "sasl.oauthbearer.config",
 ];
 
-/// Properties passed to librdkafka verbatim, with secrets redacted in `Debug`.
+/// Whether the value of librdkafka property `key` is a secret (see [`Properties`]).
+pub fn is_sensitive(key: &str) -> bool {
+    SENSITIVE.contains(&key) || ["password", "secret", "passphrase"].iter().any(|s| key.ends_with(s))
+}
+
+/// A librdkafka client-creation error as text, without the value of a sensitive property
+/// (rust-rdkafka's `Display` of a rejected property includes its value).
+pub(crate) fn client_error(e: &rdkafka::error::KafkaError) -> String {
+    match e {
+        rdkafka::error::KafkaError::ClientConfig(_, desc, key, _) if is_sensitive(key) => {
+            format!("Client config error: {desc} {key} [redacted]")
+        }
+        e => e.to_string(),
+    }
+}
+
+/// Properties passed to librdkafka verbatim, with secrets redacted in `Debug`: the values of
+/// `sasl.password`, `ssl.key.password`, `ssl.keystore.password`, `ssl.key.pem`,
+/// `sasl.oauthbearer.config`, `sasl.oauthbearer.client.secret` and the other keys
+/// [`is_sensitive`] names print as `[redacted]`.
 #[derive(Clone, Default, PartialEq, Eq)]
 pub struct Properties(BTreeMap<String, String>);
 
@@ -175,6 +198,13 @@ impl Properties {
     pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
         self.0.iter().map(|(k, v)| (k.as_str(), v.as_str()))
     }
+    /// `text` with the value of every sensitive property replaced by `[redacted]`: for
+    /// quoting librdkafka's messages in errors and logs.
+    pub fn redact(&self, text: &str) -> String {
+        self.iter()
+            .filter(|(k, v)| is_sensitive(k) && !v.is_empty())
+            .fold(text.to_string(), |text, (_, v)| text.replace(v, "[redacted]"))
+    }
     pub(crate) fn apply(&self, cfg: &mut ClientConfig) {
         for (k, v) in self.iter() {
             cfg.set(k, v);
@@ -184,9 +214,7 @@ impl Properties {
 
 impl std::fmt::Debug for Properties {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_map()
-            .entries(self.iter().map(|(k, v)| (k, if SENSITIVE.contains(&k) { "[redacted]" } else { v })))
-            .finish()
+        f.debug_map().entries(self.iter().map(|(k, v)| (k, if is_sensitive(k) { "[redacted]" } else { v }))).finish()
     }
 }
 
@@ -476,6 +504,16 @@ impl PipelineBuilder {
         self.consumer_property(key.clone(), value.clone()).producer_property(key, value)
     }
 
+    /// [`client_property`](Self::client_property) for each of `properties`: e.g. security
+    /// settings kept in one [`Properties`] for the pipeline, the
+    /// [verifier](crate::verify::VerifyConfig) and the [admin client](crate::admin::Client).
+    pub fn client_properties(mut self, properties: &Properties) -> Self {
+        for (k, v) in properties.iter() {
+            self = self.client_property(k, v);
+        }
+        self
+    }
+
     /// Calls `hook` after every transaction cycle with its timings and outcome (see
     /// [`observe`](crate::observe)). Hooks run on the partition task's thread: keep them quick.
     pub fn on_transaction<F>(mut self, hook: F) -> Self
@@ -656,7 +694,28 @@ mod tests {
         let mut p = Properties::default();
         p.set("sasl.password", "hunter2");
         p.set("sasl.username", "alice");
+        p.set("ssl.keystore.password", "ks-pass");
+        p.set("sasl.oauthbearer.client.secret", "oauth-secret");
+        p.set("some.future.secret", "future-secret");
         let s = format!("{p:?}");
         assert!(!s.contains("hunter2") && s.contains("alice") && s.contains("[redacted]"), "{s}");
+        assert!(!s.contains("ks-pass") && !s.contains("oauth-secret") && !s.contains("future-secret"), "{s}");
+        let cfg = base().client_property("sasl.password", "hunter2").build().unwrap();
+        let s = format!("{:?}", cfg.config());
+        assert!(!s.contains("hunter2") && s.contains("sasl.password"), "{s}");
+        assert_eq!(p.redact("user alice, password hunter2"), "user alice, password [redacted]");
+    }
+
+    #[test]
+    fn client_errors_redact_secrets() {
+        // librdkafka refuses `ssl_key` as a string, and rust-rdkafka quotes the value.
+        let create = |k: &str, v: &str| {
+            ClientConfig::new().set(k, v).create::<rdkafka::consumer::BaseConsumer>().err().expect("rejected")
+        };
+        let e = create("ssl_key", "hunter2");
+        assert!(e.to_string().contains("hunter2"), "{e}");
+        let s = client_error(&e);
+        assert!(!s.contains("hunter2") && s.contains("ssl_key"), "{s}");
+        assert!(client_error(&create("linger.ms", "soon")).contains("soon"));
     }
 }

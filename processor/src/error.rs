@@ -97,17 +97,19 @@ pub enum Error {
     /// The configuration is invalid; the message names the option and the fix.
     #[error("invalid configuration: {0}")]
     Config(String),
-    /// No broker answered within the startup timeout.
+    /// No broker answered within the startup timeout, or the brokers refused the client's
+    /// credentials (failed SASL authentication or TLS handshake: reported at once).
     #[error(
         "cannot reach Kafka at {servers} within {timeout:?}: {detail}. Check that the brokers \
-         are running and that bootstrap.servers names their advertised listeners"
+         are running, that bootstrap.servers names their advertised listeners, and that the \
+         security settings (security.protocol, sasl.*, ssl.*) and credentials match the listener"
     )]
     Unreachable {
         /// The bootstrap servers tried.
         servers: String,
-        /// How long we waited.
+        /// How long we waited at most (a refused authentication is reported sooner).
         timeout: Duration,
-        /// librdkafka's reason.
+        /// librdkafka's reason, secrets redacted.
         detail: String,
     },
     /// Input topics that do not exist on the cluster.

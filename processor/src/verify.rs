@@ -167,7 +167,8 @@ pub fn read_to_end(
         .set("enable.partition.eof", "true")
         .set("log_level", "3");
     cfg.client_properties.apply(&mut cc);
-    let consumer: BaseConsumer = cc.create().map_err(|e| Error::Config(format!("verifier consumer: {e}")))?;
+    let consumer: BaseConsumer =
+        cc.create().map_err(|e| Error::Config(format!("verifier consumer: {}", crate::config::client_error(&e))))?;
     let remaining = deadline.saturating_duration_since(Instant::now());
     let md = consumer.fetch_metadata(Some(topic), remaining).map_err(|e| Error::Unreachable {
         servers: cfg.bootstrap_servers.clone(),

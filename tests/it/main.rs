@@ -10,4 +10,5 @@ mod failures;
 mod fencing;
 mod ops;
 mod rebalance;
+mod security;
 mod startup;

@@ -123,6 +123,61 @@ pub struct ClusterConfig {
     /// Default 60 s: a node is typically ready in a few seconds, but a loaded CI machine
     /// starting three JVMs can take much longer.
     pub ready_timeout: Duration,
+    /// An extra `SASL_PLAINTEXT` listener with these users, for tests of the security
+    /// settings. Default `None`: the nodes have only their `PLAINTEXT` listener.
+    ///
+    /// The `PLAINTEXT` listener stays in any case (inter-broker traffic and the readiness
+    /// probe use it); [`LocalCluster::sasl_bootstrap_servers`] names the SASL one. (A
+    /// detached cluster's state file records only the plaintext bootstrap servers.)
+    pub sasl: Option<SaslConfig>,
+}
+
+/// A `SASL_PLAINTEXT` listener on every node of a [`LocalCluster`], on its own port.
+///
+/// Mechanisms `PLAIN`, `SCRAM-SHA-256` and `SCRAM-SHA-512` are enabled on it, and every user
+/// can log in with each of them: the users are the PLAIN login module's users (in the
+/// listener's JAAS config in `server.properties`) and SCRAM credentials for both hashes,
+/// written into the cluster metadata when the storage is formatted
+/// (`kafka.tools.StorageTool format --add-scram ...`). A client connects with
+/// `security.protocol=SASL_PLAINTEXT`, `sasl.mechanism`, `sasl.username` and
+/// `sasl.password`.
+///
+/// Names may use ASCII letters, digits, `.`, `_` and `-`; passwords any printable ASCII
+/// except space, `"`, `\`, `,`, `=`, `[` and `]` (they end up inside the JAAS config and the
+/// storage tool's credential syntax). `Debug` shows the names, never the passwords, and no
+/// log line or error of the harness contains a password.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct SaslConfig {
+    /// `(name, password)` of every user.
+    pub users: Vec<(String, String)>,
+}
+
+impl SaslConfig {
+    /// The SASL mechanisms the listener enables.
+    pub const MECHANISMS: [&'static str; 3] = ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"];
+
+    /// A listener with one user.
+    pub fn with_user(name: impl Into<String>, password: impl Into<String>) -> Self {
+        SaslConfig::default().user(name, password)
+    }
+
+    /// Adds a user.
+    pub fn user(mut self, name: impl Into<String>, password: impl Into<String>) -> Self {
+        self.users.push((name.into(), password.into()));
+        self
+    }
+}
+
+impl std::fmt::Debug for SaslConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        struct Users<'a>(&'a [(String, String)]);
+        impl std::fmt::Debug for Users<'_> {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.debug_list().entries(self.0.iter().map(|(name, _)| (name, "[redacted]"))).finish()
+            }
+        }
+        f.debug_struct("SaslConfig").field("users", &Users(&self.users)).finish()
+    }
 }
 
 impl Default for ClusterConfig {
@@ -133,6 +188,7 @@ impl Default for ClusterConfig {
             extra_properties: Vec::new(),
             data_dir: None,
             ready_timeout: Duration::from_secs(60),
+            sasl: None,
         }
     }
 }

@@ -5,12 +5,16 @@ use std::fmt::Write as _;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 
+use super::SaslConfig;
+
 /// Static description of one node: identity, ports and where its files live.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct NodeSpec {
     pub id: i32,
     pub broker_port: u16,
     pub controller_port: u16,
+    /// Port of the `SASL_PLAINTEXT` listener, when the cluster has one.
+    pub sasl_port: Option<u16>,
     /// `<data_dir>/node-<id>`.
     pub dir: PathBuf,
     /// Directory id of the node's metadata log dir, used by `--initial-controllers`.
@@ -18,11 +22,12 @@ pub(crate) struct NodeSpec {
 }
 
 impl NodeSpec {
-    pub fn new(data_dir: &Path, id: i32, broker_port: u16, controller_port: u16) -> NodeSpec {
+    pub fn new(data_dir: &Path, id: i32, broker_port: u16, controller_port: u16, sasl_port: Option<u16>) -> NodeSpec {
         NodeSpec {
             id,
             broker_port,
             controller_port,
+            sasl_port,
             dir: data_dir.join(format!("node-{id}")),
             dir_id: random_kafka_id(),
         }
@@ -52,6 +57,12 @@ pub(crate) fn bootstrap_of<'a>(nodes: impl IntoIterator<Item = &'a NodeSpec>) ->
     nodes.into_iter().map(|n| format!("127.0.0.1:{}", n.broker_port)).collect::<Vec<_>>().join(",")
 }
 
+/// `127.0.0.1:S1,...` from the SASL ports; `None` when the nodes have no SASL listener.
+pub(crate) fn sasl_bootstrap_of<'a>(nodes: impl IntoIterator<Item = &'a NodeSpec>) -> Option<String> {
+    let ports = nodes.into_iter().map(|n| n.sasl_port.map(|p| format!("127.0.0.1:{p}"))).collect::<Option<Vec<_>>>()?;
+    (!ports.is_empty()).then(|| ports.join(","))
+}
+
 /// The `--initial-controllers` value: `1@127.0.0.1:C1:DIRID1,...`.
 pub(crate) fn initial_controllers(all: &[NodeSpec]) -> String {
     all.iter().map(|n| format!("{}@127.0.0.1:{}:{}", n.id, n.controller_port, n.dir_id)).collect::<Vec<_>>().join(",")
@@ -64,11 +75,28 @@ pub(crate) fn initial_controllers(all: &[NodeSpec]) -> String {
 /// 10 instead of 50 partitions for them (faster to create and load), no group-join delay, and a
 /// 32 MiB log-cleaner buffer (the 128 MiB default is allocated on a 512 MiB heap). `extra` is
 /// appended last so it overrides.
-pub(crate) fn server_properties(node: &NodeSpec, all: &[NodeSpec], extra: &[(String, String)]) -> String {
+///
+/// With `sasl` (and a `sasl_port` in `node`) a third listener, `SASL_PLAINTEXT`, enables the
+/// mechanisms of [`SaslConfig::MECHANISMS`]: PLAIN checks the users listed in the listener's
+/// JAAS config, SCRAM the credentials that [`scram_format_args`] writes at format time (its
+/// login modules need a JAAS entry, without options). Inter-broker and controller traffic
+/// stay on the plaintext listeners.
+pub(crate) fn server_properties(
+    node: &NodeSpec,
+    all: &[NodeSpec],
+    extra: &[(String, String)],
+    sasl: Option<&SaslConfig>,
+) -> String {
     let n = all.len();
     let quorum = all.iter().map(|n| format!("127.0.0.1:{}", n.controller_port)).collect::<Vec<_>>().join(",");
-    let listeners =
+    let mut listeners =
         format!("PLAINTEXT://127.0.0.1:{},CONTROLLER://127.0.0.1:{}", node.broker_port, node.controller_port);
+    let mut protocols = String::from("CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT");
+    let sasl = sasl.zip(node.sasl_port);
+    if let Some((_, port)) = sasl {
+        let _ = write!(listeners, ",SASL_PLAINTEXT://127.0.0.1:{port}");
+        protocols.push_str(",SASL_PLAINTEXT:SASL_PLAINTEXT");
+    }
     let mut props: Vec<(&str, String)> = vec![
         ("process.roles", "broker,controller".into()),
         ("node.id", node.id.to_string()),
@@ -77,7 +105,7 @@ pub(crate) fn server_properties(node: &NodeSpec, all: &[NodeSpec], extra: &[(Str
         ("advertised.listeners", listeners),
         ("controller.listener.names", "CONTROLLER".into()),
         ("inter.broker.listener.name", "PLAINTEXT".into()),
-        ("listener.security.protocol.map", "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT".into()),
+        ("listener.security.protocol.map", protocols),
         ("log.dirs", node.log_dirs().display().to_string()),
         ("num.partitions", "1".into()),
         ("auto.create.topics.enable", "false".into()),
@@ -96,6 +124,20 @@ pub(crate) fn server_properties(node: &NodeSpec, all: &[NodeSpec], extra: &[(Str
         props.push(("default.replication.factor", n.to_string()));
         props.push(("min.insync.replicas", "1".into()));
     }
+    if let Some((sasl, _)) = sasl {
+        props.push(("listener.name.sasl_plaintext.sasl.enabled.mechanisms", SaslConfig::MECHANISMS.join(",")));
+        let users: String = sasl.users.iter().map(|(name, password)| format!(" user_{name}=\"{password}\"")).collect();
+        props.push((
+            "listener.name.sasl_plaintext.plain.sasl.jaas.config",
+            format!("org.apache.kafka.common.security.plain.PlainLoginModule required{users};"),
+        ));
+        for key in [
+            "listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config",
+            "listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config",
+        ] {
+            props.push((key, "org.apache.kafka.common.security.scram.ScramLoginModule required;".into()));
+        }
+    }
     let mut out = String::from("# Written by kafka-eos's local broker harness; regenerated on every start.\n");
     for (k, v) in props {
         let _ = writeln!(out, "{k}={}", escape_value(&v));
@@ -107,6 +149,55 @@ pub(crate) fn server_properties(node: &NodeSpec, all: &[NodeSpec], extra: &[(Str
         }
     }
     out
+}
+
+/// Checks that every name and password can be written into the JAAS config and the storage
+/// tool's `--add-scram` syntax unquoted. Errors name the user, never the password.
+pub(crate) fn validate_sasl(sasl: &SaslConfig) -> Result<(), String> {
+    if sasl.users.is_empty() {
+        return Err("ClusterConfig::sasl needs at least one user".into());
+    }
+    for (i, (name, password)) in sasl.users.iter().enumerate() {
+        if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b)) {
+            return Err(format!(
+                "SASL user name {name:?} must be non-empty and use only ASCII letters, digits, '.', '_' and '-'"
+            ));
+        }
+        if sasl.users[..i].iter().any(|(other, _)| other == name) {
+            return Err(format!("SASL user {name:?} is listed twice"));
+        }
+        if password.is_empty() || !password.bytes().all(|b| b.is_ascii_graphic() && !b"\"\\,=[]".contains(&b)) {
+            return Err(format!(
+                "the password of SASL user {name:?} must be non-empty printable ASCII without space, '\"', '\\', ',', '=', '[' or ']'"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The storage tool arguments that create every user's SCRAM-SHA-256 and SCRAM-SHA-512
+/// credentials: `--add-scram 'SCRAM-SHA-256=[name=alice,password=secret]' ...` (the storage
+/// tool salts and hashes them). They hold the passwords: never log them.
+pub(crate) fn scram_format_args(sasl: &SaslConfig) -> Vec<String> {
+    let mut args = Vec::new();
+    for (name, password) in &sasl.users {
+        for mechanism in ["SCRAM-SHA-256", "SCRAM-SHA-512"] {
+            args.push("--add-scram".to_string());
+            args.push(format!("{mechanism}=[name={name},password={password}]"));
+        }
+    }
+    args
+}
+
+/// `text` with every password of `sasl` replaced by `[redacted]` (for quoting tool output).
+pub(crate) fn redact_passwords(text: &str, sasl: Option<&SaslConfig>) -> String {
+    let mut text = text.to_string();
+    for (_, password) in sasl.map(|s| &s.users[..]).unwrap_or_default() {
+        if !password.is_empty() {
+            text = text.replace(password.as_str(), "[redacted]");
+        }
+    }
+    text
 }
 
 /// Escapes a Java properties value (backslash, line breaks, leading whitespace).
@@ -240,6 +331,7 @@ mod tests {
                 id: i,
                 broker_port: 9000 + i as u16,
                 controller_port: 9100 + i as u16,
+                sasl_port: None,
                 dir: PathBuf::from(format!("/d/node-{i}")),
                 dir_id: format!("DIR{i}"),
             })
@@ -261,7 +353,7 @@ mod tests {
     #[test]
     fn single_node_properties() {
         let all = nodes(1);
-        let p = parse(&server_properties(&all[0], &all, &[]));
+        let p = parse(&server_properties(&all[0], &all, &[], None));
         assert_eq!(p["node.id"], "1");
         assert_eq!(p["process.roles"], "broker,controller");
         assert_eq!(p["controller.quorum.bootstrap.servers"], "127.0.0.1:9101");
@@ -284,7 +376,7 @@ mod tests {
             ("broker.session.timeout.ms".to_string(), "6000".to_string()),
             ("min.insync.replicas".to_string(), "1".to_string()),
         ];
-        let text = server_properties(&all[1], &all, &extra);
+        let text = server_properties(&all[1], &all, &extra, None);
         let p = parse(&text);
         assert_eq!(p["node.id"], "2");
         assert_eq!(p["controller.quorum.bootstrap.servers"], "127.0.0.1:9101,127.0.0.1:9102,127.0.0.1:9103");
@@ -298,6 +390,79 @@ mod tests {
         assert!(text.find("min.insync.replicas=2").unwrap() < text.find("min.insync.replicas=1").unwrap());
         assert_eq!(initial_controllers(&all), "1@127.0.0.1:9101:DIR1,2@127.0.0.1:9102:DIR2,3@127.0.0.1:9103:DIR3");
         assert_eq!(bootstrap_of(&all), "127.0.0.1:9001,127.0.0.1:9002,127.0.0.1:9003");
+    }
+
+    #[test]
+    fn sasl_listener() {
+        let mut all = nodes(3);
+        for n in &mut all {
+            n.sasl_port = Some(9200 + n.id as u16);
+        }
+        let sasl = SaslConfig::with_user("alice", "alice-secret").user("bob", "b0b!");
+        let p = parse(&server_properties(&all[1], &all, &[], Some(&sasl)));
+        assert_eq!(
+            p["listeners"],
+            "PLAINTEXT://127.0.0.1:9002,CONTROLLER://127.0.0.1:9102,SASL_PLAINTEXT://127.0.0.1:9202"
+        );
+        assert_eq!(p["advertised.listeners"], p["listeners"]);
+        assert_eq!(
+            p["listener.security.protocol.map"],
+            "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT"
+        );
+        assert_eq!(p["inter.broker.listener.name"], "PLAINTEXT");
+        assert_eq!(p["listener.name.sasl_plaintext.sasl.enabled.mechanisms"], "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512");
+        assert_eq!(
+            p["listener.name.sasl_plaintext.plain.sasl.jaas.config"],
+            r#"org.apache.kafka.common.security.plain.PlainLoginModule required user_alice="alice-secret" user_bob="b0b!";"#
+        );
+        for m in ["scram-sha-256", "scram-sha-512"] {
+            assert_eq!(
+                p[&format!("listener.name.sasl_plaintext.{m}.sasl.jaas.config")],
+                "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+            );
+        }
+        assert_eq!(sasl_bootstrap_of(&all).as_deref(), Some("127.0.0.1:9201,127.0.0.1:9202,127.0.0.1:9203"));
+        assert_eq!(
+            scram_format_args(&sasl),
+            [
+                "--add-scram",
+                "SCRAM-SHA-256=[name=alice,password=alice-secret]",
+                "--add-scram",
+                "SCRAM-SHA-512=[name=alice,password=alice-secret]",
+                "--add-scram",
+                "SCRAM-SHA-256=[name=bob,password=b0b!]",
+                "--add-scram",
+                "SCRAM-SHA-512=[name=bob,password=b0b!]",
+            ]
+        );
+        assert_eq!(redact_passwords("x alice-secret y b0b!", Some(&sasl)), "x [redacted] y [redacted]");
+        // Without SASL: no third listener, no SASL bootstrap.
+        let plain = nodes(1);
+        let p = parse(&server_properties(&plain[0], &plain, &[], None));
+        assert!(
+            !p["listeners"].contains("SASL") && !p.contains_key("listener.name.sasl_plaintext.sasl.enabled.mechanisms")
+        );
+        assert_eq!(sasl_bootstrap_of(&plain), None);
+    }
+
+    #[test]
+    fn sasl_validation_never_shows_passwords() {
+        assert!(validate_sasl(&SaslConfig::with_user("alice", "s3cr3t-._~!")).is_ok());
+        assert!(validate_sasl(&SaslConfig::default()).unwrap_err().contains("at least one user"));
+        assert!(validate_sasl(&SaslConfig::with_user("al ice", "x")).unwrap_err().contains("al ice"));
+        assert!(validate_sasl(&SaslConfig::with_user("a", "x").user("a", "y")).unwrap_err().contains("twice"));
+        for bad in ["", "has space", "quo\"te", "com,ma", "eq=ual", "[br]", "back\\slash", "ünï"] {
+            let e = validate_sasl(&SaslConfig::with_user("alice", bad)).unwrap_err();
+            assert!(e.contains("password of SASL user \"alice\""), "{e}");
+            assert!(bad.is_empty() || !e.contains(bad), "{e}");
+        }
+        let dbg = format!("{:?}", SaslConfig::with_user("alice", "hunter2"));
+        assert!(dbg.contains("alice") && dbg.contains("[redacted]") && !dbg.contains("hunter2"), "{dbg}");
+        let dbg = format!(
+            "{:?}",
+            super::super::ClusterConfig { sasl: Some(SaslConfig::with_user("alice", "hunter2")), ..Default::default() }
+        );
+        assert!(!dbg.contains("hunter2"), "{dbg}");
     }
 
     #[test]

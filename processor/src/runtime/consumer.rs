@@ -36,16 +36,69 @@ use crate::runtime::task::{RevokeReply, Task, TaskMsg};
 use crate::runtime::{Control, Shared, TopicPartition, POLL_INTERVAL};
 
 /// Checks, within the startup timeout, that the cluster answers and the topics exist.
+///
+/// librdkafka tells the cause of a refused SASL authentication or TLS certificate only in an
+/// error event (the metadata request just fails with a transport error, and librdkafka
+/// keeps reconnecting), so the probe polls for error events between metadata attempts and
+/// fails at once on those, naming the cause; other connection errors are quoted when the
+/// startup timeout runs out. Secrets are redacted from whatever is quoted.
 pub(crate) fn preflight(cfg: &PipelineConfig) -> Result<()> {
+    /// Keeps the reason of librdkafka's last telling error event, `true` once definitive.
+    #[derive(Default)]
+    struct Probe {
+        last: Mutex<Option<(bool, String)>>,
+    }
+    impl ClientContext for Probe {
+        fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
+            use rdkafka::types::RDKafkaErrorCode as C;
+            tracing::debug!(%error, reason, "preflight probe");
+            let code = error.rdkafka_error_code();
+            let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+            // "1/1 brokers are down" follows every failure: it must not hide the cause.
+            let keep = last.as_ref().is_some_and(|(failed, _)| *failed || code == Some(C::AllBrokersDown));
+            if !keep {
+                *last = Some((matches!(code, Some(C::Authentication | C::SSL)), reason.to_string()));
+            }
+        }
+    }
+    impl ConsumerContext for Probe {}
+
     let mut cc = cfg.consumer_config();
     cc.set("log_level", "3");
-    let probe: BaseConsumer =
-        cc.create().map_err(|e| Error::Config(format!("consumer configuration rejected by librdkafka: {e}")))?;
-    let md = probe.fetch_metadata(None, cfg.startup_timeout).map_err(|e| Error::Unreachable {
+    let probe: BaseConsumer<Probe> = cc.create_with_context(Probe::default()).map_err(|e| {
+        Error::Config(format!("consumer configuration rejected by librdkafka: {}", crate::config::client_error(&e)))
+    })?;
+    let unreachable = |detail: String| Error::Unreachable {
         servers: cfg.bootstrap_servers.clone(),
         timeout: cfg.startup_timeout,
-        detail: e.to_string(),
-    })?;
+        detail: cfg.consumer_properties.redact(&detail),
+    };
+    let deadline = Instant::now() + cfg.startup_timeout;
+    let mut attempt = Duration::from_millis(500);
+    let md = loop {
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        let e = match probe.fetch_metadata(None, attempt.min(remaining)) {
+            Ok(md) => break md,
+            Err(e) => e,
+        };
+        // Error events (queued behind log events, possibly just after the failure) reach
+        // Probe::error while the consumer is polled; it has no subscription, so no records.
+        let drained = Instant::now() + Duration::from_millis(100);
+        while Instant::now() < drained {
+            probe.poll(Duration::from_millis(20));
+        }
+        let last = probe.context().last.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        match last {
+            Some((true, reason)) => return Err(unreachable(format!("authentication failed: {reason}"))),
+            _ if Instant::now() >= deadline => {
+                return Err(unreachable(match last {
+                    Some((_, reason)) => format!("{e}; last error: {reason}"),
+                    None => e.to_string(),
+                }))
+            }
+            _ => attempt = (attempt * 2).min(Duration::from_secs(5)),
+        }
+    };
     let exists =
         |t: &str| md.topics().iter().any(|mt| mt.name() == t && mt.error().is_none() && !mt.partitions().is_empty());
     let mut wanted = cfg.input_topics.clone();

@@ -417,11 +417,28 @@ impl Task {
     }
 }
 
-/// Whether a Kafka error means the producer must be dropped: fenced, fatal, or a commit
-/// still failing after its retries — in an unknown state that the producer may not abort.
+/// Whether a Kafka error means the producer must be dropped: fenced, fatal, a commit still
+/// failing after its retries — in an unknown state that the producer may not abort — or
+/// offsets refused because this consumer is no longer the group member the task's group
+/// metadata names.
 fn gives_up(e: &StepError) -> bool {
     matches!(e.class, ErrorClass::Fenced | ErrorClass::Fatal)
         || (e.step == Step::Commit && e.class == ErrorClass::Retriable)
+        || (e.step == Step::SendOffsets && left_the_group(&e.err))
+}
+
+/// `send_offsets_to_transaction` refused with UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION or
+/// FENCED_INSTANCE_ID: the group expired this member (its session timed out: a stall, a
+/// partition) or moved to a newer generation. The task's group metadata is fixed at
+/// assignment, so no replay can ever succeed with it: replaying until the task timeout
+/// (as an abortable error would) livelocks the partition, and the revocation that waits
+/// for this task blocks the consumer from rejoining. Giving the producer up ends the cycle
+/// at once; the group reassigns the partition, whose next owner resumes from the committed
+/// offset. (Found by the chaos suite's stall scenario.)
+fn left_the_group(e: &rdkafka::error::KafkaError) -> bool {
+    use rdkafka::error::RDKafkaErrorCode as C;
+    matches!(e, rdkafka::error::KafkaError::Transaction(rd)
+        if matches!(rd.code(), C::UnknownMemberId | C::IllegalGeneration | C::FencedInstanceId))
 }
 
 /// A record's outputs: the processor's, or — once it exhausted its retries under a
