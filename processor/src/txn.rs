@@ -182,7 +182,8 @@ impl TxnProducer {
         let inner = cfg
             .producer_config(transactional_id.as_deref())
             .create_with_context(tracker)
-            .map_err(|e| StepError::new(Step::Create, e))?;
+            // Never quote a rejected secret property's value (rust-rdkafka's Display does).
+            .map_err(|e| StepError::new(Step::Create, KafkaError::ClientCreation(crate::config::client_error(&e))))?;
         Ok(TxnProducer {
             inner,
             transactional_id,

@@ -122,10 +122,9 @@ pub(crate) fn run(shared: Arc<Shared>, control: Receiver<Control>) -> Result<()>
         fatal: Mutex::new(None),
         shutdown_deadline: Mutex::new(None),
     };
-    let consumer: BaseConsumer<Rebalancer> = cfg
-        .consumer_config()
-        .create_with_context(handler)
-        .map_err(|e| Error::Config(format!("consumer configuration rejected by librdkafka: {e}")))?;
+    let consumer: BaseConsumer<Rebalancer> = cfg.consumer_config().create_with_context(handler).map_err(|e| {
+        Error::Config(format!("consumer configuration rejected by librdkafka: {}", crate::config::client_error(&e)))
+    })?;
     if cfg.guarantee != Guarantee::ExactlyOnce {
         // One long-lived task (and producer) for the whole instance, ready before joining.
         let txn_id = (cfg.guarantee == Guarantee::ExactlyOncePerConsumer)
