@@ -1,12 +1,15 @@
 //! Shared fixtures: the broker, unique names, running pipelines in the background.
 
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use kafka_eos::broker::{Cluster, ClusterConfig};
+use kafka_eos::processor::ProcessResult;
 use kafka_eos::verify::{verify, Report, VerifyConfig};
-use kafka_eos::{admin, Guarantee, OutputRecord, Pipeline, PipelineBuilder, ShutdownHandle, Summary};
+use kafka_eos::{
+    admin, Error, Guarantee, InputRecord, OutputRecord, Pipeline, PipelineBuilder, ShutdownHandle, Summary,
+};
 
 /// The bootstrap servers of the binary's shared cluster (started on first use). A test
 /// that cannot get a broker fails loudly: a skipped broker test would look green.
@@ -166,4 +169,62 @@ impl Running {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
+}
+
+/// The stuck-mid-transaction fixture: a 1:1 processor that blocks the first time it reaches
+/// one record, until released. Only the first task to get there blocks, so a partition
+/// handed back to the same instance does not block again.
+#[derive(Clone, Default)]
+pub struct Stuck {
+    reached: Arc<AtomicBool>,
+    release: Arc<AtomicBool>,
+}
+
+impl Stuck {
+    /// The processor: outputs like [`reversed`] into `out`, blocking once at `partition`/`offset`.
+    pub fn processor(
+        &self,
+        out: &str,
+        partition: i32,
+        offset: i64,
+    ) -> impl Fn(&InputRecord) -> ProcessResult + Send + Sync + 'static {
+        let (me, out) = (self.clone(), out.to_string());
+        move |r| {
+            if r.partition == partition && r.offset == offset && !me.reached.swap(true, Ordering::SeqCst) {
+                while !me.release.load(Ordering::SeqCst) {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+            }
+            Ok(vec![reversed(&out, r)])
+        }
+    }
+
+    /// Waits until a task is blocked on the record.
+    pub async fn wait_reached(&self, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        while !self.reached.load(Ordering::SeqCst) {
+            assert!(Instant::now() < deadline, "no task reached the stuck record within {timeout:?}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Lets the blocked task go on.
+    pub fn release(&self) {
+        self.release.store(true, Ordering::SeqCst);
+    }
+}
+
+/// A pipeline that outputs nothing.
+pub fn noop(bootstrap: &str, app: &str, topic: &str) -> PipelineBuilder {
+    Pipeline::builder()
+        .bootstrap_servers(bootstrap)
+        .application_id(app)
+        .input_topic(topic)
+        .handle_signals(false)
+        .processor(|_| Ok(vec![]))
+}
+
+/// Runs a pipeline that must fail, returning its error.
+pub async fn run_expecting_error(builder: PipelineBuilder) -> Error {
+    builder.build().expect("valid pipeline").run().await.expect_err("the pipeline must fail")
 }

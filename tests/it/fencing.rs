@@ -1,13 +1,11 @@
 //! Zombie fencing: an instance stuck mid-transaction loses its partition; the new owner's
 //! `init_transactions` fences it, its late commit fails, and none of its records appear.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kafka_eos::Guarantee;
 
-use crate::common::{reversed, spawn, topics, unique};
+use crate::common::{spawn, topics, unique, Stuck};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stuck_instance_is_fenced_and_its_transaction_never_appears() {
@@ -16,29 +14,14 @@ async fn a_stuck_instance_is_fenced_and_its_transaction_never_appears() {
     let app = unique("zombie");
 
     // Instance A blocks inside its transaction on offset 1,000 until released (once).
-    let release = Arc::new(AtomicBool::new(false));
-    let stuck = Arc::new(AtomicBool::new(false));
-    let (out, rel, st) = (t.output.clone(), release.clone(), stuck.clone());
+    let stuck = Stuck::default();
     let a = spawn(
         t.pipeline(&app, Guarantee::ExactlyOnce)
             .task_timeout(Duration::from_secs(3))
             .max_records_per_transaction(200)
-            .processor(move |r| {
-                // Only the first task to reach offset 1000 gets stuck: if the group gives
-                // the partition back to A, A's next task must not block too.
-                if r.offset == 1_000 && !st.swap(true, Ordering::SeqCst) {
-                    while !rel.load(Ordering::SeqCst) {
-                        std::thread::sleep(Duration::from_millis(10));
-                    }
-                }
-                Ok(vec![reversed(&out, r)])
-            }),
+            .processor(stuck.processor(&t.output, 0, 1_000)),
     );
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !stuck.load(Ordering::SeqCst) {
-        assert!(Instant::now() < deadline, "instance A never reached offset 1000");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    stuck.wait_reached(Duration::from_secs(60)).await;
     // Its open transaction already holds outputs of offsets 1000.. (the batch began).
     // Instance B joins: the rebalance revokes A's partition; A's task cannot finish within
     // the task timeout and is abandoned; whoever gets the partition (B, or A's next task)
@@ -48,7 +31,7 @@ async fn a_stuck_instance_is_fenced_and_its_transaction_never_appears() {
     t.wait_caught_up(&app, Duration::from_secs(90)).await;
 
     // Wake the zombie: it finishes processing and tries to commit with a fenced producer.
-    release.store(true, Ordering::SeqCst);
+    stuck.release();
     let deadline = Instant::now() + Duration::from_secs(30);
     while a.handle.summary().producers_fenced == 0 {
         assert!(Instant::now() < deadline, "the zombie's commit was not fenced: {:?}", a.handle.summary());

@@ -4,7 +4,7 @@ use std::time::{Duration, Instant};
 
 use kafka_eos::Guarantee;
 
-use crate::common::{spawn, topics, unique};
+use crate::common::{spawn, topics, unique, Stuck};
 
 /// A second instance joins and later leaves while input keeps arriving: 0 duplicates,
 /// 0 missing.
@@ -66,33 +66,17 @@ async fn restart_resumes_from_committed_offsets() {
 /// completes the input exactly once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn graceful_shutdown_is_bounded_and_a_restart_loses_nothing() {
-    use std::sync::atomic::{AtomicBool, Ordering};
-    use std::sync::Arc;
-
     const RECORDS: u64 = 4_000;
     let t = topics("shutdown", 2, RECORDS, 100).await;
     let app = unique("shutdown");
-    let (release, stuck) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
-    let (out, rel, st) = (t.output.clone(), release.clone(), stuck.clone());
+    let stuck = Stuck::default();
     let run = spawn(
         t.pipeline(&app, Guarantee::ExactlyOnce)
             .shutdown_timeout(Duration::from_secs(2))
             .max_records_per_transaction(500)
-            .processor(move |r| {
-                if r.partition == 0 && r.offset == 1_000 && !rel.load(Ordering::SeqCst) {
-                    st.store(true, Ordering::SeqCst);
-                    while !rel.load(Ordering::SeqCst) {
-                        std::thread::sleep(Duration::from_millis(10));
-                    }
-                }
-                Ok(vec![crate::common::reversed(&out, r)])
-            }),
+            .processor(stuck.processor(&t.output, 0, 1_000)),
     );
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !stuck.load(Ordering::SeqCst) {
-        assert!(Instant::now() < deadline, "the processor never reached the stuck record");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    stuck.wait_reached(Duration::from_secs(60)).await;
     let asked = Instant::now();
     run.handle.shutdown();
     let first = run.finish().await.expect("a bounded shutdown is not an error");
@@ -102,7 +86,7 @@ async fn graceful_shutdown_is_bounded_and_a_restart_loses_nothing() {
     let second = spawn(t.pipeline(&app, Guarantee::ExactlyOnce));
     t.wait_caught_up(&app, Duration::from_secs(90)).await;
     let second = second.stop().await;
-    release.store(true, Ordering::SeqCst);
+    stuck.release();
     let report = t.verify().await;
     assert!(report.is_exactly_once(), "{report:?}");
     assert_eq!(first.records_in + second.records_in, RECORDS, "{first:?} {second:?}");

@@ -16,7 +16,7 @@ use kafka_eos::config::Properties;
 use kafka_eos::verify::{verify, VerifyConfig};
 use kafka_eos::{Error, Guarantee, Pipeline};
 
-use crate::common::{reversed, spawn, unique};
+use crate::common::{noop, reversed, run_expecting_error, spawn, unique};
 
 const USER: &str = "alice";
 const PASSWORD: &str = "alice-s3cret-Q7x";
@@ -120,13 +120,7 @@ async fn wrong_password_fails_within_the_startup_timeout_without_leaking_it() {
 
     for mechanism in ["SCRAM-SHA-256", "PLAIN"] {
         let startup_timeout = Duration::from_secs(10);
-        let builder = Pipeline::builder()
-            .bootstrap_servers(&bootstrap)
-            .application_id(unique("sasl-wrong"))
-            .input_topic(&input)
-            .handle_signals(false)
-            .startup_timeout(startup_timeout)
-            .processor(|_| Ok(vec![]));
+        let builder = noop(&bootstrap, &unique("sasl-wrong"), &input).startup_timeout(startup_timeout);
         let pipeline = builder.client_properties(&sasl(mechanism, WRONG_PASSWORD)).build().unwrap();
         let config_debug = format!("{:?}", pipeline.config());
         let started = Instant::now();
@@ -154,18 +148,8 @@ async fn missing_security_settings_fail_within_the_startup_timeout_naming_them()
     let bootstrap = cluster().await;
     let startup_timeout = Duration::from_secs(3);
     let started = Instant::now();
-    let err = Pipeline::builder()
-        .bootstrap_servers(&bootstrap)
-        .application_id(unique("sasl-none"))
-        .input_topic("in")
-        .handle_signals(false)
-        .startup_timeout(startup_timeout)
-        .processor(|_| Ok(vec![]))
-        .build()
-        .unwrap()
-        .run()
-        .await
-        .expect_err("a plaintext client must not get through a SASL listener");
+    // A plaintext client must not get through a SASL listener.
+    let err = run_expecting_error(noop(&bootstrap, &unique("sasl-none"), "in").startup_timeout(startup_timeout)).await;
     let elapsed = started.elapsed();
     eprintln!("no security settings: failed after {elapsed:?}: {err}");
     assert!(matches!(err, Error::Unreachable { .. }), "{err:?}");
