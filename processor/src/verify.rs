@@ -19,10 +19,10 @@
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::KafkaError;
 use rdkafka::message::{BorrowedMessage, Headers, Message};
-use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use rdkafka::{ClientConfig, ClientContext, Offset, TopicPartitionList};
 
 use crate::config::Properties;
 use crate::error::{Error, Result};
@@ -167,8 +167,9 @@ pub fn read_to_end(
         .set("enable.partition.eof", "true")
         .set("log_level", "3");
     cfg.client_properties.apply(&mut cc);
-    let consumer: BaseConsumer =
-        cc.create().map_err(|e| Error::Config(format!("verifier consumer: {}", crate::config::client_error(&e))))?;
+    let consumer: BaseConsumer<QuietEof> = cc
+        .create_with_context(QuietEof)
+        .map_err(|e| Error::Config(format!("verifier consumer: {}", crate::config::client_error(&e))))?;
     let remaining = deadline.saturating_duration_since(Instant::now());
     let md = consumer.fetch_metadata(Some(topic), remaining).map_err(|e| Error::Unreachable {
         servers: cfg.bootstrap_servers.clone(),
@@ -208,3 +209,19 @@ pub fn read_to_end(
     }
     Ok(())
 }
+
+/// A consumer context that does not report the end of a partition as an error: the
+/// verifier asks for those events (`enable.partition.eof`), and librdkafka's default
+/// context would log each one at ERROR level.
+pub struct QuietEof;
+
+impl ClientContext for QuietEof {
+    fn error(&self, error: KafkaError, reason: &str) {
+        match error {
+            KafkaError::PartitionEOF(_) => tracing::trace!(reason, "end of partition"),
+            e => tracing::warn!(error = %e, reason, "verifier consumer error"),
+        }
+    }
+}
+
+impl ConsumerContext for QuietEof {}
