@@ -55,7 +55,9 @@
 #![warn(missing_docs)]
 
 pub mod admin;
+pub mod bench;
 pub mod broker;
+pub mod chaos;
 pub mod codec;
 pub mod config;
 pub mod error;

@@ -1,11 +1,162 @@
-//! `kafka-eos chaos`: exactly-once under injected faults (issue: chaos suite).
+//! `kafka-eos chaos`: exactly-once under injected faults (see `kafka_eos::chaos` and
+//! `docs/reliability.md`).
+//!
+//! `kafka-eos chaos [--records N] [--scenario NAME]... [--soak] [--seed S]` runs the suite
+//! and prints one row per scenario, then
+//! `chaos: <k> scenarios, <n> faults, <d> duplicates, <m> missing, <o> order violations`;
+//! it exits 1 on any violation. `kafka-eos chaos instance ...` (hidden) is one pipeline
+//! instance: the suite starts it as a child process of this same binary.
 
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use kafka_eos::chaos::{self, InstanceConfig, Progress, Scenario, ScenarioResult, SuiteConfig};
+use kafka_eos::Guarantee;
 
 /// Arguments of `kafka-eos chaos`.
 #[derive(clap::Args)]
-pub struct Args {}
+#[command(args_conflicts_with_subcommands = true)]
+pub struct Args {
+    #[command(subcommand)]
+    instance: Option<Sub>,
+    /// Input records per scenario [default: 100000; 2000000 with --soak].
+    #[arg(long)]
+    records: Option<u64>,
+    /// Partitions of the input and output topics.
+    #[arg(long, default_value_t = 4)]
+    partitions: i32,
+    /// Run only this scenario (repeatable): process-kill, process-bounce, broker-kill,
+    /// broker-bounce, rebalance-storm, random-aborts, stall [default: all].
+    #[arg(long = "scenario")]
+    scenarios: Vec<Scenario>,
+    /// Soak: ten times the faults of every scenario (hundreds in all) over millions of records.
+    #[arg(long)]
+    soak: bool,
+    /// Seed of every random choice; a failing run prints its seed to replay it.
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Run against this cluster instead of a local 3-node one (broker scenarios are skipped).
+    #[arg(long, env = "KAFKA_BOOTSTRAP")]
+    bootstrap: Option<String>,
+    /// Replication factor of the topics [default: 3].
+    #[arg(long)]
+    replication: Option<i32>,
+    /// The guarantee under test: exactly-once or exactly-once-per-consumer.
+    #[arg(long, default_value = "exactly-once")]
+    guarantee: Guarantee,
+    /// Keep the instances' logs here (default: a temporary directory, removed on success).
+    #[arg(long)]
+    log_dir: Option<PathBuf>,
+}
 
-pub fn run(_args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
-    Err("`kafka-eos chaos` is not implemented yet".into())
+#[derive(clap::Subcommand)]
+enum Sub {
+    /// One pipeline instance (started by the suite).
+    #[command(hide = true)]
+    Instance(InstanceArgs),
+}
+
+#[derive(clap::Args)]
+struct InstanceArgs {
+    #[arg(long)]
+    bootstrap: String,
+    #[arg(long)]
+    app: String,
+    #[arg(long)]
+    input: String,
+    #[arg(long)]
+    output: String,
+    #[arg(long, default_value = "exactly-once")]
+    guarantee: Guarantee,
+    /// Abort about one transaction in this many on purpose (0: never).
+    #[arg(long, default_value_t = 0)]
+    abort_one_in: u32,
+    #[arg(long, default_value_t = 6000)]
+    session_timeout_ms: u64,
+    #[arg(long, default_value_t = 8000)]
+    transaction_timeout_ms: u64,
+    #[arg(long, default_value_t = 500)]
+    status_interval_ms: u64,
+}
+
+pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
+    if let Some(Sub::Instance(a)) = args.instance {
+        return run_instance(a);
+    }
+    if args.guarantee == Guarantee::AtLeastOnce {
+        return Err("the chaos suite checks exactly-once: at-least-once would fail it by design".into());
+    }
+    let mut cfg = SuiteConfig::new(std::env::current_exe()?);
+    cfg.records = args.records.unwrap_or(if args.soak { 2_000_000 } else { 100_000 });
+    cfg.partitions = args.partitions;
+    if !args.scenarios.is_empty() {
+        cfg.scenarios = args.scenarios;
+    }
+    cfg.soak = args.soak;
+    if let Some(seed) = args.seed {
+        cfg.seed = seed;
+    }
+    cfg.bootstrap = args.bootstrap.filter(|b| !b.trim().is_empty());
+    cfg.replication = args.replication;
+    cfg.guarantee = args.guarantee;
+    cfg.log_dir = args.log_dir;
+    println!(
+        "chaos: {} records x {} partitions per scenario, guarantee {}, seed {}{}",
+        cfg.records,
+        cfg.partitions,
+        cfg.guarantee.as_str(),
+        cfg.seed,
+        if cfg.soak { ", soak" } else { "" }
+    );
+    let started = Instant::now();
+    let mut header = false;
+    let report = chaos::run_suite(&cfg, &mut |p| match p {
+        Progress::Message(m) => eprintln!("{m}"),
+        Progress::Result(r) => print_result(r, &mut header),
+    })?;
+    if let Some(dir) = &report.logs {
+        println!("instance logs: {}", dir.display());
+    }
+    println!("total elapsed: {:.0?}", Duration::from_secs(started.elapsed().as_secs()));
+    if !report.passed() {
+        println!("FAILED (replay with --seed {})", report.seed);
+    }
+    println!("{}", report.summary_line());
+    Ok(if report.passed() { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}
+
+fn print_result(r: &ScenarioResult, header: &mut bool) {
+    if !*header {
+        println!("{}", ScenarioResult::header());
+        *header = true;
+    }
+    println!("{}", r.row());
+    for n in &r.notes {
+        println!("    {n}");
+    }
+    if let Some(e) = &r.error {
+        println!("    error: {e}");
+    }
+}
+
+fn run_instance(a: InstanceArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
+    let cfg = InstanceConfig {
+        bootstrap: a.bootstrap,
+        application_id: a.app,
+        input: a.input,
+        output: a.output,
+        guarantee: a.guarantee,
+        abort_one_in: a.abort_one_in,
+        session_timeout: Duration::from_millis(a.session_timeout_ms),
+        transaction_timeout: Duration::from_millis(a.transaction_timeout_ms),
+        status_interval: Duration::from_millis(a.status_interval_ms),
+    };
+    match chaos::run_instance(cfg) {
+        Ok(_) => Ok(ExitCode::SUCCESS),
+        Err(e) => {
+            eprintln!("chaos instance: {e}");
+            Ok(ExitCode::from(1))
+        }
+    }
 }

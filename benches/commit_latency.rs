@@ -1,0 +1,353 @@
+//! Commit latency: how long the commit step (`send_offsets_to_transaction` +
+//! `commit_transaction`) and the whole transaction take, by transaction size, for both
+//! exactly-once modes and for the naive rust-rdkafka loop a user would otherwise write.
+//!
+//! `cargo bench --bench commit_latency [-- --quick]`; see docs/benchmarks.md for the
+//! method and the figures of a full run.
+//!
+//! # How
+//! For each value size and transaction size `n`, one input topic (1 partition) receives
+//! `(warm-up + T) * n` records before anything runs, so every batch is full. Each subject
+//! copies it into its own output topic:
+//!
+//! - a kafka-eos pipeline with `max_records_per_transaction(n)` and a 10 s commit interval
+//!   (batches close on the count, never on time); its timings come from the
+//!   `on_transaction` hook ([`TransactionEvent`]): `commit` and `total` of every committed
+//!   event with `records == n`;
+//! - the naive loop: a transactional `FutureProducer` and a `BaseConsumer`; per batch,
+//!   `begin_transaction`, one `send_result` per record (futures dropped), then
+//!   `send_offsets_to_transaction` and `commit_transaction` — which in rust-rdkafka 0.39
+//!   first flushes, polling in 100 ms steps while anything is unacknowledged.
+//!
+//! The first [`WARMUP`] transactions of every subject are left out (connection set-up,
+//! coordinator lookup); the rest go into HDR histograms (microsecond precision).
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::plot::{log_x_chart, Legend, Series};
+use common::{bar, broker, init_tracing, runtime, step, write_results, Args};
+use hdrhistogram::Histogram;
+use kafka_eos::bench::{copy, delete_topics, fmt_opt, table, unique_name, CopyOptions, Input, Subject, Tuning};
+use kafka_eos::config::Properties;
+use kafka_eos::observe::{Outcome, TransactionEvent};
+use kafka_eos::Guarantee;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::{Header, Message, OwnedHeaders};
+use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+
+/// Transactions left out at the start of every subject's run.
+const WARMUP: usize = 3;
+
+/// The subjects, in table order.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Who {
+    Ours(Guarantee),
+    Naive,
+}
+
+impl Who {
+    fn name(self) -> &'static str {
+        match self {
+            Who::Ours(g) => g.as_str(),
+            Who::Naive => "naive-rdkafka",
+        }
+    }
+}
+
+/// A commit-step CDF of one subject at one transaction size: `(ms, fraction)` points.
+type Cdf = (Who, usize, Vec<(f64, f64)>);
+
+/// Commit-step and whole-transaction latencies of one subject at one size, in µs.
+struct Latencies {
+    commit: Histogram<u64>,
+    total: Histogram<u64>,
+    /// Waiting for the outputs' acknowledgements (ours only: the naive loop's wait is
+    /// inside its commit).
+    await_acks: Histogram<u64>,
+    seen: usize,
+}
+
+impl Latencies {
+    fn new() -> Latencies {
+        Latencies {
+            commit: Histogram::new_with_bounds(1, 600_000_000, 3).expect("histogram bounds"),
+            total: Histogram::new_with_bounds(1, 600_000_000, 3).expect("histogram bounds"),
+            await_acks: Histogram::new_with_bounds(1, 600_000_000, 3).expect("histogram bounds"),
+            seen: 0,
+        }
+    }
+
+    fn record(&mut self, commit: Duration, total: Duration, await_acks: Option<Duration>) {
+        self.seen += 1;
+        if self.seen > WARMUP {
+            let us = |d: Duration| (d.as_micros() as u64).clamp(1, 600_000_000);
+            let _ = self.commit.record(us(commit));
+            let _ = self.total.record(us(total));
+            if let Some(a) = await_acks {
+                let _ = self.await_acks.record(us(a));
+            }
+        }
+    }
+}
+
+fn ms(h: &Histogram<u64>, q: f64) -> f64 {
+    h.value_at_quantile(q) as f64 / 1000.0
+}
+
+fn main() {
+    let args = Args::parse();
+    init_tracing();
+    let started = Instant::now();
+    let cluster = broker();
+    let bootstrap = cluster.bootstrap_servers();
+    let rt = runtime();
+
+    let sizes: Vec<(usize, usize)> = if args.quick {
+        vec![(1, 20), (100, 20), (1_000, 8)]
+    } else {
+        vec![(1, 150), (10, 150), (100, 150), (1_000, 60), (10_000, 15)]
+    };
+    let value_sizes = [100usize, 1024];
+    let subjects = [Who::Ours(Guarantee::ExactlyOnce), Who::Ours(Guarantee::ExactlyOncePerConsumer), Who::Naive];
+    println!(
+        "commit_latency ({} mode) on {bootstrap}: transaction sizes {:?}, values {:?} B",
+        args.mode(),
+        sizes.iter().map(|s| s.0).collect::<Vec<_>>(),
+        value_sizes
+    );
+
+    let bar = bar((sizes.len() * value_sizes.len() * subjects.len()) as u64);
+    let mut rows = Vec::new();
+    let mut json = Vec::new();
+    let mut cdfs: Vec<Cdf> = Vec::new();
+    for &value_size in &value_sizes {
+        for &(n, txns) in &sizes {
+            let records = ((WARMUP + txns) * n) as u64;
+            let topic = unique_name(&format!("lat-in-{n}x{value_size}"));
+            let input = Input::create(&bootstrap, &topic, 1, 1, records, value_size, Properties::default())
+                .unwrap_or_else(|e| fail(&format!("producing the input {topic}: {e}")));
+            let mut topics = vec![topic];
+            for &who in &subjects {
+                step(&bar, format!("{} / {n} records x {value_size} B x {txns} transactions", who.name()));
+                let output = unique_name(&format!("lat-out-{n}"));
+                topics.push(output.clone());
+                let lat = Arc::new(Mutex::new(Latencies::new()));
+                let run_started = Instant::now();
+                let res = match who {
+                    Who::Ours(g) => {
+                        let sink = lat.clone();
+                        let opts = CopyOptions {
+                            tuning: Tuning { commit_interval: Duration::from_secs(10), max_records_per_transaction: n },
+                            time_limit: Some(Duration::from_secs(300)),
+                            verify: false,
+                            hook: Some(Arc::new(move |e: &TransactionEvent| {
+                                if e.outcome == Outcome::Committed && e.records == n {
+                                    sink.lock().unwrap_or_else(|p| p.into_inner()).record(
+                                        e.commit,
+                                        e.total,
+                                        Some(e.await_acks),
+                                    );
+                                }
+                            })),
+                        };
+                        copy(rt.handle(), &input, &output, Subject::Pipeline(g), &opts)
+                            .map(|_| ())
+                            .map_err(|e| e.to_string())
+                    }
+                    Who::Naive => naive(&input, &output, n, WARMUP + txns, &lat),
+                };
+                if let Err(e) = res {
+                    fail(&format!("{} at {n} records: {e}", who.name()));
+                }
+                let l = lat.lock().unwrap_or_else(|p| p.into_inner());
+                let (c, t) = (&l.commit, &l.total);
+                let txn_per_s = if t.mean() > 0.0 { 1e6 / t.mean() } else { 0.0 };
+                rows.push(vec![
+                    who.name().to_string(),
+                    n.to_string(),
+                    value_size.to_string(),
+                    c.len().to_string(),
+                    format!("{:.2}", ms(c, 0.5)),
+                    format!("{:.2}", ms(c, 0.9)),
+                    format!("{:.2}", ms(c, 0.99)),
+                    format!("{:.2}", c.max() as f64 / 1000.0),
+                    format!("{:.2}", ms(t, 0.5)),
+                    format!("{:.2}", ms(t, 0.99)),
+                    format!("{:.2}", t.max() as f64 / 1000.0),
+                ]);
+                json.push(serde_json::json!({
+                    "mode": args.mode(),
+                    "subject": who.name(),
+                    "records_per_transaction": n,
+                    "value_size_bytes": value_size,
+                    "input_partitions": 1,
+                    "transactions_measured": c.len(),
+                    "warmup_transactions_excluded": WARMUP,
+                    "commit_step_ms": {"p50": ms(c, 0.5), "p90": ms(c, 0.9), "p99": ms(c, 0.99), "max": c.max() as f64 / 1000.0, "mean": c.mean() / 1000.0},
+                    "transaction_ms": {"p50": ms(t, 0.5), "p90": ms(t, 0.9), "p99": ms(t, 0.99), "max": t.max() as f64 / 1000.0, "mean": t.mean() / 1000.0},
+                    "await_acks_ms": (!l.await_acks.is_empty()).then(|| serde_json::json!({"p50": ms(&l.await_acks, 0.5), "p99": ms(&l.await_acks, 0.99)})),
+                    "transactions_per_second_back_to_back": txn_per_s,
+                    "run_seconds": run_started.elapsed().as_secs_f64(),
+                }));
+                if value_size == 100 {
+                    let points = c
+                        .iter_quantiles(2)
+                        .map(|v| (v.value_iterated_to() as f64 / 1000.0, v.quantile_iterated_to()))
+                        .collect();
+                    cdfs.push((who, n, points));
+                }
+                bar.inc(1);
+            }
+            delete_topics(&bootstrap, &Properties::default(), &topics);
+        }
+    }
+    bar.finish_and_clear();
+
+    println!(
+        "\ncommit step = send_offsets_to_transaction + commit_transaction; transaction = begin .. commit done (ms)"
+    );
+    print!(
+        "{}",
+        table(
+            &[
+                "subject",
+                "records/txn",
+                "value B",
+                "txns",
+                "commit p50",
+                "p90",
+                "p99",
+                "max",
+                "txn p50",
+                "txn p99",
+                "txn max"
+            ],
+            &rows
+        )
+    );
+    summary(&json);
+
+    let dir = args.plot_dir();
+    for who in subjects {
+        let series: Vec<Series> = cdfs
+            .iter()
+            .filter(|(w, _, _)| *w == who)
+            .map(|(_, n, pts)| Series { name: format!("{n} records"), points: pts.clone(), markers: false })
+            .collect();
+        log_x_chart(
+            &dir.join(format!("commit-latency-cdf-{}.svg", who.name())),
+            &format!("Commit step latency CDF, {} (100 B values)", who.name()),
+            "commit step (send offsets + commit), ms (log)",
+            "fraction of transactions",
+            &series,
+            Legend::LowerRight,
+        );
+    }
+    let wall = started.elapsed().as_secs_f64();
+    write_results(
+        "commit_latency",
+        args.mode(),
+        &bootstrap,
+        serde_json::json!({"wall_seconds": wall, "warmup_transactions_excluded": WARMUP}),
+        json,
+    );
+    println!("commit_latency {} mode: {wall:.0} s wall, broker start included", args.mode());
+    drop(cluster);
+}
+
+/// The goal lines: commit p50/p99 at 100 records, ours against the naive loop.
+fn summary(json: &[serde_json::Value]) {
+    let get = |who: &str, v: usize, what: &str, q: &str| {
+        json.iter()
+            .find(|j| j["subject"] == who && j["records_per_transaction"] == 100 && j["value_size_bytes"] == v)
+            .and_then(|j| j[what][q].as_f64())
+    };
+    println!("\n100-record transactions, 100 B values (goal: commit p50 <= 5 ms, p99 <= 25 ms):");
+    for who in ["exactly-once", "exactly-once-per-consumer", "naive-rdkafka"] {
+        println!(
+            "  {who:<26} commit p50 {:>7} ms  p99 {:>7} ms   transaction p50 {:>7} ms",
+            fmt_opt(get(who, 100, "commit_step_ms", "p50"), 2),
+            fmt_opt(get(who, 100, "commit_step_ms", "p99"), 2),
+            fmt_opt(get(who, 100, "transaction_ms", "p50"), 2),
+        );
+    }
+}
+
+/// The naive loop: what a rust-rdkafka user writes from the API docs.
+fn naive(input: &Input, output: &str, n: usize, txns: usize, lat: &Arc<Mutex<Latencies>>) -> Result<(), String> {
+    input.create_topic(output, 1).map_err(|e| e.to_string())?;
+    let group = unique_name("lat-naive");
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &input.bootstrap)
+        .set("group.id", &group)
+        .set("enable.auto.commit", "false")
+        .set("auto.offset.reset", "earliest")
+        .set("isolation.level", "read_committed")
+        .set("log_level", "3")
+        .create()
+        .map_err(|e| e.to_string())?;
+    let producer: FutureProducer = ClientConfig::new()
+        .set("bootstrap.servers", &input.bootstrap)
+        .set("transactional.id", &group)
+        .set("linger.ms", "5")
+        .set("log_level", "3")
+        .create()
+        .map_err(|e| e.to_string())?;
+    let t = Duration::from_secs(30);
+    producer.init_transactions(t).map_err(|e| e.to_string())?;
+    consumer.subscribe(&[&input.topic]).map_err(|e| e.to_string())?;
+    let deadline = Instant::now() + Duration::from_secs(600);
+    for _ in 0..txns {
+        // Collect a batch (not timed, as the pipeline's collection is not).
+        let mut batch = Vec::with_capacity(n);
+        while batch.len() < n {
+            if Instant::now() > deadline {
+                return Err("timed out collecting input".into());
+            }
+            match consumer.poll(Duration::from_millis(100)) {
+                Some(Ok(m)) => batch.push(m.detach()),
+                Some(Err(e)) => return Err(e.to_string()),
+                None => {}
+            }
+        }
+        let started = Instant::now();
+        producer.begin_transaction().map_err(|e| e.to_string())?;
+        for m in &batch {
+            let origin = format!("{}/{}/{}", m.topic(), m.partition(), m.offset());
+            let headers =
+                OwnedHeaders::new().insert(Header { key: kafka_eos::record::ORIGIN_HEADER, value: Some(&origin) });
+            let mut rec: FutureRecord<'_, [u8], [u8]> =
+                FutureRecord::to(output).partition(m.partition()).headers(headers);
+            rec.key = m.key();
+            rec.payload = m.payload();
+            loop {
+                match producer.send_result(rec) {
+                    Ok(_delivery) => break,
+                    Err((_, r)) => {
+                        rec = r;
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                }
+            }
+        }
+        let commit_started = Instant::now();
+        let last = batch.last().map(|m| m.offset()).unwrap_or(0);
+        let mut offsets = TopicPartitionList::new();
+        offsets.add_partition_offset(&input.topic, 0, Offset::Offset(last + 1)).map_err(|e| e.to_string())?;
+        let meta = consumer.group_metadata().ok_or("no group metadata")?;
+        producer.send_offsets_to_transaction(&offsets, &meta, t).map_err(|e| e.to_string())?;
+        producer.commit_transaction(t).map_err(|e| e.to_string())?;
+        let done = Instant::now();
+        lat.lock().unwrap_or_else(|p| p.into_inner()).record(done - commit_started, done - started, None);
+    }
+    Ok(())
+}
+
+fn fail(msg: &str) -> ! {
+    eprintln!("commit_latency failed: {msg}");
+    std::process::exit(1)
+}

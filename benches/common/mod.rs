@@ -1,0 +1,178 @@
+//! What both benchmarks share: arguments, the broker, result files, progress bars, plots,
+//! and the Java peers. The measuring itself lives in the library (`kafka_eos::bench`), so
+//! `kafka-eos bench` measures the same way.
+
+// Each bench binary uses a different subset of these helpers.
+#![allow(dead_code)]
+
+pub mod peers;
+pub mod plot;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use indicatif::{ProgressBar, ProgressStyle};
+use kafka_eos::broker::{Cluster, ClusterConfig};
+
+/// Command-line arguments of a bench binary. Cargo passes `--bench` (and a filter, when
+/// one is given) to every `harness = false` target; anything unknown is ignored.
+#[derive(clap::Parser, Debug, Clone)]
+#[command(ignore_errors = true, about = "kafka-eos benchmark (see docs/benchmarks.md)")]
+pub struct Args {
+    /// The reduced matrix that keeps the whole run, broker start included, under ~3 minutes.
+    #[arg(long)]
+    pub quick: bool,
+    /// Run the Java peers (Kafka Streams, TransactionalMessageCopier) in quick mode too.
+    #[arg(long)]
+    pub peers: bool,
+    /// Skip the Java peers in full mode.
+    #[arg(long)]
+    pub no_peers: bool,
+    /// Repetitions of every configuration (medians are reported); default 1 quick, 3 full.
+    #[arg(long)]
+    pub reps: Option<usize>,
+    /// Where to write the plots (SVG); default `docs/img` in full mode and
+    /// `target/bench-results/img` in quick mode, so that CI never touches the docs.
+    #[arg(long)]
+    pub plots: Option<PathBuf>,
+    /// Set by `cargo bench`; ignored.
+    #[arg(long, hide = true)]
+    pub bench: bool,
+}
+
+impl Args {
+    /// Parses the process arguments, ignoring what it does not know.
+    pub fn parse() -> Args {
+        <Args as clap::Parser>::parse()
+    }
+
+    /// `quick` or `full`.
+    pub fn mode(&self) -> &'static str {
+        if self.quick {
+            "quick"
+        } else {
+            "full"
+        }
+    }
+
+    /// Repetitions of each configuration.
+    pub fn reps(&self) -> usize {
+        self.reps.unwrap_or(if self.quick { 1 } else { 3 }).max(1)
+    }
+
+    /// Whether the Java peers run.
+    pub fn with_peers(&self) -> bool {
+        (self.peers || !self.quick) && !self.no_peers
+    }
+
+    /// The plot directory.
+    pub fn plot_dir(&self) -> PathBuf {
+        self.plots.clone().unwrap_or_else(|| {
+            if self.quick {
+                results_dir().join("img")
+            } else {
+                workspace_dir().join("docs").join("img")
+            }
+        })
+    }
+}
+
+/// The workspace root (the benches are in `<root>/benches`, the crate in `<root>/processor`).
+pub fn workspace_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().map(PathBuf::from).unwrap_or_default()
+}
+
+/// `target/bench-results` (or under `$CARGO_TARGET_DIR`).
+pub fn results_dir() -> PathBuf {
+    let target =
+        std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| workspace_dir().join("target"));
+    target.join("bench-results")
+}
+
+/// Logs warnings of the library to stderr (`RUST_LOG` overrides).
+pub fn init_tracing() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn,rdkafka::client=off".into()),
+        )
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+/// The broker: `KAFKA_BOOTSTRAP`, or a local one-node cluster that dies with this process.
+/// The heap is raised to 1 GiB so the broker's GC does not throttle the copies.
+pub fn broker() -> Cluster {
+    let cfg = ClusterConfig { heap_mb: 1024, ..ClusterConfig::default() };
+    Cluster::from_env_or_start(cfg).unwrap_or_else(|e| {
+        eprintln!("cannot start the benchmark broker: {e}");
+        std::process::exit(2)
+    })
+}
+
+/// A progress bar over `n` configurations, on stderr; hidden when stderr is not a
+/// terminal (CI logs get one line per configuration instead, from [`step`]).
+pub fn bar(n: u64) -> ProgressBar {
+    let bar = ProgressBar::new(n);
+    bar.set_style(
+        ProgressStyle::with_template("[{elapsed_precise}] {bar:30} {pos}/{len} {wide_msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    bar.enable_steady_tick(Duration::from_millis(500));
+    bar
+}
+
+/// Announces a configuration on the bar, and as a plain line when the bar is hidden.
+pub fn step(bar: &ProgressBar, msg: String) {
+    if bar.is_hidden() {
+        eprintln!("  {msg}");
+    }
+    bar.set_message(msg);
+}
+
+/// Writes `target/bench-results/<name>.json`: the mode, the machine, and one object per
+/// configuration.
+pub fn write_results(name: &str, mode: &str, broker: &str, extra: serde_json::Value, results: Vec<serde_json::Value>) {
+    let dir = results_dir();
+    let doc = serde_json::json!({
+        "bench": name,
+        "mode": mode,
+        "kafka_version": kafka_eos::broker::KAFKA_VERSION,
+        "broker": broker,
+        "machine": machine(),
+        "unix_time": std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
+        "run": extra,
+        "results": results,
+    });
+    let path = dir.join(format!("{name}.json"));
+    let written = std::fs::create_dir_all(&dir)
+        .and_then(|()| std::fs::write(&path, serde_json::to_string_pretty(&doc).unwrap_or_default()));
+    match written {
+        Ok(()) => println!("results: {}", path.display()),
+        Err(e) => eprintln!("cannot write {}: {e}", path.display()),
+    }
+}
+
+/// Cores, memory and CPU model, for the record.
+pub fn machine() -> serde_json::Value {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let model = cpuinfo.lines().find(|l| l.starts_with("model name")).and_then(|l| l.split(':').nth(1)).unwrap_or("");
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    let mem_kb: u64 = meminfo
+        .lines()
+        .find(|l| l.starts_with("MemTotal"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    serde_json::json!({
+        "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+        "cpu_model": model.trim(),
+        "memory_gib": (mem_kb as f64 / (1u64 << 20) as f64 * 10.0).round() / 10.0,
+        "kernel": std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim(),
+    })
+}
+
+/// A multi-thread Tokio runtime for the pipelines (2 workers: the machine has 2 cores,
+/// and the pipelines' own work runs on their dedicated threads anyway).
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("tokio runtime")
+}

@@ -1,0 +1,427 @@
+//! The Java peers, run on the same broker and the same input as our pipelines:
+//!
+//! - `benches/streams/CopyApp.java`: a minimal Kafka Streams application doing the same 1:1
+//!   copy (same key, value and partition, plus the `kafka-eos.origin` header), with
+//!   `processing.guarantee=exactly_once_v2`;
+//! - Kafka's own `TransactionalMessageCopier` (`kafka-tools`), one process per input
+//!   partition, as Kafka's system tests run it.
+//!
+//! Their jars come from Maven Central once, like the broker's (`kafka_eos::broker::install`):
+//! `benches/streams/pom.xml` is copied into `<cache>/kafka-peers-<version>/` and Maven
+//! copies its runtime classpath into `libs/` next to it; a marker file written last makes
+//! an interrupted fetch start over. `CopyApp.java` is compiled with `javac` into
+//! `target/bench-peers/classes` at every run (a second or two).
+//!
+//! A peer is a separate process: its CPU comes from `/proc/<pid>/stat` and its peak RSS
+//! from `/proc/<pid>/status`, and its progress from its consumer group's committed offsets,
+//! polled every 50 ms from here (so the polling costs *this* process, not the peer). It is
+//! started with `PR_SET_PDEATHSIG = SIGKILL` from the bench's main thread, so it dies with
+//! the bench however the bench ends.
+
+use std::fs;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use kafka_eos::bench::{peak_rss, CopyResult, CpuSource, Input, Progress, Verified};
+use kafka_eos::broker::{cache_dir, KAFKA_VERSION};
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+
+use super::{results_dir, workspace_dir};
+
+/// Ready-to-run peers: the classpath and the compiled Streams application.
+pub struct Peers {
+    java: PathBuf,
+    libs: PathBuf,
+    classes: PathBuf,
+    logs: PathBuf,
+}
+
+type Res<T> = Result<T, String>;
+
+fn jdk_tool(name: &str) -> PathBuf {
+    match std::env::var_os("JAVA_HOME").filter(|h| !h.is_empty()) {
+        Some(home) if Path::new(&home).join("bin").join(name).is_file() => Path::new(&home).join("bin").join(name),
+        _ => PathBuf::from(name),
+    }
+}
+
+impl Peers {
+    /// Fetches the jars (once) and compiles `CopyApp.java`.
+    pub fn prepare() -> Res<Peers> {
+        let dir = cache_dir().join(format!("kafka-peers-{KAFKA_VERSION}"));
+        let libs = dir.join("libs");
+        if !dir.join(".complete").is_file() {
+            fetch(&dir)?;
+        }
+        let out = results_dir().parent().unwrap_or(Path::new(".")).join("bench-peers");
+        let classes = out.join("classes");
+        fs::create_dir_all(&classes).map_err(|e| format!("creating {}: {e}", classes.display()))?;
+        let src = workspace_dir().join("benches/streams/CopyApp.java");
+        let status = Command::new(jdk_tool("javac"))
+            .args(["--release", "17", "-nowarn", "-d"])
+            .arg(&classes)
+            .arg("-cp")
+            .arg(format!("{}/*", libs.display()))
+            .arg(&src)
+            .status()
+            .map_err(|e| format!("running javac (a JDK 17+ is needed for the peers): {e}"))?;
+        if !status.success() {
+            return Err(format!("javac failed on {}", src.display()));
+        }
+        let logs = out.join("logs");
+        fs::create_dir_all(&logs).map_err(|e| format!("creating {}: {e}", logs.display()))?;
+        Ok(Peers { java: jdk_tool("java"), libs, classes, logs })
+    }
+
+    fn classpath(&self) -> String {
+        format!("{}:{}/*", self.classes.display(), self.libs.display())
+    }
+
+    /// Starts a JVM; every stdout line goes to its log and to `on_line`.
+    fn spawn(
+        &self,
+        log_name: &str,
+        jvm: &[&str],
+        main: &str,
+        args: &[String],
+        on_line: impl Fn(&str) + Send + 'static,
+    ) -> Res<Child> {
+        use std::io::{BufRead, Write};
+        let log_path = self.logs.join(format!("{log_name}.log"));
+        let log = fs::File::create(&log_path).map_err(|e| format!("creating {}: {e}", log_path.display()))?;
+        let mut out_log = log.try_clone().map_err(|e| e.to_string())?;
+        let mut cmd = Command::new(&self.java);
+        cmd.args(jvm).arg("-cp").arg(self.classpath()).arg(main).args(args);
+        cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(log);
+        // SAFETY: prctl is async-signal-safe; the child dies when this thread does.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                Ok(())
+            });
+        }
+        let mut child = cmd.spawn().map_err(|e| format!("starting {main}: {e}"))?;
+        let stdout = child.stdout.take().ok_or("no stdout")?;
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+                on_line(&line);
+                let _ = writeln!(out_log, "{line}");
+            }
+        });
+        Ok(child)
+    }
+
+    /// Runs a Kafka tool to completion and returns its output.
+    fn tool(&self, main: &str, args: &[&str]) -> Res<String> {
+        let out = Command::new(&self.java)
+            .args(["-Xmx256m", "-cp", &self.classpath(), main])
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| format!("running {main}: {e}"))?;
+        let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+        if out.status.success() {
+            Ok(text)
+        } else {
+            Err(format!("{main} failed: {text}"))
+        }
+    }
+
+    /// The cluster's finalized `transaction.version` (0: the classic protocol librdkafka
+    /// speaks; 2: KIP-890's, which the Java 4.x producer then uses).
+    pub fn transaction_version(&self, bootstrap: &str) -> Option<u32> {
+        let text =
+            self.tool("org.apache.kafka.tools.FeatureCommand", &["--bootstrap-server", bootstrap, "describe"]).ok()?;
+        let line = text.lines().find(|l| l.contains("Feature: transaction.version"))?;
+        line.split('\t')
+            .find_map(|f| f.trim().strip_prefix("FinalizedVersionLevel:"))
+            .and_then(|v| v.trim().parse().ok())
+    }
+
+    /// Sets the cluster's `transaction.version` (upgrade or downgrade).
+    pub fn set_transaction_version(&self, bootstrap: &str, version: u32) -> Res<()> {
+        let current = self.transaction_version(bootstrap).unwrap_or(0);
+        let verb = if version < current { "downgrade" } else { "upgrade" };
+        let feature = format!("transaction.version={version}");
+        self.tool(
+            "org.apache.kafka.tools.FeatureCommand",
+            &["--bootstrap-server", bootstrap, verb, "--feature", &feature],
+        )
+        .map(|_| ())
+    }
+
+    /// Kafka Streams copying `input` into `output` (created here) with `guarantee`
+    /// (`exactly_once_v2` or `at_least_once`).
+    pub fn streams(
+        &self,
+        input: &Input,
+        output: &str,
+        guarantee: &str,
+        commit_ms: u64,
+        label: &str,
+    ) -> Res<CopyResult> {
+        input.create_topic(output, 1).map_err(|e| e.to_string())?;
+        let app = kafka_eos::bench::unique_name("bench-streams");
+        let state = std::env::temp_dir().join(&app);
+        let args = vec![
+            input.bootstrap.clone(),
+            app.clone(),
+            input.topic.clone(),
+            output.to_string(),
+            guarantee.to_string(),
+            commit_ms.to_string(),
+            state.display().to_string(),
+        ];
+        let progress = Arc::new(OnceLock::<Arc<Progress>>::new());
+        let p = progress.clone();
+        let child = self.spawn(&app, &["-Xms256m", "-Xmx1g", "-XX:+UseG1GC"], "CopyApp", &args, move |line| {
+            // The window opens when Kafka Streams has its tasks and starts processing.
+            if line.ends_with("-> RUNNING") {
+                if let Some(p) = p.get() {
+                    p.start();
+                }
+            }
+        })?;
+        let tracker = Progress::new(input.records, CpuSource::Pid(child.id()));
+        let _ = progress.set(tracker.clone());
+        let result = self.watch(child, tracker, input, &app, label, Some(commit_ms), false);
+        let _ = fs::remove_dir_all(&state);
+        let mut r = result?;
+        if r.records_copied >= input.records {
+            r.verified = Some(
+                kafka_eos::bench::check(input, output, kafka_eos::bench::Subject::Ceiling)
+                    .map_err(|e| e.to_string())?,
+            );
+        }
+        Ok(r)
+    }
+
+    /// One `TransactionalMessageCopier` per input partition, `txn_size` records per
+    /// transaction, all started at once; progress is their group's committed offsets.
+    pub fn copier(&self, input: &Input, output: &str, txn_size: u32, label: &str) -> Res<CopyResult> {
+        input.create_topic(output, 1).map_err(|e| e.to_string())?;
+        let group = kafka_eos::bench::unique_name("bench-copier");
+        let mut children = Vec::new();
+        for p in 0..input.partitions {
+            let args = vec![
+                "--broker-list".into(),
+                input.bootstrap.clone(),
+                "--input-topic".into(),
+                input.topic.clone(),
+                "--input-partition".into(),
+                p.to_string(),
+                "--output-topic".into(),
+                output.to_string(),
+                "--transactional-id".into(),
+                format!("{group}-{p}"),
+                "--consumer-group".into(),
+                group.clone(),
+                "--transaction-size".into(),
+                txn_size.to_string(),
+                "--use-group-metadata".into(),
+            ];
+            children.push(self.spawn(
+                &format!("{group}-{p}"),
+                &["-Xms128m", "-Xmx512m"],
+                "org.apache.kafka.tools.TransactionalMessageCopier",
+                &args,
+                |_| {},
+            )?);
+        }
+        // Progress and CPU of the first copier stand for all: with one partition (the
+        // configuration the docs compare) there is only one.
+        let first = children.remove(0);
+        let tracker = Progress::new(input.records, CpuSource::Pid(first.id()));
+        let r = self.watch(first, tracker, input, &group, label, None, true);
+        for mut c in children {
+            let _ = c.wait();
+        }
+        let mut r = r?;
+        r.subject = label.to_string();
+        // The copier writes no origin header: compare counts (read_committed) only.
+        if r.records_copied >= input.records {
+            let mut n = 0u64;
+            let cfg = kafka_eos::verify::VerifyConfig::new(&input.bootstrap, &input.topic, output);
+            kafka_eos::verify::read_to_end(&cfg, output, Instant::now() + Duration::from_secs(120), |_| n += 1)
+                .map_err(|e| e.to_string())?;
+            r.verified = Some(Verified {
+                input_records: input.records,
+                output_records: n,
+                duplicates: n.saturating_sub(input.records),
+                missing: input.records.saturating_sub(n),
+                ok: n == input.records,
+            });
+        }
+        Ok(r)
+    }
+
+    /// Follows a peer's group until every input record is committed, then stops it.
+    /// `start_on_first_commit`: open the window at the first committed offset (for a peer
+    /// that says nothing when it is ready; its first transaction is left out).
+    #[allow(clippy::too_many_arguments)]
+    fn watch(
+        &self,
+        mut child: Child,
+        progress: Arc<Progress>,
+        input: &Input,
+        group: &str,
+        label: &str,
+        commit_ms: Option<u64>,
+        start_on_first_commit: bool,
+    ) -> Res<CopyResult> {
+        let pid = child.id();
+        let lag = LagPoller::new(input, group)?;
+        let deadline = Instant::now() + Duration::from_secs(120 + input.records / 2_000);
+        let mut peak = None;
+        let mut exited = None;
+        while !progress.is_done() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+            peak = peak_rss(Some(pid)).or(peak);
+            if let Some(n) = lag.committed() {
+                if start_on_first_commit && n > 0 {
+                    progress.start();
+                }
+                progress.set(n);
+            }
+            if let Ok(Some(status)) = child.try_wait() {
+                exited = Some(status);
+                if let Some(n) = lag.committed() {
+                    progress.set(n);
+                }
+                break;
+            }
+        }
+        stop(&mut child);
+        if !progress.is_done() {
+            return Err(format!(
+                "{label} committed {} of {} records ({}); see {}",
+                progress.count(),
+                input.records,
+                exited.map_or("timed out".to_string(), |s| format!("exited: {s}")),
+                self.logs.display()
+            ));
+        }
+        Ok(CopyResult {
+            subject: label.to_string(),
+            partitions: input.partitions,
+            value_size_bytes: input.value_size,
+            commit_interval_ms: commit_ms,
+            input_records: input.records,
+            records_copied: progress.count(),
+            window: progress.window().unwrap_or_default(),
+            records_per_second: 0.0,
+            megabytes_per_second: 0.0,
+            cpu_seconds_per_million_records: None,
+            end_to_end_seconds: progress.end_to_end().map(|d| d.as_secs_f64()),
+            peak_rss_bytes: peak,
+            peak_rss_above_baseline_bytes: None,
+            peak_rss_reset: true,
+            transactions: 0,
+            verified: None,
+        }
+        .finish())
+    }
+}
+
+/// SIGTERM, then SIGKILL after 15 s.
+fn stop(child: &mut Child) {
+    if let Ok(Some(_)) = child.try_wait() {
+        return;
+    }
+    // SAFETY: signalling the PID of a child we spawned and have not reaped.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let until = Instant::now() + Duration::from_secs(15);
+    while Instant::now() < until {
+        if let Ok(Some(_)) = child.try_wait() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// Reads a group's committed offsets on the input (sum over partitions) without joining it.
+struct LagPoller {
+    consumer: BaseConsumer,
+    tpl: TopicPartitionList,
+}
+
+impl LagPoller {
+    fn new(input: &Input, group: &str) -> Res<LagPoller> {
+        let mut cc = ClientConfig::new();
+        cc.set("bootstrap.servers", &input.bootstrap)
+            .set("group.id", group)
+            .set("enable.auto.commit", "false")
+            // Not read_committed: that would ask for stable offsets, which the broker
+            // refuses while a transaction is open; committed offsets are only ever the
+            // ones of committed transactions anyway.
+            .set("isolation.level", "read_uncommitted")
+            .set("log_level", "3");
+        input.client_properties.iter().for_each(|(k, v)| {
+            cc.set(k, v);
+        });
+        let consumer: BaseConsumer = cc.create().map_err(|e| e.to_string())?;
+        let mut tpl = TopicPartitionList::new();
+        for p in 0..input.partitions {
+            tpl.add_partition(&input.topic, p);
+        }
+        Ok(LagPoller { consumer, tpl })
+    }
+
+    fn committed(&self) -> Option<u64> {
+        let c = self.consumer.committed_offsets(self.tpl.clone(), Duration::from_secs(5)).ok()?;
+        Some(
+            c.elements()
+                .iter()
+                .map(|e| match e.offset() {
+                    Offset::Offset(o) if o > 0 => o as u64,
+                    _ => 0,
+                })
+                .sum(),
+        )
+    }
+}
+
+/// Copies the peers' runtime classpath into `<dir>/libs` with Maven.
+fn fetch(dir: &Path) -> Res<()> {
+    fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+    let pom = dir.join("pom.xml");
+    fs::copy(workspace_dir().join("benches/streams/pom.xml"), &pom).map_err(|e| format!("copying the pom: {e}"))?;
+    let partial = dir.join("libs.partial");
+    let libs = dir.join("libs");
+    for stale in [&partial, &libs] {
+        let _ = fs::remove_dir_all(stale);
+    }
+    eprintln!("fetching Kafka Streams and kafka-tools {KAFKA_VERSION} with Maven into {} (one time)", dir.display());
+    let out = Command::new("mvn")
+        .current_dir(dir)
+        .args([
+            "-B",
+            "-q",
+            "-f",
+            "pom.xml",
+            "org.apache.maven.plugins:maven-dependency-plugin:3.6.1:copy-dependencies",
+            "-DincludeScope=runtime",
+        ])
+        .arg(format!("-DoutputDirectory={}", partial.display()))
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("running mvn (Maven is needed once to fetch the peers' jars): {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "Maven failed fetching the peers' jars: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    if !partial.join(format!("kafka-streams-{KAFKA_VERSION}.jar")).is_file() {
+        return Err("Maven succeeded but kafka-streams is missing".into());
+    }
+    fs::rename(&partial, &libs).map_err(|e| format!("renaming {}: {e}", partial.display()))?;
+    fs::write(dir.join(".complete"), "").map_err(|e| format!("writing the marker: {e}"))
+}

@@ -1,0 +1,108 @@
+// The Kafka Streams peer of the kafka-eos benchmarks (benches/common/peers.rs compiles and
+// runs it): the same 1:1 copy as the Rust pipelines, so that the two can be compared on
+// the same broker and the same input.
+//
+// Every record is forwarded unchanged (key, value) to the output partition with the
+// input's number (input record i sits in partition i % n and has key "i"), with the
+// header kafka-eos.origin = topic/partition/offset that kafka_eos::verify joins on.
+// Everything else is Kafka Streams' defaults: one stream thread, its producer and
+// consumer settings, and, under exactly_once_v2, one transactional producer per thread.
+//
+// Usage: CopyApp <bootstrap> <application-id> <input> <output> <guarantee> <commit-ms> <state-dir>
+//   guarantee: exactly_once_v2 | at_least_once
+
+import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.util.Optional;
+import java.util.Properties;
+import java.util.Set;
+import java.util.concurrent.CountDownLatch;
+
+import org.apache.kafka.common.header.internals.RecordHeaders;
+import org.apache.kafka.common.serialization.Serdes;
+import org.apache.kafka.streams.KafkaStreams;
+import org.apache.kafka.streams.StreamsBuilder;
+import org.apache.kafka.streams.StreamsConfig;
+import org.apache.kafka.streams.kstream.Consumed;
+import org.apache.kafka.streams.kstream.Produced;
+import org.apache.kafka.streams.processor.StreamPartitioner;
+import org.apache.kafka.streams.processor.api.Processor;
+import org.apache.kafka.streams.processor.api.ProcessorContext;
+import org.apache.kafka.streams.processor.api.Record;
+import org.apache.kafka.streams.processor.api.RecordMetadata;
+
+public final class CopyApp {
+    private static final String ORIGIN_HEADER = "kafka-eos.origin";
+
+    /** Adds the origin header and forwards the record unchanged. */
+    static final class Tag implements Processor<byte[], byte[], byte[], byte[]> {
+        private ProcessorContext<byte[], byte[]> context;
+
+        @Override
+        public void init(ProcessorContext<byte[], byte[]> context) {
+            this.context = context;
+        }
+
+        @Override
+        public void process(Record<byte[], byte[]> record) {
+            RecordMetadata m = context.recordMetadata().orElseThrow();
+            String origin = m.topic() + "/" + m.partition() + "/" + m.offset();
+            RecordHeaders headers = new RecordHeaders();
+            headers.add(ORIGIN_HEADER, origin.getBytes(StandardCharsets.UTF_8));
+            context.forward(record.withHeaders(headers));
+        }
+    }
+
+    /** Output partition = input partition, recovered from the decimal key. */
+    static final class SamePartition implements StreamPartitioner<byte[], byte[]> {
+        @Override
+        public Optional<Set<Integer>> partitions(String topic, byte[] key, byte[] value, int numPartitions) {
+            if (key == null) {
+                return Optional.empty();
+            }
+            long k = 0;
+            for (byte b : key) {
+                if (b < '0' || b > '9') {
+                    return Optional.empty();
+                }
+                k = k * 10 + (b - '0');
+            }
+            return Optional.of(Set.of((int) (k % numPartitions)));
+        }
+    }
+
+    public static void main(String[] args) throws InterruptedException {
+        if (args.length != 7) {
+            System.err.println("usage: CopyApp <bootstrap> <application-id> <input> <output> <guarantee> <commit-ms> <state-dir>");
+            System.exit(2);
+        }
+        Properties props = new Properties();
+        props.put(StreamsConfig.BOOTSTRAP_SERVERS_CONFIG, args[0]);
+        props.put(StreamsConfig.APPLICATION_ID_CONFIG, args[1]);
+        props.put(StreamsConfig.PROCESSING_GUARANTEE_CONFIG, args[4]);
+        props.put(StreamsConfig.COMMIT_INTERVAL_MS_CONFIG, args[5]);
+        props.put(StreamsConfig.STATE_DIR_CONFIG, args[6]);
+
+        StreamsBuilder builder = new StreamsBuilder();
+        builder.stream(args[2], Consumed.with(Serdes.ByteArray(), Serdes.ByteArray()))
+                .process(Tag::new)
+                .to(args[3], Produced.with(Serdes.ByteArray(), Serdes.ByteArray())
+                        .withStreamPartitioner(new SamePartition()));
+
+        KafkaStreams streams = new KafkaStreams(builder.build(), props);
+        CountDownLatch stopped = new CountDownLatch(1);
+        streams.setStateListener((now, before) -> {
+            System.out.println("state " + before + " -> " + now);
+            if (now == KafkaStreams.State.ERROR || now == KafkaStreams.State.NOT_RUNNING) {
+                stopped.countDown();
+            }
+        });
+        // The bench stops us with SIGTERM once every input record is committed.
+        Runtime.getRuntime().addShutdownHook(new Thread(() -> {
+            streams.close(Duration.ofSeconds(10));
+            stopped.countDown();
+        }));
+        streams.start();
+        stopped.await();
+    }
+}

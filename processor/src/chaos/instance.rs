@@ -1,0 +1,287 @@
+//! One instance process of the suite: `kafka-eos chaos instance ...` runs a
+//! [`Pipeline`](crate::Pipeline) until SIGTERM.
+//!
+//! Instances are separate OS processes so that the suite can do to them what a machine or
+//! an orchestrator does: SIGKILL (a crash: nothing runs after it, not even a destructor),
+//! SIGTERM (a graceful stop, which the runtime handles), SIGSTOP/SIGCONT (a stall: a GC
+//! pause, a frozen VM, a swapped-out process). The transform is 1:1: each input record
+//! becomes one output record in the same partition (so per-partition order is checkable),
+//! with the runtime's `kafka-eos.origin` header naming its input.
+//!
+//! # What an instance tells the suite
+//! It prints a status line on stdout every `status_interval` and a last one on exit:
+//!
+//! ```text
+//! chaos-status records_in=1200 records_out=1200 committed=31 aborted=9 fenced=0 rebalances=2
+//! chaos-final records_in=... (same fields)
+//! ```
+//!
+//! The first status line also means its SIGUSR1 handler is installed (see below).
+//!
+//! # Deliberate aborts (`abort_one_in`)
+//! The runtime has no "abort this transaction" call for user code, and it should not: the
+//! way a transaction gets aborted on purpose is the processor failing. So the processor
+//! fails on a random record with the probability `p` that makes a whole transaction of `n`
+//! records fail with probability `1/k`: `1 - (1 - p)^n = 1/k`. `n` is not known in
+//! advance (batches follow the input rate), so the instance measures it with a
+//! transaction hook (a moving average of records per cycle) and derives `p` from it. With
+//! `ProcessorErrorPolicy::retry(u32::MAX)` the aborted batch is replayed, and each replay
+//! rolls the dice again: about one cycle in `k` aborts.
+//!
+//! # Stalling inside a transaction (SIGUSR1)
+//! A SIGSTOP sent at a random instant often finds the instance between transactions. To
+//! stall it *inside* one, the suite sends SIGUSR1: the next record processed (so the
+//! transaction is open and its earlier outputs are already sent) waits 200 ms for those
+//! outputs to reach the broker, then the process SIGSTOPs itself. When the suite SIGCONTs
+//! it, it finishes the batch and tries to commit — with a producer that has been fenced.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use super::rng::Rng;
+use crate::observe::TransactionEvent;
+use crate::{Guarantee, OutputRecord, Pipeline, ProcessorErrorPolicy, Summary};
+
+/// How to run one instance.
+#[derive(Debug, Clone)]
+pub struct InstanceConfig {
+    /// Bootstrap servers.
+    pub bootstrap: String,
+    /// The application id (group id, transactional.id prefix), shared by all instances of a
+    /// scenario.
+    pub application_id: String,
+    /// The input topic.
+    pub input: String,
+    /// The output topic (same partition count as the input).
+    pub output: String,
+    /// The delivery guarantee under test.
+    pub guarantee: Guarantee,
+    /// Abort about one transaction in this many on purpose; 0 for none.
+    pub abort_one_in: u32,
+    /// Consumer `session.timeout.ms`: how long a crashed or stalled instance keeps its
+    /// partitions. Short (6 s, the broker's minimum by default) so faults resolve quickly.
+    pub session_timeout: Duration,
+    /// Producer `transaction.timeout.ms`: how long the coordinator lets a stalled
+    /// transaction stay open before aborting it.
+    pub transaction_timeout: Duration,
+    /// How often to print a status line.
+    pub status_interval: Duration,
+}
+
+impl InstanceConfig {
+    /// The instance's command-line arguments after `kafka-eos chaos instance`.
+    pub(crate) fn to_args(&self) -> Vec<String> {
+        vec![
+            "--bootstrap".into(),
+            self.bootstrap.clone(),
+            "--app".into(),
+            self.application_id.clone(),
+            "--input".into(),
+            self.input.clone(),
+            "--output".into(),
+            self.output.clone(),
+            "--guarantee".into(),
+            self.guarantee.as_str().into(),
+            "--abort-one-in".into(),
+            self.abort_one_in.to_string(),
+            "--session-timeout-ms".into(),
+            self.session_timeout.as_millis().to_string(),
+            "--transaction-timeout-ms".into(),
+            self.transaction_timeout.as_millis().to_string(),
+            "--status-interval-ms".into(),
+            self.status_interval.as_millis().to_string(),
+        ]
+    }
+}
+
+/// Decides which records fail on purpose so that about one transaction in `one_in` aborts.
+struct AbortDice {
+    one_in: u32,
+    /// Moving average of records per transaction cycle, in thousandths.
+    avg_batch_milli: AtomicU64,
+    rng: Mutex<Rng>,
+}
+
+impl AbortDice {
+    fn new(one_in: u32) -> AbortDice {
+        AbortDice {
+            one_in,
+            avg_batch_milli: AtomicU64::new(50_000),
+            rng: Mutex::new(Rng::new(Rng::seed_from_entropy())),
+        }
+    }
+
+    /// The per-record failure probability for transactions of `n` records.
+    fn per_record(one_in: u32, n: f64) -> f64 {
+        1.0 - (1.0 - 1.0 / one_in as f64).powf(1.0 / n.max(1.0))
+    }
+
+    fn roll(&self) -> bool {
+        if self.one_in < 2 {
+            return false;
+        }
+        let n = self.avg_batch_milli.load(Ordering::Relaxed) as f64 / 1000.0;
+        let p = Self::per_record(self.one_in, n);
+        self.rng.lock().unwrap_or_else(|e| e.into_inner()).unit() < p
+    }
+
+    fn observe(&self, records: usize) {
+        let old = self.avg_batch_milli.load(Ordering::Relaxed);
+        let new = (old * 4 + records as u64 * 1000) / 5;
+        self.avg_batch_milli.store(new.max(1000), Ordering::Relaxed);
+    }
+}
+
+/// A status line: `<kind> records_in=.. records_out=.. committed=.. aborted=.. fenced=.. rebalances=..`.
+pub(crate) fn status_line(kind: &str, s: &Summary) -> String {
+    format!(
+        "{kind} records_in={} records_out={} committed={} aborted={} fenced={} rebalances={}",
+        s.records_in, s.records_out, s.transactions_committed, s.transactions_aborted, s.producers_fenced, s.rebalances
+    )
+}
+
+/// Parses a [`status_line`]: `(is_final, summary)`, or `None` for any other line.
+pub(crate) fn parse_status(line: &str) -> Option<(bool, Summary)> {
+    let mut words = line.split_whitespace();
+    let is_final = match words.next()? {
+        "chaos-status" => false,
+        "chaos-final" => true,
+        _ => return None,
+    };
+    let mut s = Summary::default();
+    for w in words {
+        let (k, v) = w.split_once('=')?;
+        let v: u64 = v.parse().ok()?;
+        match k {
+            "records_in" => s.records_in = v,
+            "records_out" => s.records_out = v,
+            "committed" => s.transactions_committed = v,
+            "aborted" => s.transactions_aborted = v,
+            "fenced" => s.producers_fenced = v,
+            "rebalances" => s.rebalances = v,
+            _ => {}
+        }
+    }
+    Some((is_final, s))
+}
+
+/// Runs the instance until SIGTERM (graceful) and returns its summary; prints status lines.
+pub fn run_instance(cfg: InstanceConfig) -> crate::Result<Summary> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| crate::Error::Internal(format!("tokio runtime: {e}")))?;
+    rt.block_on(run(cfg))
+}
+
+async fn run(cfg: InstanceConfig) -> crate::Result<Summary> {
+    use tokio::signal::unix::{signal, SignalKind};
+
+    let stall = Arc::new(AtomicBool::new(false));
+    let mut usr1 = signal(SignalKind::user_defined1())
+        .map_err(|e| crate::Error::Internal(format!("cannot install the SIGUSR1 handler: {e}")))?;
+    let flag = stall.clone();
+    tokio::spawn(async move {
+        while usr1.recv().await.is_some() {
+            flag.store(true, Ordering::SeqCst);
+        }
+    });
+
+    let dice = Arc::new(AbortDice::new(cfg.abort_one_in));
+    let (out, d) = (cfg.output.clone(), dice.clone());
+    let heartbeat = (cfg.session_timeout / 6).max(Duration::from_millis(500));
+    let pipeline = Pipeline::builder()
+        .bootstrap_servers(&cfg.bootstrap)
+        .application_id(&cfg.application_id)
+        .input_topic(&cfg.input)
+        .guarantee(cfg.guarantee)
+        .transaction_timeout(cfg.transaction_timeout)
+        .consumer_property("session.timeout.ms", cfg.session_timeout.as_millis().to_string())
+        .consumer_property("heartbeat.interval.ms", heartbeat.as_millis().to_string())
+        .startup_timeout(Duration::from_secs(60))
+        // Deliberate failures are replayed until they pass: never stop, never dead-letter.
+        .on_processor_error(ProcessorErrorPolicy::retry(u32::MAX).backoff(Duration::from_millis(10)))
+        .on_transaction(move |e: &TransactionEvent| d.observe(e.records))
+        .processor(move |r| {
+            if stall.swap(false, Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(200));
+                // SAFETY: kill(2) on our own pid with SIGSTOP; no memory is involved.
+                unsafe { libc::kill(libc::getpid(), libc::SIGSTOP) };
+            }
+            if dice.roll() {
+                return Err(format!("chaos: deliberate abort at {}", r.origin()).into());
+            }
+            let mut value = r.value.clone().unwrap_or_default();
+            value.reverse();
+            let mut o = OutputRecord::to(&out).value(value).partition(r.partition);
+            o.key = r.key.clone();
+            Ok(vec![o])
+        })
+        .build()?;
+    let handle = pipeline.shutdown_handle();
+    let interval = cfg.status_interval.max(Duration::from_millis(50));
+    let status = tokio::spawn(async move {
+        loop {
+            println!("{}", status_line("chaos-status", &handle.summary()));
+            tokio::time::sleep(interval).await;
+        }
+    });
+    let result = pipeline.run().await;
+    status.abort();
+    if let Ok(summary) = &result {
+        println!("{}", status_line("chaos-final", summary));
+    }
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn abort_probability_makes_one_transaction_in_k_fail() {
+        for n in [1.0, 10.0, 500.0] {
+            let p = AbortDice::per_record(3, n);
+            let txn_fails = 1.0 - (1.0 - p).powf(n);
+            assert!((txn_fails - 1.0 / 3.0).abs() < 1e-9, "n={n}: {txn_fails}");
+        }
+        let dice = AbortDice::new(0);
+        assert!((0..1000).all(|_| !dice.roll()), "0 means never");
+    }
+
+    #[test]
+    fn status_lines_round_trip() {
+        let s = Summary {
+            records_in: 1,
+            records_out: 2,
+            transactions_committed: 3,
+            transactions_aborted: 4,
+            producers_fenced: 5,
+            rebalances: 6,
+            ..Summary::default()
+        };
+        assert_eq!(parse_status(&status_line("chaos-final", &s)), Some((true, s)));
+        assert_eq!(parse_status(&status_line("chaos-status", &s)), Some((false, s)));
+        assert_eq!(parse_status("something else"), None);
+    }
+
+    #[test]
+    fn args_name_every_option() {
+        let cfg = InstanceConfig {
+            bootstrap: "b:1".into(),
+            application_id: "a".into(),
+            input: "i".into(),
+            output: "o".into(),
+            guarantee: Guarantee::ExactlyOncePerConsumer,
+            abort_one_in: 3,
+            session_timeout: Duration::from_secs(6),
+            transaction_timeout: Duration::from_secs(8),
+            status_interval: Duration::from_millis(500),
+        };
+        let args = cfg.to_args().join(" ");
+        assert!(args.contains("--guarantee exactly-once-per-consumer") && args.contains("--abort-one-in 3"), "{args}");
+        assert!(args.contains("--transaction-timeout-ms 8000"), "{args}");
+    }
+}

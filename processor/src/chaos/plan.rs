@@ -1,0 +1,306 @@
+//! The scenarios, and the fault schedule each one turns into.
+//!
+//! A `Plan` is a list of `Step`s at *virtual* times (see the `pace` module): the suite
+//! executes each step when the virtual clock reaches it. Times are drawn from the suite's
+//! seed, so a failing run can be replayed with `--seed`.
+
+use std::time::Duration;
+
+use super::rng::Rng;
+
+/// One class of fault, run as one scenario of the suite.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Scenario {
+    /// Processor crash: an instance is SIGKILLed at a random instant (at least 10 times) and
+    /// restarted at once. Its open transaction is left dangling until the partition's next
+    /// owner fences it with `init_transactions`; nothing of it may ever become visible.
+    ProcessKill,
+    /// Processor clean bounce: an instance gets SIGTERM (at least 5 times), shuts down
+    /// gracefully (commits its collected batches, leaves the group) and is restarted.
+    ProcessBounce,
+    /// Broker crash: each broker is SIGKILLed once mid-run and restarted. Leaders,
+    /// transaction and group coordinators move; in-flight produces and commits time out.
+    BrokerKill,
+    /// Broker clean bounce: each broker is stopped gracefully (controlled shutdown moves its
+    /// leaderships first) mid-run and restarted.
+    BrokerBounce,
+    /// Rebalance storm: the number of instances goes 1 → 3 → 1 → 2 during the run, each
+    /// step revoking and reassigning every partition (eager protocol).
+    RebalanceStorm,
+    /// Random aborts: about 1 transaction in 3 is aborted on purpose by the processor
+    /// failing on a random record, then replayed; aborted outputs must stay invisible.
+    RandomAborts,
+    /// Stall: an instance is SIGSTOPped for longer than both the session timeout and the
+    /// transaction timeout, then SIGCONTed. The group and the transaction coordinator have
+    /// moved on: it must be fenced, and nothing it writes after waking may become visible.
+    Stall,
+}
+
+impl Scenario {
+    /// Every scenario, in the order the suite runs them.
+    pub const ALL: [Scenario; 7] = [
+        Scenario::ProcessKill,
+        Scenario::ProcessBounce,
+        Scenario::BrokerKill,
+        Scenario::BrokerBounce,
+        Scenario::RebalanceStorm,
+        Scenario::RandomAborts,
+        Scenario::Stall,
+    ];
+
+    /// The name used on the command line and in result rows.
+    pub fn name(self) -> &'static str {
+        match self {
+            Scenario::ProcessKill => "process-kill",
+            Scenario::ProcessBounce => "process-bounce",
+            Scenario::BrokerKill => "broker-kill",
+            Scenario::BrokerBounce => "broker-bounce",
+            Scenario::RebalanceStorm => "rebalance-storm",
+            Scenario::RandomAborts => "random-aborts",
+            Scenario::Stall => "stall",
+        }
+    }
+
+    /// Whether the scenario stops and starts brokers, which only a cluster started by the
+    /// suite allows (not one given with `--bootstrap`).
+    pub fn needs_broker_control(self) -> bool {
+        matches!(self, Scenario::BrokerKill | Scenario::BrokerBounce)
+    }
+}
+
+impl std::fmt::Display for Scenario {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for Scenario {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Scenario::ALL.into_iter().find(|sc| sc.name() == s).ok_or_else(|| {
+            let names: Vec<&str> = Scenario::ALL.iter().map(|s| s.name()).collect();
+            format!("unknown scenario {s:?}; one of: {}", names.join(", "))
+        })
+    }
+}
+
+/// What the suite does at one step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Action {
+    /// SIGKILL a random running instance and start a replacement at once.
+    KillInstance,
+    /// SIGTERM a random running instance, wait for its graceful exit, start a replacement.
+    BounceInstance,
+    /// Take a broker down: SIGKILL (`hard`) or graceful stop.
+    BrokerDown { node: i32, hard: bool },
+    /// Start the broker again and wait until every partition has its full ISR back.
+    BrokerUp { node: i32 },
+    /// Start or gracefully stop instances until this many run.
+    Scale(usize),
+    /// SIGSTOP a random instance: at a random instant, or (`in_transaction`) from inside its
+    /// processor, in the middle of an open transaction whose first outputs have been sent.
+    Stall { in_transaction: bool },
+    /// SIGCONT the stalled instance.
+    Resume,
+}
+
+/// One step: an action at a virtual time; `fault` says whether it counts as an injected
+/// fault (a restart that completes a fault, or a scale-down setting up the next, does not).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Step {
+    pub at: Duration,
+    pub action: Action,
+    pub fault: bool,
+}
+
+/// A scenario's schedule.
+#[derive(Debug, Clone)]
+pub(crate) struct Plan {
+    /// Instances started before the first step.
+    pub instances: usize,
+    /// The instances' `--abort-one-in` (0: no deliberate aborts).
+    pub abort_one_in: u32,
+    pub steps: Vec<Step>,
+    /// Virtual length of the run: the input is spread over it.
+    pub duration: Duration,
+}
+
+/// What a plan depends on besides the scenario.
+#[derive(Debug, Clone)]
+pub(crate) struct PlanParams {
+    /// 1 normally; `--soak` multiplies every fault count by this.
+    pub scale: usize,
+    /// Broker node ids.
+    pub nodes: Vec<i32>,
+    /// How long a stall lasts.
+    pub stall: Duration,
+}
+
+fn secs(s: u64) -> Duration {
+    Duration::from_secs(s)
+}
+
+/// Appends steps separated by random gaps; keeps the running virtual time.
+struct Schedule<'a> {
+    rng: &'a mut Rng,
+    now: Duration,
+    steps: Vec<Step>,
+}
+
+impl Schedule<'_> {
+    fn after(&mut self, lo: u64, hi: u64, action: Action, fault: bool) {
+        self.now += self.rng.between(secs(lo), secs(hi));
+        self.steps.push(Step { at: self.now, action, fault });
+    }
+    fn after_exactly(&mut self, d: Duration, action: Action, fault: bool) {
+        self.now += d;
+        self.steps.push(Step { at: self.now, action, fault });
+    }
+}
+
+impl Plan {
+    /// The schedule of `scenario`. Gaps are long enough for the previous fault's effects
+    /// (a session timeout of 6 s, a broker restart) to be under way, and short enough that
+    /// faults overlap with the recovery from the previous one now and then.
+    pub(crate) fn new(scenario: Scenario, p: &PlanParams, rng: &mut Rng) -> Plan {
+        let scale = p.scale.max(1);
+        let mut s = Schedule { rng, now: Duration::ZERO, steps: Vec::new() };
+        let (mut instances, mut abort_one_in) = (2, 0);
+        match scenario {
+            Scenario::ProcessKill => {
+                for _ in 0..10 * scale {
+                    s.after(2, 6, Action::KillInstance, true);
+                }
+            }
+            Scenario::ProcessBounce => {
+                for _ in 0..5 * scale {
+                    s.after(3, 7, Action::BounceInstance, true);
+                }
+            }
+            Scenario::BrokerKill | Scenario::BrokerBounce => {
+                let hard = scenario == Scenario::BrokerKill;
+                for _ in 0..scale {
+                    for node in s.rng.shuffled(p.nodes.clone()) {
+                        s.after(4, 8, Action::BrokerDown { node, hard }, true);
+                        // Down long enough, sometimes, for the controller to notice
+                        // (broker.session.timeout.ms 9 s) and move leaders; sometimes back
+                        // before it does.
+                        s.after(3, 12, Action::BrokerUp { node }, false);
+                    }
+                }
+            }
+            Scenario::RebalanceStorm => {
+                instances = 1;
+                let mut current = 1;
+                for round in 0..scale {
+                    let targets: Vec<usize> = if round == 0 {
+                        vec![3, 1, 2]
+                    } else {
+                        (0..3)
+                            .map(|_| {
+                                let choices: Vec<usize> = (1..=3).filter(|n| *n != current).collect();
+                                current = choices[s.rng.below(choices.len())];
+                                current
+                            })
+                            .collect()
+                    };
+                    for n in targets {
+                        current = n;
+                        s.after(6, 12, Action::Scale(n), true);
+                    }
+                }
+            }
+            Scenario::RandomAborts => {
+                abort_one_in = 3;
+                s.now = secs(30 * scale as u64);
+            }
+            Scenario::Stall => {
+                // Per round: a stall at a random instant and one inside an open transaction,
+                // both with a second instance that takes the partitions over (fencing by the
+                // new owner's init_transactions); then one inside a transaction with the
+                // stalled instance alone (no takeover: the coordinator aborts the transaction
+                // on its timeout and the instance must recover by itself).
+                for round in 0..scale {
+                    if round > 0 {
+                        s.after(2, 4, Action::Scale(2), false);
+                    }
+                    for (in_transaction, alone) in [(false, false), (true, false), (true, true)] {
+                        if alone {
+                            s.after(2, 4, Action::Scale(1), false);
+                        }
+                        s.after(4, 8, Action::Stall { in_transaction }, true);
+                        s.after_exactly(p.stall, Action::Resume, false);
+                    }
+                }
+            }
+        }
+        let tail = secs(5);
+        Plan { instances, abort_one_in, duration: s.now + tail, steps: s.steps }
+    }
+
+    /// Faults the plan injects (deliberate aborts are counted by the instances instead).
+    #[cfg(test)]
+    pub(crate) fn faults(&self) -> usize {
+        self.steps.iter().filter(|s| s.fault).count()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params(scale: usize) -> PlanParams {
+        PlanParams { scale, nodes: vec![1, 2, 3], stall: secs(15) }
+    }
+
+    #[test]
+    fn plans_have_the_required_faults_in_time_order() {
+        let mut rng = Rng::new(42);
+        let count = |sc, scale, rng: &mut Rng| Plan::new(sc, &params(scale), rng).faults();
+        assert!(count(Scenario::ProcessKill, 1, &mut rng) >= 10);
+        assert!(count(Scenario::ProcessBounce, 1, &mut rng) >= 5);
+        assert_eq!(count(Scenario::BrokerKill, 1, &mut rng), 3);
+        assert_eq!(count(Scenario::ProcessKill, 10, &mut rng), 100);
+        for sc in Scenario::ALL {
+            let plan = Plan::new(sc, &params(2), &mut rng);
+            assert!(plan.steps.windows(2).all(|w| w[0].at <= w[1].at), "{sc}");
+            assert!(plan.steps.last().map_or(true, |s| s.at < plan.duration), "{sc}");
+        }
+    }
+
+    #[test]
+    fn every_broker_goes_down_once_and_comes_back() {
+        let plan = Plan::new(Scenario::BrokerBounce, &params(1), &mut Rng::new(1));
+        let mut downs: Vec<i32> = plan
+            .steps
+            .iter()
+            .filter_map(|s| match s.action {
+                Action::BrokerDown { node, hard: false } => Some(node),
+                _ => None,
+            })
+            .collect();
+        downs.sort();
+        assert_eq!(downs, vec![1, 2, 3]);
+        // Never two brokers down at once: every down is followed by its up.
+        for w in plan.steps.chunks(2) {
+            assert!(
+                matches!((w[0].action, w[1].action), (Action::BrokerDown { node: a, .. }, Action::BrokerUp { node: b }) if a == b)
+            );
+        }
+    }
+
+    #[test]
+    fn storm_goes_1_3_1_2_and_stalls_resume() {
+        let plan = Plan::new(Scenario::RebalanceStorm, &params(1), &mut Rng::new(3));
+        assert_eq!(plan.instances, 1);
+        let sizes: Vec<usize> =
+            plan.steps.iter().filter_map(|s| if let Action::Scale(n) = s.action { Some(n) } else { None }).collect();
+        assert_eq!(sizes, vec![3, 1, 2]);
+        let plan = Plan::new(Scenario::Stall, &params(1), &mut Rng::new(3));
+        let stalls = plan.steps.iter().filter(|s| matches!(s.action, Action::Stall { .. })).count();
+        let resumes = plan.steps.iter().filter(|s| s.action == Action::Resume).count();
+        assert_eq!((stalls, resumes, plan.faults()), (3, 3, 3));
+        assert!("nope".parse::<Scenario>().unwrap_err().contains("process-kill"));
+        assert_eq!("stall".parse::<Scenario>(), Ok(Scenario::Stall));
+    }
+}

@@ -1,0 +1,694 @@
+//! Runs the scenarios: cluster, topics, instances, faults, and the checks at the end.
+//!
+//! Per scenario, top to bottom ([`run_scenario`]):
+//!
+//! ```text
+//! create input and output topics (replication factor 3, min.insync.replicas 2)
+//! start the concurrent reader, the paced input producer and the first instances
+//! for each step of the plan: wait for its virtual time, inject the fault
+//! wait for the input to be written, then for the group to commit all of it
+//! SIGTERM every instance
+//! verify (kafka_eos::verify) + read the final output + compare with the concurrent reader
+//! ```
+//!
+//! An instance that exits by itself is restarted at once (as a supervisor would) and
+//! reported: that is a robustness problem, not by itself an exactly-once violation.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::ClientConfig;
+
+use super::fleet::Fleet;
+use super::instance::InstanceConfig;
+use super::pace::{Input, InputSpec};
+use super::plan::{Action, Plan, PlanParams, Scenario};
+use super::reader::{compare, describe_anomalies, last_offsets, read_final, utc_time_of_day, wall_ms, Reader};
+use super::rng::Rng;
+use crate::broker::{ClusterConfig, LocalCluster};
+use crate::verify::{verify, VerifyConfig};
+use crate::{admin, Guarantee, Summary};
+
+/// Consumer `session.timeout.ms` of every instance: the broker's minimum by default, so a
+/// crashed or stalled instance loses its partitions quickly.
+const SESSION_TIMEOUT: Duration = Duration::from_secs(6);
+/// Producer `transaction.timeout.ms` of every instance.
+const TRANSACTION_TIMEOUT: Duration = Duration::from_secs(8);
+/// How often the coordinator looks for timed-out transactions on the suite's own cluster
+/// (`transaction.abort.timed.out.transaction.cleanup.interval.ms`; Kafka's default is 10 s).
+const LOCAL_TIMEOUT_CHECK: Duration = Duration::from_secs(2);
+/// The same, assumed for a cluster given with `--bootstrap` (Kafka's default).
+const DEFAULT_TIMEOUT_CHECK: Duration = Duration::from_secs(10);
+/// How long a graceful instance stop may take before SIGKILL.
+const STOP_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// What to run. [`SuiteConfig::new`] has the defaults of `kafka-eos chaos`.
+#[derive(Debug, Clone)]
+pub struct SuiteConfig {
+    /// Input records per scenario.
+    pub records: u64,
+    /// Partitions of the input and output topics.
+    pub partitions: i32,
+    /// Scenarios, in order.
+    pub scenarios: Vec<Scenario>,
+    /// Soak mode: ten times the faults of every scenario.
+    pub soak: bool,
+    /// Seed of every random choice (fault instants, victims); print it to replay a run.
+    pub seed: u64,
+    /// An existing cluster instead of a local 3-node one (broker scenarios cannot run).
+    pub bootstrap: Option<String>,
+    /// Replication factor of the topics; default 3 (`min.insync.replicas` is 2, or 1 below 3).
+    pub replication: Option<i32>,
+    /// The guarantee the instances run.
+    pub guarantee: Guarantee,
+    /// The `kafka-eos` executable, run as `<exe> chaos instance ...` for each instance.
+    pub instance_exe: PathBuf,
+    /// Where instance logs go; default a temporary directory, removed when every scenario
+    /// passed.
+    pub log_dir: Option<PathBuf>,
+    /// Bytes per input record value.
+    pub value_size: usize,
+}
+
+impl SuiteConfig {
+    /// 100,000 records in 4 partitions, every scenario, exactly-once, a random seed.
+    pub fn new(instance_exe: PathBuf) -> SuiteConfig {
+        SuiteConfig {
+            records: 100_000,
+            partitions: 4,
+            scenarios: Scenario::ALL.to_vec(),
+            soak: false,
+            seed: Rng::seed_from_entropy(),
+            bootstrap: None,
+            replication: None,
+            guarantee: Guarantee::ExactlyOnce,
+            instance_exe,
+            log_dir: None,
+            value_size: 64,
+        }
+    }
+}
+
+/// One scenario's outcome: the row of the result table, and notes for humans.
+#[derive(Debug, Clone)]
+pub struct ScenarioResult {
+    /// Which scenario.
+    pub scenario: Scenario,
+    /// Input records (as the verifier read them).
+    pub records: u64,
+    /// Faults injected (for random aborts: transactions aborted on purpose or not).
+    pub faults: u64,
+    /// Duplicates: the verifier's plus the concurrent reader's (an origin seen twice).
+    pub duplicates: u64,
+    /// Input records without an output (verifier).
+    pub missing: u64,
+    /// Order violations: the verifier's, plus the concurrent reader's (an origin offset going
+    /// back within an output partition, or an output offset going back).
+    pub order_violations: u64,
+    /// Records the concurrent reader saw that the final read does not contain.
+    pub aborted_reads: u64,
+    /// Committed records the concurrent reader never saw (poll skips).
+    pub skipped: u64,
+    /// Outputs with no or a foreign origin (verifier and reader).
+    pub unexpected: u64,
+    /// Stalled instances that showed no sign of having been fenced.
+    pub unfenced_zombies: u64,
+    /// Wall time of the scenario.
+    pub elapsed: Duration,
+    /// What happened, for humans: instances, transactions, reader, recoveries.
+    pub notes: Vec<String>,
+    /// Why the scenario could not complete, if it could not.
+    pub error: Option<String>,
+}
+
+impl ScenarioResult {
+    fn new(scenario: Scenario) -> ScenarioResult {
+        ScenarioResult {
+            scenario,
+            records: 0,
+            faults: 0,
+            duplicates: 0,
+            missing: 0,
+            order_violations: 0,
+            aborted_reads: 0,
+            skipped: 0,
+            unexpected: 0,
+            unfenced_zombies: 0,
+            elapsed: Duration::ZERO,
+            notes: Vec::new(),
+            error: None,
+        }
+    }
+
+    /// Every violation found; 0 means the scenario passed (if it also completed).
+    pub fn violations(&self) -> u64 {
+        self.duplicates
+            + self.missing
+            + self.order_violations
+            + self.aborted_reads
+            + self.skipped
+            + self.unexpected
+            + self.unfenced_zombies
+    }
+
+    /// Completed with no violation.
+    pub fn passed(&self) -> bool {
+        self.error.is_none() && self.violations() == 0
+    }
+
+    /// The header of the result table.
+    pub fn header() -> String {
+        format!(
+            "{:<16} {:>9} {:>6} {:>10} {:>7} {:>16} {:>13} {:>8}",
+            "scenario", "records", "faults", "duplicates", "missing", "order violations", "aborted reads", "elapsed"
+        )
+    }
+
+    /// This result as a row of the table.
+    pub fn row(&self) -> String {
+        format!(
+            "{:<16} {:>9} {:>6} {:>10} {:>7} {:>16} {:>13} {:>7.1}s{}",
+            self.scenario.name(),
+            self.records,
+            self.faults,
+            self.duplicates,
+            self.missing,
+            self.order_violations,
+            self.aborted_reads,
+            self.elapsed.as_secs_f64(),
+            if self.passed() { "" } else { "  FAILED" }
+        )
+    }
+}
+
+/// Every scenario's result.
+#[derive(Debug, Clone)]
+pub struct SuiteReport {
+    /// In the order run.
+    pub results: Vec<ScenarioResult>,
+    /// The seed used.
+    pub seed: u64,
+    /// Where the instance logs are (kept when a scenario failed), if anywhere.
+    pub logs: Option<PathBuf>,
+}
+
+impl SuiteReport {
+    /// Every scenario completed without a violation.
+    pub fn passed(&self) -> bool {
+        self.results.iter().all(ScenarioResult::passed)
+    }
+
+    /// `chaos: <k> scenarios, <n> faults, <d> duplicates, <m> missing, <o> order violations`.
+    pub fn summary_line(&self) -> String {
+        let sum = |f: fn(&ScenarioResult) -> u64| self.results.iter().map(f).sum::<u64>();
+        format!(
+            "chaos: {} scenarios, {} faults, {} duplicates, {} missing, {} order violations",
+            self.results.len(),
+            sum(|r| r.faults),
+            sum(|r| r.duplicates),
+            sum(|r| r.missing),
+            sum(|r| r.order_violations)
+        )
+    }
+}
+
+/// What [`run_suite`] reports as it goes.
+#[derive(Debug)]
+pub enum Progress<'a> {
+    /// A line for humans (cluster started, scenario starting).
+    Message(&'a str),
+    /// A scenario finished.
+    Result(&'a ScenarioResult),
+}
+
+/// Runs the scenarios of `cfg`, one after another, on one cluster (started here unless
+/// `cfg.bootstrap` names one), calling `progress` as it goes. Blocking; start it from the
+/// thread that will outlive it (instances die with the thread that started them).
+///
+/// # Errors
+/// Only for what prevents the suite from running at all (the cluster does not start, a
+/// broker scenario without broker control); a scenario that fails is a result.
+pub fn run_suite(
+    cfg: &SuiteConfig,
+    progress: &mut dyn FnMut(Progress<'_>),
+) -> Result<SuiteReport, Box<dyn std::error::Error>> {
+    let mut scenarios = cfg.scenarios.clone();
+    if cfg.bootstrap.is_some() {
+        let (skip, keep): (Vec<Scenario>, Vec<Scenario>) =
+            scenarios.iter().partition(|s: &&Scenario| s.needs_broker_control());
+        if !skip.is_empty() && cfg.scenarios.len() < Scenario::ALL.len() {
+            return Err(
+                format!("{skip:?} stop and start brokers: they need the suite's own cluster (no --bootstrap)").into()
+            );
+        }
+        for s in &skip {
+            progress(Progress::Message(&format!("chaos: skipping {s}: it needs the suite's own cluster")));
+        }
+        scenarios = keep;
+    }
+    let mut cluster = None;
+    let (bootstrap, timeout_check) = match &cfg.bootstrap {
+        Some(b) => (b.clone(), DEFAULT_TIMEOUT_CHECK),
+        None => {
+            progress(Progress::Message("chaos: starting a local 3-node Kafka cluster"));
+            let mut cc = ClusterConfig::with_nodes(3);
+            cc.extra_properties.push((
+                "transaction.abort.timed.out.transaction.cleanup.interval.ms".into(),
+                LOCAL_TIMEOUT_CHECK.as_millis().to_string(),
+            ));
+            let c = LocalCluster::start(cc)?;
+            let b = c.bootstrap_servers();
+            progress(Progress::Message(&format!("chaos: cluster ready at {b}")));
+            cluster = Some(c);
+            (b, LOCAL_TIMEOUT_CHECK)
+        }
+    };
+    let (log_root, remove_logs) = match &cfg.log_dir {
+        Some(d) => (d.clone(), false),
+        None => (std::env::temp_dir().join(format!("kafka-eos-chaos-{}", std::process::id())), true),
+    };
+    let run_id = format!("{}-{:x}", std::process::id(), Rng::seed_from_entropy() & 0xff_ffff);
+    let mut report = SuiteReport { results: Vec::new(), seed: cfg.seed, logs: None };
+    for (i, &scenario) in scenarios.iter().enumerate() {
+        progress(Progress::Message(&format!("chaos: {scenario} ({}/{})", i + 1, scenarios.len())));
+        // One generator per scenario, from the seed and the scenario alone: running a
+        // subset with --scenario replays the same schedule as in the full run.
+        let mut rng = Rng::new(cfg.seed ^ (Scenario::ALL.iter().position(|s| *s == scenario).unwrap_or(0) as u64 + 1));
+        let ctx = Ctx {
+            cfg,
+            bootstrap: &bootstrap,
+            run_id: &run_id,
+            log_dir: log_root.join(scenario.name()),
+            // Longer than the session timeout and the transaction timeout plus the
+            // coordinator's check interval: both the group and the coordinator move on.
+            stall: TRANSACTION_TIMEOUT.max(SESSION_TIMEOUT) + timeout_check + Duration::from_secs(5),
+        };
+        let result = run_scenario(&ctx, cluster.as_mut(), scenario, &mut rng);
+        if !result.passed() {
+            // The brokers' logs go with the instances' (the cluster's own directory is
+            // removed with it).
+            for (node, log) in cluster.iter().flat_map(|c| c.node_ids().into_iter().map(|n| (n, c.log_path(n)))) {
+                if let Some(log) = log {
+                    let _ = std::fs::copy(&log, ctx.log_dir.join(format!("broker-{node}.log")));
+                }
+            }
+        }
+        progress(Progress::Result(&result));
+        report.results.push(result);
+    }
+    if remove_logs && report.passed() {
+        let _ = std::fs::remove_dir_all(&log_root);
+    } else {
+        report.logs = Some(log_root);
+    }
+    Ok(report)
+}
+
+struct Ctx<'a> {
+    cfg: &'a SuiteConfig,
+    bootstrap: &'a str,
+    run_id: &'a str,
+    log_dir: PathBuf,
+    stall: Duration,
+}
+
+fn run_scenario(
+    ctx: &Ctx<'_>,
+    cluster: Option<&mut LocalCluster>,
+    scenario: Scenario,
+    rng: &mut Rng,
+) -> ScenarioResult {
+    let started = Instant::now();
+    let mut result = ScenarioResult::new(scenario);
+    if let Err(e) = Run::new(ctx, cluster, scenario, rng, &mut result).and_then(|run| run.execute()) {
+        result.error = Some(e);
+    }
+    result.elapsed = started.elapsed();
+    result
+}
+
+/// One scenario in progress.
+struct Run<'a, 'r> {
+    ctx: &'a Ctx<'a>,
+    cluster: Option<&'a mut LocalCluster>,
+    rng: &'a mut Rng,
+    result: &'r mut ScenarioResult,
+    plan: Plan,
+    input_topic: String,
+    output_topic: String,
+    app: String,
+    fleet: Fleet,
+    /// Stalled instances and their counters when stalled.
+    zombies: Vec<(u32, Summary)>,
+    /// `steps.log` in the log directory: every fault with its UTC time, to line up with
+    /// the instances' and brokers' logs.
+    timeline: Option<std::fs::File>,
+}
+
+impl<'a, 'r> Run<'a, 'r> {
+    fn new(
+        ctx: &'a Ctx<'a>,
+        cluster: Option<&'a mut LocalCluster>,
+        scenario: Scenario,
+        rng: &'a mut Rng,
+        result: &'r mut ScenarioResult,
+    ) -> Result<Run<'a, 'r>, String> {
+        let cfg = ctx.cfg;
+        let nodes = cluster.as_ref().map(|c| c.node_ids()).unwrap_or_default();
+        let params = PlanParams { scale: if cfg.soak { 10 } else { 1 }, nodes, stall: ctx.stall };
+        let plan = Plan::new(scenario, &params, rng);
+        let app = format!("chaos-{}-{}", ctx.run_id, scenario.name());
+        let (input_topic, output_topic) = (format!("{app}-in"), format!("{app}-out"));
+        let rf = cfg.replication.unwrap_or(3);
+        let min_isr = if rf >= 3 { "2" } else { "1" };
+        for t in [&input_topic, &output_topic] {
+            admin::create_topic_with(ctx.bootstrap, t, cfg.partitions, rf, &[("min.insync.replicas", min_isr)])
+                .map_err(|e| format!("creating {t}: {e}"))?;
+        }
+        std::fs::create_dir_all(&ctx.log_dir).map_err(|e| format!("creating {}: {e}", ctx.log_dir.display()))?;
+        let instance = InstanceConfig {
+            bootstrap: ctx.bootstrap.to_string(),
+            application_id: app.clone(),
+            input: input_topic.clone(),
+            output: output_topic.clone(),
+            guarantee: cfg.guarantee,
+            abort_one_in: plan.abort_one_in,
+            session_timeout: SESSION_TIMEOUT,
+            transaction_timeout: TRANSACTION_TIMEOUT,
+            status_interval: Duration::from_millis(500),
+        };
+        let mut args = vec!["chaos".to_string(), "instance".to_string()];
+        args.extend(instance.to_args());
+        let fleet = Fleet::new(cfg.instance_exe.clone(), args, ctx.log_dir.clone());
+        let timeline = std::fs::File::create(ctx.log_dir.join("steps.log")).ok();
+        Ok(Run {
+            ctx,
+            cluster,
+            rng,
+            result,
+            plan,
+            input_topic,
+            output_topic,
+            app,
+            fleet,
+            zombies: Vec::new(),
+            timeline,
+        })
+    }
+
+    fn note(&mut self, s: impl Into<String>) {
+        self.result.notes.push(s.into());
+    }
+
+    /// Restarts instances that exited by themselves.
+    fn tend(&mut self) -> Result<(), String> {
+        for _ in 0..self.fleet.reap_crashed() {
+            self.fleet.start()?;
+        }
+        Ok(())
+    }
+
+    /// Sleeps `d` while tending the fleet.
+    fn pause(&mut self, d: Duration) -> Result<(), String> {
+        let until = Instant::now() + d;
+        while Instant::now() < until {
+            self.tend()?;
+            std::thread::sleep(Duration::from_millis(50).min(until.saturating_duration_since(Instant::now())));
+        }
+        Ok(())
+    }
+
+    fn execute(mut self) -> Result<(), String> {
+        let ctx = self.ctx;
+        let cfg = ctx.cfg;
+        if self.cluster.is_some() {
+            wait_full_isr(ctx.bootstrap, Duration::from_secs(120))?;
+        }
+        let reader = Reader::start(ctx.bootstrap, &self.output_topic, cfg.partitions, &self.input_topic)?;
+        let input = Input::start(InputSpec {
+            bootstrap: ctx.bootstrap.to_string(),
+            topic: self.input_topic.clone(),
+            partitions: cfg.partitions,
+            records: cfg.records,
+            value_size: cfg.value_size,
+            duration: self.plan.duration,
+        })?;
+        self.fleet.scale_to(self.plan.instances, STOP_TIMEOUT)?;
+        // The clock (and so the input) starts once an instance is up.
+        if !self.fleet.wait_started(Duration::from_secs(90)) {
+            return Err("no instance reported a status within 90 s; see the instance logs".into());
+        }
+        self.mark("an instance is up: input and faults start");
+        let clock = input.clock.clone();
+        let steps = self.plan.steps.clone();
+        let mut late = 0;
+        for (i, step) in steps.iter().enumerate() {
+            clock.set_cap(step.at);
+            while clock.now() < step.at {
+                if input.is_finished() {
+                    break; // the input thread failed: finish() below says why
+                }
+                self.pause(Duration::from_millis(50))?;
+            }
+            if input.is_finished() {
+                late += 1;
+            }
+            let next = steps.get(i + 1).map_or(self.plan.duration, |s| s.at);
+            clock.set_cap(step.at + (next.saturating_sub(step.at)) / 2);
+            self.act(step.action)?;
+            if step.fault {
+                self.result.faults += 1;
+            }
+        }
+        clock.set_cap(self.plan.duration);
+        while !input.is_finished() {
+            self.pause(Duration::from_millis(100))?;
+        }
+        let input_stats = input.finish()?;
+        self.mark("input written");
+        if input_stats.failed > 0 {
+            self.note(format!(
+                "input: {} of {} records failed to be written ({}); they are not part of the input",
+                input_stats.failed,
+                input_stats.sent,
+                input_stats.first_error.unwrap_or_default()
+            ));
+        }
+        if late > 0 {
+            self.note(format!("{late} fault(s) came after the input had failed"));
+        }
+        self.fleet.resume_all();
+        if self.fleet.len() == 0 {
+            self.fleet.start()?;
+        }
+        let caught_up = self.wait_caught_up()?;
+        self.mark(if caught_up { "group caught up: SIGTERM to every instance" } else { "catch-up timed out" });
+        self.fleet.shutdown(STOP_TIMEOUT);
+        self.mark("instances stopped");
+        self.check(reader, caught_up)
+    }
+
+    /// Appends `what` to the timeline, stamped with the UTC time of day.
+    fn mark(&mut self, what: &str) {
+        use std::io::Write as _;
+        if let Some(f) = &mut self.timeline {
+            let _ = writeln!(f, "{} {what}", utc_time_of_day(wall_ms()));
+        }
+    }
+
+    fn act(&mut self, action: Action) -> Result<(), String> {
+        tracing::info!(?action, "chaos step");
+        self.mark(&format!("{action:?}"));
+        // Faults hit an instance that is processing (see Fleet::pick_busy), waiting for one
+        // as long as a rebalance after a crash may take (session timeout, then the join).
+        let pick_timeout = Duration::from_secs(60);
+        match action {
+            Action::KillInstance | Action::BounceInstance => {
+                let Some(idx) = self.fleet.pick_within(self.rng, pick_timeout) else {
+                    return Err(format!("no running instance to {action:?} within {pick_timeout:?}"));
+                };
+                let id = self.fleet.id(idx);
+                self.mark(&format!("  instance {id}"));
+                if action == Action::KillInstance {
+                    self.fleet.kill(idx);
+                } else {
+                    self.fleet.terminate(idx, STOP_TIMEOUT);
+                }
+                self.fleet.start()?;
+            }
+            Action::BrokerDown { node, hard } => {
+                let cluster = self.cluster.as_mut().ok_or("a broker scenario needs the suite's own cluster")?;
+                let r = if hard { cluster.kill_node(node) } else { cluster.stop_node(node) };
+                r.map_err(|e| format!("taking broker {node} down: {e}"))?;
+            }
+            Action::BrokerUp { node } => {
+                let cluster = self.cluster.as_mut().ok_or("a broker scenario needs the suite's own cluster")?;
+                cluster.start_node(node).map_err(|e| format!("restarting broker {node}: {e}"))?;
+                let started = Instant::now();
+                if let Err(e) = wait_full_isr(self.ctx.bootstrap, Duration::from_secs(120)) {
+                    self.note(format!("after broker {node} restarted: {e}"));
+                } else {
+                    tracing::info!(node, elapsed = ?started.elapsed(), "replicas back in sync");
+                }
+            }
+            Action::Scale(n) => self.fleet.scale_to(n, STOP_TIMEOUT)?,
+            Action::Stall { in_transaction } => {
+                let Some(idx) = self.fleet.pick_within(self.rng, pick_timeout) else {
+                    return Err(format!("no running instance to stall within {pick_timeout:?}"));
+                };
+                let id = self.fleet.id(idx);
+                self.mark(&format!("  instance {id}"));
+                let before = self.fleet.status_of(id).and_then(|s| s.summary).unwrap_or_default();
+                if in_transaction {
+                    if !self.fleet.stop_in_transaction(idx, Duration::from_secs(30)) {
+                        self.note(format!(
+                            "instance {id} processed no record within 30 s of SIGUSR1: stopped where it was"
+                        ));
+                    }
+                } else {
+                    self.fleet.stop_now(idx);
+                }
+                self.zombies.push((id, before));
+            }
+            Action::Resume => self.fleet.resume_all(),
+        }
+        self.mark("  done");
+        Ok(())
+    }
+
+    /// Waits until the group has committed all the input; `false` on timeout.
+    fn wait_caught_up(&mut self) -> Result<bool, String> {
+        let timeout = Duration::from_secs(300).max(Duration::from_millis(self.ctx.cfg.records / 2));
+        let (started, deadline) = (Instant::now(), Instant::now() + timeout);
+        let topics = vec![self.input_topic.clone()];
+        let mut last = String::new();
+        while Instant::now() < deadline {
+            match admin::group_lag(self.ctx.bootstrap, &self.app, &topics) {
+                Ok(0) => {
+                    tracing::info!(elapsed = ?started.elapsed(), "group caught up");
+                    return Ok(true);
+                }
+                Ok(lag) => last = format!("lag {lag}"),
+                Err(e) => last = e.to_string(),
+            }
+            self.pause(Duration::from_millis(500))?;
+        }
+        self.note(format!("the group did not catch up within {timeout:?} ({last})"));
+        Ok(false)
+    }
+
+    fn check(self, reader: Reader, caught_up: bool) -> Result<(), String> {
+        let ctx = self.ctx;
+        let cfg = ctx.cfg;
+        let timeout = Duration::from_secs(300);
+        let mut vc = VerifyConfig::new(ctx.bootstrap, &self.input_topic, &self.output_topic);
+        vc.timeout = timeout;
+        vc.client_properties.set("log_level", "2");
+        let report = verify(&vc).map_err(|e| format!("verifier: {e}"))?;
+        let final_read = read_final(ctx.bootstrap, &self.output_topic, cfg.partitions, &self.input_topic, timeout)
+            .map_err(|e| format!("final read: {e}"))?;
+        let log = reader.finish(last_offsets(&final_read.records), Duration::from_secs(120))?;
+        let cmp = compare(&log.seen, &final_read.records);
+        let r = &mut *self.result;
+        r.records = report.input_records;
+        r.duplicates = report.duplicates + log.duplicates;
+        r.missing = report.missing;
+        r.order_violations = report.order_violations + log.order_violations + log.backwards;
+        r.aborted_reads = cmp.aborted_reads;
+        r.skipped = cmp.skipped;
+        r.unexpected = report.unexpected + log.unexpected;
+
+        let t = self.fleet.totals();
+        if self.result.scenario == Scenario::RandomAborts {
+            self.result.faults = t.transactions_aborted;
+        }
+        let cycles = (t.transactions_committed + t.transactions_aborted).max(1);
+        let seen: usize = log.seen.iter().map(Vec::len).sum();
+        let mut notes = vec![
+            format!(
+                "verifier: {} in, {} out, {} duplicates, {} missing, {} order violations, {} unexpected",
+                report.input_records,
+                report.output_records,
+                report.duplicates,
+                report.missing,
+                report.order_violations,
+                report.unexpected
+            ),
+            format!(
+                "concurrent reader: {seen} read, {} duplicates, {} offsets going back, {} order violations, {} aborted reads, {} skipped",
+                log.duplicates, log.backwards, log.order_violations, cmp.aborted_reads, cmp.skipped
+            ),
+            format!(
+                "instances: {} started, {} crashed, {} graceful stops ended by SIGKILL; as last reported (a SIGKILLed instance's last half second is lost): {} transactions committed, {} aborted ({:.0}%), {} producers fenced, {} assignments",
+                self.fleet.started,
+                self.fleet.crashes.len(),
+                self.fleet.slow_stops,
+                t.transactions_committed,
+                t.transactions_aborted,
+                100.0 * t.transactions_aborted as f64 / cycles as f64,
+                t.producers_fenced,
+                t.rebalances
+            ),
+        ];
+        notes.extend(self.fleet.crashes.iter().cloned());
+        if report.duplicates > 0 || report.missing > 0 {
+            let (n, p) = (cfg.records as i64, cfg.partitions as i64);
+            let counts: Vec<i64> = (0..p).map(|i| n / p + i64::from(i < n % p)).collect();
+            notes.extend(describe_anomalies(&final_read, &log, &counts, 10));
+        }
+        let mut fenced = 0;
+        for (id, before) in &self.zombies {
+            let after = self.fleet.status_of(*id).and_then(|s| s.summary).unwrap_or_default();
+            if after.producers_fenced > before.producers_fenced || after.rebalances > before.rebalances {
+                fenced += 1;
+            } else {
+                notes.push(format!("stalled instance {id} shows no sign of fencing: {before:?} -> {after:?}"));
+            }
+        }
+        if !self.zombies.is_empty() {
+            notes.push(format!(
+                "stalled instances fenced on waking (lost their partitions or producer): {fenced} of {}",
+                self.zombies.len()
+            ));
+        }
+        self.result.unfenced_zombies = (self.zombies.len() - fenced) as u64;
+        self.result.notes.extend(notes);
+        if !caught_up {
+            return Err("the pipeline did not catch up (see notes); the counts above are as found".into());
+        }
+        Ok(())
+    }
+}
+
+/// Waits until every partition of every topic (internal ones included) has its full ISR.
+fn wait_full_isr(bootstrap: &str, timeout: Duration) -> Result<(), String> {
+    let probe: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("log_level", "2")
+        .create()
+        .map_err(|e| format!("metadata probe: {e}"))?;
+    let deadline = Instant::now() + timeout;
+    let mut last;
+    loop {
+        match probe.fetch_metadata(None, Duration::from_secs(5)) {
+            Ok(md) => {
+                let short: usize = md
+                    .topics()
+                    .iter()
+                    .flat_map(|t| t.partitions())
+                    .filter(|p| p.isr().len() < p.replicas().len())
+                    .count();
+                if short == 0 {
+                    return Ok(());
+                }
+                last = format!("{short} partitions under-replicated");
+            }
+            Err(e) => last = format!("metadata: {e}"),
+        }
+        if Instant::now() >= deadline {
+            return Err(format!("replicas not back in sync within {timeout:?}: {last}"));
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
