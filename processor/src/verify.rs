@@ -218,7 +218,9 @@ pub struct QuietEof;
 impl ClientContext for QuietEof {
     fn error(&self, error: KafkaError, reason: &str) {
         match error {
-            KafkaError::PartitionEOF(_) => tracing::trace!(reason, "end of partition"),
+            KafkaError::PartitionEOF(_) | KafkaError::Global(rdkafka::types::RDKafkaErrorCode::PartitionEOF) => {
+                tracing::trace!(reason, "end of partition")
+            }
             e => tracing::warn!(error = %e, reason, "verifier consumer error"),
         }
     }
