@@ -26,7 +26,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use kafka_eos::bench::{peak_rss, CopyResult, CpuSource, Input, Progress, Verified};
-use kafka_eos::broker::{cache_dir, KAFKA_VERSION};
+use kafka_eos::broker::{cache_dir, copy_dependencies, KAFKA_VERSION};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
@@ -398,19 +398,7 @@ fn fetch(dir: &Path) -> Res<()> {
         let _ = fs::remove_dir_all(stale);
     }
     eprintln!("fetching Kafka Streams and kafka-tools {KAFKA_VERSION} with Maven into {} (one time)", dir.display());
-    let out = Command::new("mvn")
-        .current_dir(dir)
-        .args([
-            "-B",
-            "-q",
-            "-f",
-            "pom.xml",
-            "org.apache.maven.plugins:maven-dependency-plugin:3.6.1:copy-dependencies",
-            "-DincludeScope=runtime",
-        ])
-        .arg(format!("-DoutputDirectory={}", partial.display()))
-        .stdin(Stdio::null())
-        .output()
+    let out = copy_dependencies(dir, &partial)
         .map_err(|e| format!("running mvn (Maven is needed once to fetch the peers' jars): {e}"))?;
     if !out.status.success() {
         return Err(format!(

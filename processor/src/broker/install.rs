@@ -89,19 +89,7 @@ pub fn install() -> Result<PathBuf, BrokerError> {
 
     tracing::info!(dir = %dir.display(), "fetching the Kafka {KAFKA_VERSION} jars with Maven (one time)");
     let started = std::time::Instant::now();
-    let out = Command::new(mvn)
-        .current_dir(&dir)
-        .args([
-            "-B",
-            "-q",
-            "-f",
-            "pom.xml",
-            "org.apache.maven.plugins:maven-dependency-plugin:3.6.1:copy-dependencies",
-            "-DincludeScope=runtime",
-        ])
-        .arg(format!("-DoutputDirectory={}", partial.display()))
-        .stdin(Stdio::null())
-        .output()
+    let out = copy_dependencies(&dir, &partial)
         .map_err(|e| BrokerError::io(format!("running {mvn} in {}", dir.display()), e))?;
     let mut combined = String::from_utf8_lossy(&out.stdout).into_owned();
     combined.push_str(&String::from_utf8_lossy(&out.stderr));
@@ -225,6 +213,24 @@ impl Drop for FileLock {
         // SAFETY: unlocking a descriptor we own; closing it would release the lock anyway.
         unsafe { libc::flock(self.0.as_raw_fd(), libc::LOCK_UN) };
     }
+}
+
+/// Runs Maven in `dir` (which holds a `pom.xml`) to copy the runtime classpath of its
+/// dependencies into `output`. Shared by the broker's install and the benchmarks' Java peers.
+pub fn copy_dependencies(dir: &Path, output: &Path) -> std::io::Result<std::process::Output> {
+    Command::new("mvn")
+        .current_dir(dir)
+        .args([
+            "-B",
+            "-q",
+            "-f",
+            "pom.xml",
+            "org.apache.maven.plugins:maven-dependency-plugin:3.6.1:copy-dependencies",
+            "-DincludeScope=runtime",
+        ])
+        .arg(format!("-DoutputDirectory={}", output.display()))
+        .stdin(Stdio::null())
+        .output()
 }
 
 #[cfg(test)]

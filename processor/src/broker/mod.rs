@@ -76,7 +76,7 @@ use std::time::Duration;
 
 pub use cluster::LocalCluster;
 pub use detached::{start_detached, status_detached, stop_detached, STATE_FILE};
-pub use install::{cache_dir, install};
+pub use install::{cache_dir, copy_dependencies, install};
 
 /// The Apache Kafka version the harness runs. Must match `kafka.version` in the embedded
 /// `pom.xml` (a unit test checks that). 4.1.x because 4.0.0 dropped JoinGroup v0-1 (restored in
