@@ -10,7 +10,7 @@
 
 use std::time::{Duration, Instant};
 
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
@@ -123,6 +123,21 @@ impl Client {
                 });
             }
             std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// The value of configuration entry `key` of `topic`, as the broker reports it.
+    pub fn topic_config(&self, topic: &str, key: &str) -> Result<Option<String>> {
+        let timeout = Duration::from_secs(30);
+        let admin: AdminClient<DefaultClientContext> =
+            self.config().create().map_err(|e| Error::Config(client_error(&e)))?;
+        let opts = AdminOptions::new().request_timeout(Some(timeout));
+        let results = futures::executor::block_on(admin.describe_configs([&ResourceSpecifier::Topic(topic)], &opts))
+            .map_err(|e| self.unreachable(timeout, e))?;
+        match results.into_iter().next() {
+            Some(Ok(resource)) => Ok(resource.get(key).and_then(|e| e.value.clone())),
+            Some(Err(code)) => Err(Error::Config(format!("cannot describe the configuration of topic {topic}: {code}"))),
+            None => Ok(None),
         }
     }
 

@@ -31,6 +31,7 @@ use crate::error::{Error, Result};
 use crate::observe::{TransactionEvent, TransactionHook};
 use crate::processor::{ProcessResult, Processor};
 use crate::record::InputRecord;
+use crate::state::StoreSpec;
 
 /// The delivery guarantee of a pipeline. Chosen per pipeline: exactly-once costs a
 /// transaction per batch (a few milliseconds of coordinator round trips, amortised over
@@ -259,6 +260,11 @@ pub struct PipelineConfig {
     pub consumer_properties: Properties,
     /// Extra producer properties, verbatim.
     pub producer_properties: Properties,
+    /// The state stores of a stateful processor.
+    pub stores: Vec<StoreSpec>,
+    /// Replication factor of changelog topics this pipeline creates (-1: the broker's
+    /// `default.replication.factor`).
+    pub changelog_replication: i32,
 }
 
 impl PipelineConfig {
@@ -328,6 +334,8 @@ pub struct PipelineBuilder {
     consumer_properties: Properties,
     producer_properties: Properties,
     hooks: Vec<TransactionHook>,
+    stores: Vec<StoreSpec>,
+    changelog_replication: Option<i32>,
 }
 
 impl PipelineBuilder {
@@ -367,6 +375,35 @@ impl PipelineBuilder {
         Fut: std::future::Future<Output = ProcessResult> + Send + 'static,
     {
         self.processor = Some(Processor::from_async(f));
+        self
+    }
+
+    /// The stateful processor: it also receives the [`Context`](crate::state::Context) of
+    /// the record's input partition, to read and write the stores declared with
+    /// [`store`](Self::store). See [`crate::state`] for how state commits with the
+    /// transaction, and [`crate::operators`] for dedup, windows and aggregates.
+    pub fn stateful_processor<F>(mut self, f: F) -> Self
+    where
+        F: Fn(&mut crate::state::Context<'_>, &InputRecord) -> ProcessResult + Send + Sync + 'static,
+    {
+        self.processor = Some(Processor::stateful(f));
+        self
+    }
+
+    /// Declares a state store (e.g. `StoreSpec::memory("totals")`, or an operator's
+    /// `.store()`). Its changelog topic `<application_id>-<name>-changelog` is created at
+    /// start-up if missing: compacted, one partition per input partition. Requires a
+    /// stateful processor and a single input topic.
+    pub fn store(mut self, spec: StoreSpec) -> Self {
+        self.stores.push(spec);
+        self
+    }
+
+    /// Replication factor of the changelog topics the pipeline creates. Default: -1, the
+    /// broker's `default.replication.factor` — set 3 in production clusters whose default is
+    /// lower: a changelog that loses its only replica loses the state.
+    pub fn changelog_replication(mut self, replication: i32) -> Self {
+        self.changelog_replication = Some(replication);
         self
     }
 
@@ -603,6 +640,29 @@ impl PipelineBuilder {
                 return cfg_err(format!("the dead-letter topic {t:?} cannot also be an input topic"));
             }
         }
+        if processor.is_stateful() || !self.stores.is_empty() {
+            if !processor.is_stateful() {
+                return cfg_err("stores are declared but the processor is not stateful: use .stateful_processor(|ctx, record| ...)".into());
+            }
+            if self.stores.is_empty() {
+                return cfg_err("a stateful processor needs at least one store: declare it with .store(StoreSpec::memory(\"name\")) or an operator's .store()".into());
+            }
+            if self.input_topics.len() != 1 {
+                return cfg_err(format!(
+                    "state stores need exactly one input topic (changelog partition n belongs to input partition n), not {:?}",
+                    self.input_topics
+                ));
+            }
+            let mut names = std::collections::HashSet::new();
+            for s in &self.stores {
+                if s.name.is_empty() || !s.name.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c)) {
+                    return cfg_err(format!("store name {:?} must be non-empty and use only letters, digits, '.', '_' and '-' (it names a topic)", s.name));
+                }
+                if !names.insert(s.name.as_str()) {
+                    return cfg_err(format!("store {:?} is declared twice", s.name));
+                }
+            }
+        }
         let instance_id = self.instance_id.unwrap_or_else(random_instance_id);
         Ok((
             PipelineConfig {
@@ -629,6 +689,8 @@ impl PipelineBuilder {
                 health_threshold: self.health_threshold.unwrap_or(Duration::from_secs(60)),
                 consumer_properties: self.consumer_properties,
                 producer_properties: self.producer_properties,
+                stores: self.stores,
+                changelog_replication: self.changelog_replication.unwrap_or(-1),
             },
             processor,
             self.hooks,

@@ -44,6 +44,8 @@
 //! | [`record`], [`codec`], [`processor`] | what a processor sees and returns; serde codecs |
 //! | [`txn`](crate::txn) (private) | the transaction cycle, top to bottom, and its hazards |
 //! | `runtime` (private) | the consumer thread, rebalance callbacks, partition tasks |
+//! | [`state`] | state stores with changelog topics, restored on assignment |
+//! | [`operators`] | dedup, tumbling event-time windows, keyed aggregates, built on stores |
 //! | [`observe`] | a hook called after every transaction, with its timings and outcome |
 //! | [`ops`] | Prometheus `/metrics`, `/health`, tracing set-up |
 //! | [`error`] | typed errors and their classification (retriable / abortable / fenced / fatal) |
@@ -63,10 +65,12 @@ pub mod config;
 pub mod error;
 mod metrics;
 pub mod observe;
+pub mod operators;
 pub mod ops;
 pub mod processor;
 pub mod record;
 mod runtime;
+pub mod state;
 mod txn;
 pub mod verify;
 

@@ -25,6 +25,11 @@
 //! | `kafka_eos_producers_fenced_total` | counter | producers given up (fenced, fatal, poisoned) |
 //! | `kafka_eos_consumer_lag` | gauge | librdkafka's consumer lag per partition (statistics) |
 //! | `kafka_eos_producer_epoch{transactional_id}` | gauge | librdkafka's `eos.producer_epoch` (statistics) |
+//! | `kafka_eos_state_restore_seconds{store}` | histogram | time to rebuild a partition's stores from their changelogs |
+//! | `kafka_eos_state_restore_records_total{store}` | counter | changelog records read by restores |
+//! | `kafka_eos_changelog_records_total{store}` | counter | changelog records committed (one per changed key per transaction) |
+//! | `kafka_eos_duplicates_dropped_total{store}` | counter | records dropped by dedup (committed) |
+//! | `kafka_eos_late_records_total{store}` | counter | records routed to a late-records topic by a window (committed) |
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -150,4 +155,15 @@ pub(crate) fn consumer_lag(pipeline: &str, tp: &TopicPartition, lag: i64) {
 pub(crate) fn producer_epoch(pipeline: &str, transactional_id: &str, epoch: i64) {
     gauge!("kafka_eos_producer_epoch", "pipeline" => pipeline.to_string(), "transactional_id" => transactional_id.to_string())
         .set(epoch as f64);
+}
+
+pub(crate) fn state_restored(pipeline: &str, store: &str, records: u64, elapsed: Duration) {
+    let labels = [("pipeline", pipeline.to_string()), ("store", store.to_string())];
+    histogram!("kafka_eos_state_restore_seconds", &labels).record(elapsed.as_secs_f64());
+    counter!("kafka_eos_state_restore_records_total", &labels).increment(records);
+}
+
+/// A committed transaction's state activity: changelog records written, operator tallies.
+pub(crate) fn state_committed(pipeline: &str, metric: &'static str, store: &str, n: u64) {
+    counter!(metric, "pipeline" => pipeline.to_string(), "store" => store.to_string()).increment(n);
 }

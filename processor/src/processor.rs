@@ -19,12 +19,14 @@ use futures::future::BoxFuture;
 
 use crate::error::BoxError;
 use crate::record::{InputRecord, OutputRecord};
+use crate::state::{Context, PartitionState};
 
 /// What a processor returns: the outputs of one input record, or why it failed.
 pub type ProcessResult = Result<Vec<OutputRecord>, BoxError>;
 
 type SyncFn = dyn Fn(&InputRecord) -> ProcessResult + Send + Sync;
 type AsyncFn = dyn Fn(InputRecord) -> BoxFuture<'static, ProcessResult> + Send + Sync;
+type StatefulFn = dyn Fn(&mut Context<'_>, &InputRecord) -> ProcessResult + Send + Sync;
 
 /// A processor, sync or async. Built by
 /// [`PipelineBuilder::processor`](crate::PipelineBuilder::processor) or
@@ -36,6 +38,7 @@ pub struct Processor(Kind);
 enum Kind {
     Sync(Arc<SyncFn>),
     Async(Arc<AsyncFn>),
+    Stateful(Arc<StatefulFn>),
 }
 
 impl std::fmt::Debug for Processor {
@@ -43,6 +46,7 @@ impl std::fmt::Debug for Processor {
         f.write_str(match self.0 {
             Kind::Sync(_) => "Processor::Sync",
             Kind::Async(_) => "Processor::Async",
+            Kind::Stateful(_) => "Processor::Stateful",
         })
     }
 }
@@ -65,15 +69,39 @@ impl Processor {
         Processor(Kind::Async(Arc::new(move |r| Box::pin(f(r)))))
     }
 
-    /// Calls the processor on a (non-async) task thread. A panic becomes an `Err` with the
-    /// panic message, so one bad record cannot take the pipeline down unannounced.
-    pub(crate) fn call(&self, rt: &tokio::runtime::Handle, record: &InputRecord) -> Result<Vec<OutputRecord>, String> {
-        let outcome = match &self.0 {
-            Kind::Sync(f) => catch_unwind(AssertUnwindSafe(|| f(record))),
-            Kind::Async(f) => {
+    /// Wraps a stateful closure: it also receives the [`Context`] of the record's partition,
+    /// through which it reads and writes its [state stores](crate::state). Stateful
+    /// processors are synchronous: state must not be held across an await.
+    pub fn stateful<F>(f: F) -> Processor
+    where
+        F: Fn(&mut Context<'_>, &InputRecord) -> ProcessResult + Send + Sync + 'static,
+    {
+        Processor(Kind::Stateful(Arc::new(f)))
+    }
+
+    /// Whether this processor uses state stores.
+    pub fn is_stateful(&self) -> bool {
+        matches!(self.0, Kind::Stateful(_))
+    }
+
+    /// Calls the processor on a (non-async) task thread, with the record's partition state if
+    /// it is stateful. A panic becomes an `Err` with the panic message, so one bad record
+    /// cannot take the pipeline down unannounced. (A panic may leave the open transaction's
+    /// state changes half made: the batch is aborted, which discards them.)
+    pub(crate) fn call(
+        &self,
+        rt: &tokio::runtime::Handle,
+        record: &InputRecord,
+        state: Option<&mut PartitionState>,
+    ) -> Result<Vec<OutputRecord>, String> {
+        let outcome = match (&self.0, state) {
+            (Kind::Sync(f), _) => catch_unwind(AssertUnwindSafe(|| f(record))),
+            (Kind::Async(f), _) => {
                 let fut = f(record.clone());
                 catch_unwind(AssertUnwindSafe(|| rt.block_on(fut)))
             }
+            (Kind::Stateful(f), Some(state)) => catch_unwind(AssertUnwindSafe(|| f(&mut Context::new(state), record))),
+            (Kind::Stateful(_), None) => return Err(format!("internal: no state for partition {}", record.partition)),
         };
         match outcome {
             Ok(Ok(outputs)) => Ok(outputs),
@@ -118,12 +146,12 @@ mod tests {
             }
             Ok(vec![])
         });
-        let err = p.call(rt.handle(), &rec()).unwrap_err();
+        let err = p.call(rt.handle(), &rec(), None).unwrap_err();
         assert!(err.contains("boom at 5"), "{err}");
         let p = Processor::from_async(|r: InputRecord| async move {
             tokio::time::sleep(std::time::Duration::from_millis(1)).await;
             Err::<Vec<OutputRecord>, BoxError>(format!("bad {}", r.offset).into())
         });
-        assert_eq!(p.call(rt.handle(), &rec()).unwrap_err(), "bad 5");
+        assert_eq!(p.call(rt.handle(), &rec(), None).unwrap_err(), "bad 5");
     }
 }

@@ -5,6 +5,7 @@
 //! ```text
 //!  begin_transaction                      (local; no round trip)
 //!  for each input record: process -> produce its outputs (origin header added)
+//!  produce the batch's state changes      (changelog records: one per key changed)
 //!  await every delivery report            (so commit pays no flush floor; first error wins)
 //!  send_offsets_to_transaction            (next offset of every input partition in the batch,
 //!                                          with the consumer's group metadata)
@@ -240,7 +241,7 @@ impl TxnProducer {
     pub(crate) fn send(
         &mut self,
         out: &OutputRecord,
-        origin: &InputRecord,
+        origin: Option<&InputRecord>,
         deadline: Instant,
     ) -> Result<(), StepError> {
         let mut headers = OwnedHeaders::new_with_capacity(out.headers.len() + 1);
@@ -248,7 +249,7 @@ impl TxnProducer {
             headers = headers.insert(RdHeader { key: k, value: v.as_deref() });
         }
         let origin_value;
-        if self.origin_header {
+        if let (true, Some(origin)) = (self.origin_header, origin) {
             origin_value = origin.origin();
             headers = headers.insert(RdHeader { key: ORIGIN_HEADER, value: Some(origin_value.as_bytes()) });
         }
@@ -420,10 +421,20 @@ pub(crate) fn next_offsets(batch: &[InputRecord]) -> TopicPartitionList {
     tpl
 }
 
+/// What a cycle runs: the processing of each record, then the batch's state changes.
+pub(crate) trait Work {
+    /// The outputs of one input record, or the processor's error message.
+    fn process(&mut self, record: &InputRecord) -> Result<Vec<OutputRecord>, String>;
+    /// The changelog records of the state changes the batch made.
+    fn state_changes(&mut self) -> Vec<OutputRecord>;
+}
+
 /// What a cycle produced, and how long each phase took.
 #[derive(Debug, Default, Clone, Copy)]
 pub(crate) struct CycleStats {
     pub outputs: u64,
+    /// Changelog records produced (state changes).
+    pub changelog: u64,
     /// `begin_transaction`, the processor and enqueuing its outputs.
     pub process: Duration,
     /// Waiting for the last delivery report.
@@ -436,11 +447,13 @@ pub(crate) struct CycleStats {
 /// it is (open, or in an unknown state after a commit failure) for the caller to classify:
 /// abort and replay, or drop the producer.
 ///
-/// `process` maps one input record to its outputs (the processor, or the dead-letter route).
+/// `work` maps each input record to its outputs (the processor, or the dead-letter route),
+/// then gives the batch's state changes, which join the same transaction (the caller then
+/// merges or discards the state overlay by the outcome).
 pub(crate) fn run_cycle(
     producer: &mut TxnProducer,
     batch: &[InputRecord],
-    process: &mut dyn FnMut(&InputRecord) -> Result<Vec<OutputRecord>, String>,
+    work: &mut dyn Work,
     commit_to: CommitTo<'_>,
     deadline: Instant,
 ) -> Result<CycleStats, CycleError> {
@@ -448,11 +461,15 @@ pub(crate) fn run_cycle(
     let mut phase = Instant::now();
     producer.begin()?;
     for (index, record) in batch.iter().enumerate() {
-        let outputs = process(record).map_err(|message| CycleError::Processor { index, message })?;
+        let outputs = work.process(record).map_err(|message| CycleError::Processor { index, message })?;
         for out in &outputs {
-            producer.send(out, record, deadline)?;
+            producer.send(out, Some(record), deadline)?;
         }
         stats.outputs += outputs.len() as u64;
+    }
+    for change in work.state_changes() {
+        producer.send(&change, None, deadline)?;
+        stats.changelog += 1;
     }
     stats.process = lap(&mut phase);
     producer.await_acks(deadline)?;
@@ -548,7 +565,7 @@ mod mock_cluster_tests {
             headers: vec![],
         };
         p.begin()?;
-        p.send(&OutputRecord::to("out").value("v"), &input, soon(30))?;
+        p.send(&OutputRecord::to("out").value("v"), Some(&input), soon(30))?;
         p.await_acks(soon(30))
     }
 

@@ -106,11 +106,14 @@ pub(crate) fn preflight(cfg: &PipelineConfig) -> Result<()> {
         wanted.push(t.clone());
     }
     let missing: Vec<String> = wanted.into_iter().filter(|t| !exists(t)).collect();
-    if missing.is_empty() {
-        Ok(())
-    } else {
-        Err(Error::UnknownTopics { topics: missing, servers: cfg.bootstrap_servers.clone() })
+    if !missing.is_empty() {
+        return Err(Error::UnknownTopics { topics: missing, servers: cfg.bootstrap_servers.clone() });
     }
+    if !cfg.stores.is_empty() {
+        let input = md.topics().iter().find(|t| t.name() == cfg.input_topics[0]).map_or(0, |t| t.partitions().len());
+        crate::state::changelog::ensure_topics(cfg, input as i32)?;
+    }
+    Ok(())
 }
 
 /// Runs the consumer thread until shutdown or a fatal error.

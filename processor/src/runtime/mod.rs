@@ -69,6 +69,9 @@ pub(crate) struct Stats {
     pub dead_lettered: Counter,
     pub producers_fenced: Counter,
     pub rebalances: Counter,
+    pub changelog_records: Counter,
+    pub duplicates_dropped: Counter,
+    pub late_records: Counter,
 }
 
 /// What a pipeline did, as counted when `run` returned (or so far, from
@@ -89,6 +92,13 @@ pub struct Summary {
     pub producers_fenced: u64,
     /// Rebalances (assignments) this instance went through.
     pub rebalances: u64,
+    /// Changelog records committed (state changes: one per key changed per transaction).
+    pub changelog_records: u64,
+    /// Records dropped as duplicates by [`Dedup`](crate::operators::Dedup), committed.
+    pub duplicates_dropped: u64,
+    /// Records routed to a late-records topic by
+    /// [`TumblingWindows`](crate::operators::TumblingWindows), committed.
+    pub late_records: u64,
 }
 
 impl Stats {
@@ -101,6 +111,9 @@ impl Stats {
             dead_lettered: self.dead_lettered.get(),
             producers_fenced: self.producers_fenced.get(),
             rebalances: self.rebalances.get(),
+            changelog_records: self.changelog_records.get(),
+            duplicates_dropped: self.duplicates_dropped.get(),
+            late_records: self.late_records.get(),
         }
     }
 }

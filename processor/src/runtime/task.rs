@@ -35,7 +35,8 @@ use crate::metrics::TaskMetrics;
 use crate::observe::{Outcome, TransactionEvent};
 use crate::record::{InputRecord, OutputRecord, ORIGIN_HEADER};
 use crate::runtime::{Control, Shared, TopicPartition};
-use crate::txn::{next_offsets, run_cycle, CommitTo, CycleError, CycleStats, Step, StepError, TxnProducer};
+use crate::state::{changelog, PartitionState, Tally};
+use crate::txn::{next_offsets, run_cycle, CommitTo, CycleError, CycleStats, Step, StepError, TxnProducer, Work};
 
 /// What the consumer thread sends a task.
 pub(crate) enum TaskMsg {
@@ -77,6 +78,9 @@ pub(crate) struct Task {
     dead: HashMap<String, (String, u32)>,
     /// At-least-once: next offset acknowledged per partition.
     acked: HashMap<TopicPartition, i64>,
+    /// State stores per input partition (stateful processors only), restored from their
+    /// changelogs before the partition's first record and dropped when it is revoked.
+    states: HashMap<i32, PartitionState>,
     stopped: bool,
     control: Sender<Control>,
     /// `topic-partition` for a per-partition task, `all` for an instance task: the
@@ -115,6 +119,7 @@ impl Task {
             failures: HashMap::new(),
             dead: HashMap::new(),
             acked: HashMap::new(),
+            states: HashMap::new(),
             stopped: false,
             control,
         };
@@ -160,6 +165,12 @@ impl Task {
                     {
                         continue; // never committed: the partition's next owner reads it again
                     }
+                    if !cfg.stores.is_empty() && !self.states.contains_key(&r.partition) {
+                        if let Err(e) = self.restore(r.partition) {
+                            self.stop(e);
+                            continue;
+                        }
+                    }
                     if batch.is_empty() {
                         deadline = Instant::now() + cfg.commit_interval;
                     }
@@ -193,6 +204,7 @@ impl Task {
                         partitions.iter().filter_map(|tp| self.acked.remove(tp).map(|o| (tp.clone(), o))).collect();
                     for tp in &partitions {
                         self.owned.remove(tp);
+                        self.states.remove(&tp.1);
                     }
                     let _ = reply.send(RevokeReply { acked_offsets });
                     if per_partition {
@@ -226,6 +238,8 @@ impl Task {
                 crate::metrics::producer_fenced(&self.shared.cfg.application_id);
                 tracing::warn!(task = self.id, error = %e, "producer given up; the partitions go back to the group");
                 self.producer = None;
+                // The group reassigns the partitions; whoever gets them restores their state.
+                self.states.clear();
                 let _ = self.control.send(Control::Fenced { task: self.id, error: e.to_string() });
             }
             Flush::Stop(e) => self.stop(e),
@@ -261,14 +275,19 @@ impl Task {
             );
             let _entered = span.enter();
             let started = Instant::now();
-            let (shared, dead) = (&self.shared, &self.dead);
-            let mut outputs_per_partition: HashMap<TopicPartition, u64> = HashMap::new();
-            let mut route = |r: &InputRecord| {
-                let outputs = route(shared, dead, r)?;
-                *outputs_per_partition.entry((r.topic.clone(), r.partition)).or_default() += outputs.len() as u64;
-                Ok(outputs)
+            let mut work = BatchWork {
+                shared: &self.shared,
+                dead: &self.dead,
+                states: &mut self.states,
+                outputs_per_partition: HashMap::new(),
             };
-            let result = run_cycle(producer, batch, &mut route, commit_to, task_deadline);
+            let result = run_cycle(producer, batch, &mut work, commit_to, task_deadline);
+            let outputs_per_partition = std::mem::take(&mut work.outputs_per_partition);
+            if result.is_ok() {
+                self.commit_states();
+            } else {
+                self.states.values_mut().for_each(PartitionState::abort);
+            }
             self.report(batch, &outputs_per_partition, started.elapsed(), &result);
             let producer = self.producer.as_mut().expect("checked above");
             match result {
@@ -338,6 +357,36 @@ impl Task {
 }
 
 impl Task {
+    /// Rebuilds `partition`'s stores from their changelogs (see [`crate::state`]).
+    fn restore(&mut self, partition: i32) -> Result<(), Error> {
+        let deadline = Instant::now() + self.shared.cfg.task_timeout;
+        let state = changelog::restore(&self.shared.cfg, partition, deadline)?;
+        self.states.insert(partition, state);
+        Ok(())
+    }
+
+    /// The transaction committed: every partition's state overlay becomes committed state,
+    /// and the operators' tallies are counted.
+    fn commit_states(&mut self) {
+        let pipeline = &self.shared.cfg.application_id;
+        let stats = self.shared.shutdown.stats();
+        for st in self.states.values_mut() {
+            let committed = st.commit();
+            for (store, n) in committed.changes {
+                crate::metrics::state_committed(pipeline, "kafka_eos_changelog_records_total", &store, n);
+                stats.changelog_records.add(n);
+            }
+            for ((tally, store), n) in committed.tallies {
+                let (metric, counter) = match tally {
+                    Tally::Duplicate => ("kafka_eos_duplicates_dropped_total", &stats.duplicates_dropped),
+                    Tally::Late => ("kafka_eos_late_records_total", &stats.late_records),
+                };
+                crate::metrics::state_committed(pipeline, metric, &store, n);
+                counter.add(n);
+            }
+        }
+    }
+
     /// Tells the hooks, the metrics, the span and the debug log how a cycle went.
     fn report(
         &mut self,
@@ -441,9 +490,35 @@ fn left_the_group(e: &rdkafka::error::KafkaError) -> bool {
         if matches!(rd.code(), C::UnknownMemberId | C::IllegalGeneration | C::FencedInstanceId))
 }
 
-/// A record's outputs: the processor's, or — once it exhausted its retries under a
-/// dead-letter policy — the record itself, to the dead-letter topic.
-fn route(shared: &Shared, dead: &HashMap<String, (String, u32)>, r: &InputRecord) -> Result<Vec<OutputRecord>, String> {
+/// One cycle's work for [`run_cycle`]: the processor (with the record's partition state),
+/// or the dead-letter route; then the state changes.
+struct BatchWork<'a> {
+    shared: &'a Shared,
+    /// Records that exhausted their retries under a dead-letter policy, with their error.
+    dead: &'a HashMap<String, (String, u32)>,
+    states: &'a mut HashMap<i32, PartitionState>,
+    outputs_per_partition: HashMap<TopicPartition, u64>,
+}
+
+impl Work for BatchWork<'_> {
+    /// A record's outputs: the processor's, or — once it exhausted its retries under a
+    /// dead-letter policy — the record itself, to the dead-letter topic.
+    fn process(&mut self, r: &InputRecord) -> Result<Vec<OutputRecord>, String> {
+        let outputs = match dead_letter(self.shared, self.dead, r) {
+            Some(out) => vec![out],
+            None => self.shared.processor.call(&self.shared.rt, r, self.states.get_mut(&r.partition))?,
+        };
+        *self.outputs_per_partition.entry((r.topic.clone(), r.partition)).or_default() += outputs.len() as u64;
+        Ok(outputs)
+    }
+
+    fn state_changes(&mut self) -> Vec<OutputRecord> {
+        self.states.values().flat_map(PartitionState::changelog_records).collect()
+    }
+}
+
+/// The dead-letter copy of `r`, if it exhausted its retries under a dead-letter policy.
+fn dead_letter(shared: &Shared, dead: &HashMap<String, (String, u32)>, r: &InputRecord) -> Option<OutputRecord> {
     if let (Some((message, attempts)), Exhausted::DeadLetter(topic)) =
         (dead.get(&r.origin()), &shared.cfg.processor_error_policy.then)
     {
@@ -452,9 +527,9 @@ fn route(shared: &Shared, dead: &HashMap<String, (String, u32)>, r: &InputRecord
         out.value = r.value.clone();
         out.timestamp = r.timestamp;
         out.headers = r.headers.iter().filter(|(k, _)| k != ORIGIN_HEADER).cloned().collect();
-        return Ok(vec![out.header("kafka-eos.error", message).header("kafka-eos.attempts", attempts.to_string())]);
+        return Some(out.header("kafka-eos.error", message).header("kafka-eos.attempts", attempts.to_string()));
     }
-    shared.processor.call(&shared.rt, r)
+    None
 }
 
 impl StepError {
