@@ -73,6 +73,7 @@ mod runtime;
 pub mod state;
 mod txn;
 pub mod verify;
+pub mod workloads;
 
 pub use config::{Exhausted, Guarantee, PipelineBuilder, PipelineConfig, ProcessorErrorPolicy};
 pub use error::{BoxError, Error, ErrorClass, Result};

@@ -12,3 +12,4 @@ mod ops;
 mod rebalance;
 mod security;
 mod startup;
+mod state;

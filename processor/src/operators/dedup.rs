@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use crate::state::{Context, StateError, StoreSpec, Tally};
 
 /// Drops records whose event id was already seen within `ttl`, and forgets ids older than
-/// that so the store stays bounded (by the number of distinct ids per `ttl` of event time).
+/// that so the store stays bounded (by the distinct ids of 1.25 `ttl` of event time).
 ///
 /// Time is *event* time, as given by the caller, measured against the largest event time
 /// the partition has seen: an id first seen at `t` is remembered while that maximum is at
@@ -71,7 +71,10 @@ where
             store.put(&key, &Val::Seen(event_time_ms))?;
             next_expiry = next_expiry.min(event_time_ms.saturating_add(ttl));
         }
-        if max_time > next_expiry {
+        // Sweep once the oldest id has been expired for a quarter of the TTL: each sweep
+        // then removes a quarter TTL's worth of ids (amortised O(1) per record) and the
+        // store holds at most 1.25 TTL of ids.
+        if max_time > next_expiry.saturating_add(ttl / 4) {
             next_expiry = i64::MAX;
             for (k, v) in store.entries()? {
                 if let (Key::Id(_), Val::Seen(t)) = (&k, v) {
@@ -104,7 +107,7 @@ mod tests {
         assert!(d.first_seen(&mut ctx, &1, 1000).unwrap());
         assert!(!d.first_seen(&mut ctx, &1, 1050).unwrap());
         assert!(d.first_seen(&mut ctx, &2, 1090).unwrap());
-        // Time moves past id 1's expiry (1100): it is purged, and new again.
+        // Time moves past id 1's expiry (1100) plus a quarter TTL: it is purged, and new again.
         assert!(d.first_seen(&mut ctx, &3, 1150).unwrap());
         let ids = ctx.store::<Key<u32>, Val>("d").unwrap().entries().unwrap();
         let mut ids: Vec<u32> = ids.into_iter().filter_map(|(k, _)| if let Key::Id(i) = k { Some(i) } else { None }).collect();

@@ -70,6 +70,7 @@ pub(crate) struct Stats {
     pub producers_fenced: Counter,
     pub rebalances: Counter,
     pub changelog_records: Counter,
+    pub restored_records: Counter,
     pub duplicates_dropped: Counter,
     pub late_records: Counter,
 }
@@ -94,6 +95,8 @@ pub struct Summary {
     pub rebalances: u64,
     /// Changelog records committed (state changes: one per key changed per transaction).
     pub changelog_records: u64,
+    /// Changelog records read to restore state on assignment.
+    pub restored_records: u64,
     /// Records dropped as duplicates by [`Dedup`](crate::operators::Dedup), committed.
     pub duplicates_dropped: u64,
     /// Records routed to a late-records topic by
@@ -112,6 +115,7 @@ impl Stats {
             producers_fenced: self.producers_fenced.get(),
             rebalances: self.rebalances.get(),
             changelog_records: self.changelog_records.get(),
+            restored_records: self.restored_records.get(),
             duplicates_dropped: self.duplicates_dropped.get(),
             late_records: self.late_records.get(),
         }

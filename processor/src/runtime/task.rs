@@ -360,7 +360,8 @@ impl Task {
     /// Rebuilds `partition`'s stores from their changelogs (see [`crate::state`]).
     fn restore(&mut self, partition: i32) -> Result<(), Error> {
         let deadline = Instant::now() + self.shared.cfg.task_timeout;
-        let state = changelog::restore(&self.shared.cfg, partition, deadline)?;
+        let (state, records) = changelog::restore(&self.shared.cfg, partition, deadline)?;
+        self.shared.shutdown.stats().restored_records.add(records);
         self.states.insert(partition, state);
         Ok(())
     }

@@ -47,7 +47,7 @@ pub(crate) fn ensure_topics(cfg: &PipelineConfig, input_partitions: i32) -> Resu
 /// read_committed, so librdkafka sets `require_stable`): that waits out any transaction of a
 /// previous owner that carried this partition's offsets, and with them its changelog
 /// records. Then every changelog partition is read with read_committed to its end.
-pub(crate) fn restore(cfg: &PipelineConfig, partition: i32, deadline: Instant) -> Result<PartitionState> {
+pub(crate) fn restore(cfg: &PipelineConfig, partition: i32, deadline: Instant) -> Result<(PartitionState, u64)> {
     let started = Instant::now();
     let mut state = PartitionState::new(&cfg.application_id, &cfg.stores, partition);
     let mut cc = ClientConfig::new();
@@ -69,7 +69,10 @@ pub(crate) fn restore(cfg: &PipelineConfig, partition: i32, deadline: Instant) -
     loop {
         let remaining = deadline.saturating_duration_since(Instant::now());
         match consumer.committed_offsets(input.clone(), remaining.min(Duration::from_secs(10))) {
-            Ok(_) => break,
+            Ok(_) => {
+                tracing::debug!(partition, elapsed_ms = started.elapsed().as_millis() as u64, "stable committed offset fetched");
+                break;
+            }
             Err(e) if Instant::now() >= deadline => {
                 return Err(timeout(
                     format!("fetching the stable committed offset of {}-{partition} before restoring its state", cfg.input_topics[0]),
@@ -84,12 +87,28 @@ pub(crate) fn restore(cfg: &PipelineConfig, partition: i32, deadline: Instant) -
     }
 
     // One changelog at a time: librdkafka's end-of-partition event names only the
-    // partition number, which every store's changelog shares.
+    // partition number, which every store's changelog shares. The read ends at the first
+    // of: the record just before the end offset, or the end-of-partition event (the end
+    // offset may be a transaction marker, which is never delivered).
     let mut records = vec![0u64; cfg.stores.len()];
     for (i, spec) in cfg.stores.iter().enumerate() {
         let topic = changelog_topic(&cfg.application_id, &spec.name);
+        // The end to read to: the last stable offset, as this read_committed consumer sees
+        // it. An empty changelog (a new store) needs no fetch at all.
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        let (low, high) = consumer.fetch_watermarks(&topic, partition, remaining.min(Duration::from_secs(30))).map_err(
+            |e| Error::Kafka {
+                op: format!("reading the end offsets of {topic} [{partition}]"),
+                class: crate::error::classify(&e),
+                source: Box::new(e),
+                hint: "check that the changelog topic exists and is readable by this principal",
+            },
+        )?;
+        if high <= low {
+            continue;
+        }
         let mut tpl = TopicPartitionList::new();
-        let _ = tpl.add_partition_offset(&topic, partition, Offset::Beginning);
+        let _ = tpl.add_partition_offset(&topic, partition, Offset::Offset(low));
         consumer.assign(&tpl).map_err(|e| Error::Internal(format!("state restore assign: {e}")))?;
         let mut batch: Vec<(Vec<u8>, Option<Vec<u8>>)> = Vec::new();
         loop {
@@ -109,6 +128,9 @@ pub(crate) fn restore(cfg: &PipelineConfig, partition: i32, deadline: Instant) -
                     records[i] += 1;
                     if batch.len() >= 10_000 {
                         state.backend_mut(i).write_batch(std::mem::take(&mut batch));
+                    }
+                    if m.offset() + 1 >= high {
+                        break;
                     }
                 }
                 Some(Err(KafkaError::PartitionEOF(_))) => break,
@@ -138,5 +160,5 @@ pub(crate) fn restore(cfg: &PipelineConfig, partition: i32, deadline: Instant) -
             "state restored"
         );
     }
-    Ok(state)
+    Ok((state, records.iter().sum()))
 }

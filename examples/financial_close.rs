@@ -1,0 +1,106 @@
+//! Financial close: payment events → daily revenue per merchant, exactly once, reconciled.
+//!
+//! Delivery semantics: **exactly-once** with state. Each payment's effect on its
+//! merchant-day total is committed in the same Kafka transaction as the consumer offset and
+//! the state change (the changelog record), so a crash or a rebalance can neither count a
+//! payment twice nor lose one. Duplicated `event_id`s in the *input* (an upstream retry)
+//! are dropped by a dedup operator; payments for a day already closed go to a late-payments
+//! topic instead of being dropped. Each day's total is emitted once, keyed by
+//! `merchant/day`, so a downstream upsert is idempotent.
+//!
+//! The pipeline itself is [`kafka_eos::workloads::financial_close::pipeline`]: dedup →
+//! daily tumbling window → output. This example starts a broker (unless `KAFKA_BOOTSTRAP`
+//! is set), writes 50,000 payments (+5 % duplicates, ~1 % late) to 4 partitions, runs the
+//! pipeline until it has consumed everything, then recomputes every merchant-day in batch
+//! from the raw payments and compares to the cent. Its last line is
+//! `reconciled: <n> merchant-days, 0 mismatches` (exit code 1 on any mismatch).
+//!
+//! Run: `cargo run --release --example financial_close [payments]`.
+
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use kafka_eos::broker::{Cluster, ClusterConfig};
+use kafka_eos::verify::VerifyConfig;
+use kafka_eos::workloads::financial_close::{self, Generate, Topics};
+use kafka_eos::{admin, Guarantee, Pipeline};
+
+const PARTITIONS: i32 = 4;
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "kafka_eos=info".into()),
+        )
+        .init();
+    match run().await {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
+        Err(e) => {
+            eprintln!("financial_close failed: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+async fn run() -> Result<bool, Box<dyn std::error::Error>> {
+    let payments: u64 = std::env::args().nth(1).map(|n| n.parse()).transpose()?.unwrap_or(50_000);
+    let cluster = tokio::task::spawn_blocking(|| Cluster::from_env_or_start(ClusterConfig::default())).await??;
+    let bootstrap = cluster.bootstrap_servers();
+    let suffix = std::process::id().to_string();
+    let topics = Topics::with_suffix(&suffix);
+    let app = format!("financial-close-{suffix}");
+
+    let (b, t) = (bootstrap.clone(), topics.clone());
+    let generated = tokio::task::spawn_blocking(move || {
+        let admin = admin::Client::new(&b);
+        t.create(&admin, PARTITIONS, 1)?;
+        let g = Generate { payments, ..Generate::default() };
+        financial_close::generate(&admin, &t.payments, PARTITIONS, &g, 0..payments, true)
+    })
+    .await??;
+    println!(
+        "produced {} payments ({} redelivered copies, {} records with the end-of-period ticks) to {}",
+        payments, generated.duplicates, generated.records, topics.payments
+    );
+
+    let pipeline = financial_close::pipeline(Pipeline::builder(), &topics)
+        .bootstrap_servers(&bootstrap)
+        .application_id(&app)
+        .guarantee(Guarantee::ExactlyOnce)
+        .commit_interval(Duration::from_millis(100))
+        .build()?;
+    let handle = pipeline.shutdown_handle();
+    let started = Instant::now();
+    let running = tokio::spawn(pipeline.run());
+    let (b, g, t) = (bootstrap.clone(), app.clone(), vec![topics.payments.clone()]);
+    tokio::task::spawn_blocking(move || admin::wait_for_catch_up(&b, &g, &t, Duration::from_secs(300))).await??;
+    let elapsed = started.elapsed();
+    handle.shutdown();
+    let s = running.await??;
+    println!(
+        "processed {} records in {:.2} s ({:.0} records/s): {} duplicates dropped, {} late payments routed, \
+         {} daily totals emitted, {} changelog records in {} transactions",
+        s.records_in,
+        elapsed.as_secs_f64(),
+        s.records_in as f64 / elapsed.as_secs_f64(),
+        s.duplicates_dropped,
+        s.late_records,
+        s.records_out - s.late_records,
+        s.changelog_records,
+        s.transactions_committed
+    );
+
+    let mut cfg = VerifyConfig::new(&bootstrap, &topics.payments, &topics.revenue);
+    cfg.timeout = Duration::from_secs(120);
+    let t = topics.clone();
+    let rec = tokio::task::spawn_blocking(move || financial_close::reconcile(&cfg, &t)).await??;
+    drop(cluster);
+    println!(
+        "batch recomputation: {} distinct payments, {} redelivered copies, {} late payments",
+        rec.payments, rec.input_duplicates, rec.late_payments
+    );
+    println!("{rec}");
+    Ok(rec.is_exact())
+}
