@@ -136,7 +136,9 @@ impl Client {
             .map_err(|e| self.unreachable(timeout, e))?;
         match results.into_iter().next() {
             Some(Ok(resource)) => Ok(resource.get(key).and_then(|e| e.value.clone())),
-            Some(Err(code)) => Err(Error::Config(format!("cannot describe the configuration of topic {topic}: {code}"))),
+            Some(Err(code)) => {
+                Err(Error::Config(format!("cannot describe the configuration of topic {topic}: {code}")))
+            }
             None => Ok(None),
         }
     }

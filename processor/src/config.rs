@@ -642,7 +642,10 @@ impl PipelineBuilder {
         }
         if processor.is_stateful() || !self.stores.is_empty() {
             if !processor.is_stateful() {
-                return cfg_err("stores are declared but the processor is not stateful: use .stateful_processor(|ctx, record| ...)".into());
+                return cfg_err(
+                    "stores are declared but the processor is not stateful: use .stateful_processor(|ctx, record| ...)"
+                        .into(),
+                );
             }
             if self.stores.is_empty() {
                 return cfg_err("a stateful processor needs at least one store: declare it with .store(StoreSpec::memory(\"name\")) or an operator's .store()".into());

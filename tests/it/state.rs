@@ -79,12 +79,16 @@ async fn state_moves_with_its_partition_and_totals_match_the_batch_recomputation
     let mut dups = c.produce(0..8_000).await.duplicates;
     a.wait_records_in(4_000, Duration::from_secs(60)).await;
     let b = spawn(c.pipeline());
-    dups += c.produce(8_000..16_000).await.duplicates;
+    // Keep payments flowing until B has joined and committed some of them.
+    let mut next = 8_000;
     let deadline = Instant::now() + Duration::from_secs(60);
     while b.handle.summary().records_in == 0 {
-        assert!(Instant::now() < deadline, "B never got a partition");
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(Instant::now() < deadline && next < 16_000, "B never got a partition");
+        dups += c.produce(next..next + 500).await.duplicates;
+        next += 500;
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    dups += c.produce(next..16_000).await.duplicates;
     let sa = a.stop().await; // every partition moves to B
     dups += c.produce(16_000..24_000).await.duplicates;
     c.wait_caught_up().await;
@@ -140,9 +144,8 @@ async fn changelog_with_the_wrong_partition_count_is_refused() {
     .await
     .unwrap()
     .expect("topics");
-    let builder = || {
-        Pipeline::builder().bootstrap_servers(&b).application_id(&app).input_topic(&input).handle_signals(false)
-    };
+    let builder =
+        || Pipeline::builder().bootstrap_servers(&b).application_id(&app).input_topic(&input).handle_signals(false);
     let err = run_expecting_error(builder().store(StoreSpec::memory("totals")).stateful_processor(|_, _| Ok(vec![])))
         .await
         .to_string();

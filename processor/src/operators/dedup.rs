@@ -110,7 +110,8 @@ mod tests {
         // Time moves past id 1's expiry (1100) plus a quarter TTL: it is purged, and new again.
         assert!(d.first_seen(&mut ctx, &3, 1150).unwrap());
         let ids = ctx.store::<Key<u32>, Val>("d").unwrap().entries().unwrap();
-        let mut ids: Vec<u32> = ids.into_iter().filter_map(|(k, _)| if let Key::Id(i) = k { Some(i) } else { None }).collect();
+        let mut ids: Vec<u32> =
+            ids.into_iter().filter_map(|(k, _)| if let Key::Id(i) = k { Some(i) } else { None }).collect();
         ids.sort();
         assert_eq!(ids, vec![2, 3]);
         assert!(d.first_seen(&mut ctx, &1, 1160).unwrap());

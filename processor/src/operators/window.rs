@@ -71,7 +71,10 @@ enum Key<K> {
 #[derive(Serialize, Deserialize)]
 enum Val<A> {
     /// Largest event time seen; earliest end among the open windows.
-    Meta { max_time: i64, next_close: i64 },
+    Meta {
+        max_time: i64,
+        next_close: i64,
+    },
     Agg(A),
 }
 
@@ -130,7 +133,10 @@ where
             late.value = record.value.clone();
             late.timestamp = record.timestamp;
             late.headers = record.headers.clone();
-            return Ok(WindowUpdate { late: Some(late.header(LATE_HEADER, watermark.to_string())), closed: Vec::new() });
+            return Ok(WindowUpdate {
+                late: Some(late.header(LATE_HEADER, watermark.to_string())),
+                closed: Vec::new(),
+            });
         }
         let window = Key::Window(start, key.clone());
         let mut agg = match store.get(&window)? {
@@ -215,7 +221,10 @@ mod tests {
         assert_eq!(u.late.as_ref().map(|r| r.topic.as_str()), Some("late"));
         assert!(add(&mut ctx, "a", 16).closed.is_empty(), "closed windows are never emitted again");
         let closed = w.advance(&mut ctx, 30).unwrap();
-        assert_eq!(closed.iter().map(|c| (c.key.as_str(), c.start_ms, c.value)).collect::<Vec<_>>(), vec![("a", 10, 2), ("b", 10, 1)]);
+        assert_eq!(
+            closed.iter().map(|c| (c.key.as_str(), c.start_ms, c.value)).collect::<Vec<_>>(),
+            vec![("a", 10, 2), ("b", 10, 1)]
+        );
         assert_eq!(st.commit().tallies.get(&(Tally::Late, "w".to_string())), Some(&1));
     }
 }

@@ -28,7 +28,12 @@ pub(crate) fn ensure_topics(cfg: &PipelineConfig, input_partitions: i32) -> Resu
                 spec.name, cfg.input_topics[0]
             ))
         };
-        match admin.create_topic_with(&topic, input_partitions, cfg.changelog_replication, &[("cleanup.policy", "compact")]) {
+        match admin.create_topic_with(
+            &topic,
+            input_partitions,
+            cfg.changelog_replication,
+            &[("cleanup.policy", "compact")],
+        ) {
             Ok(()) => {}
             Err(Error::Config(m)) if m.contains("exists with") => return Err(layout(m)),
             Err(e) => return Err(e),
@@ -70,12 +75,19 @@ pub(crate) fn restore(cfg: &PipelineConfig, partition: i32, deadline: Instant) -
         let remaining = deadline.saturating_duration_since(Instant::now());
         match consumer.committed_offsets(input.clone(), remaining.min(Duration::from_secs(10))) {
             Ok(_) => {
-                tracing::debug!(partition, elapsed_ms = started.elapsed().as_millis() as u64, "stable committed offset fetched");
+                tracing::debug!(
+                    partition,
+                    elapsed_ms = started.elapsed().as_millis() as u64,
+                    "stable committed offset fetched"
+                );
                 break;
             }
             Err(e) if Instant::now() >= deadline => {
                 return Err(timeout(
-                    format!("fetching the stable committed offset of {}-{partition} before restoring its state", cfg.input_topics[0]),
+                    format!(
+                        "fetching the stable committed offset of {}-{partition} before restoring its state",
+                        cfg.input_topics[0]
+                    ),
                     e.to_string(),
                 ))
             }
@@ -96,14 +108,14 @@ pub(crate) fn restore(cfg: &PipelineConfig, partition: i32, deadline: Instant) -
         // The end to read to: the last stable offset, as this read_committed consumer sees
         // it. An empty changelog (a new store) needs no fetch at all.
         let remaining = deadline.saturating_duration_since(Instant::now());
-        let (low, high) = consumer.fetch_watermarks(&topic, partition, remaining.min(Duration::from_secs(30))).map_err(
-            |e| Error::Kafka {
+        let (low, high) = consumer
+            .fetch_watermarks(&topic, partition, remaining.min(Duration::from_secs(30)))
+            .map_err(|e| Error::Kafka {
                 op: format!("reading the end offsets of {topic} [{partition}]"),
                 class: crate::error::classify(&e),
                 source: Box::new(e),
                 hint: "check that the changelog topic exists and is readable by this principal",
-            },
-        )?;
+            })?;
         if high <= low {
             continue;
         }

@@ -287,7 +287,12 @@ where
     V: Serialize + DeserializeOwned,
 {
     fn encode<T: Serialize>(&self, what: &'static str, t: &T) -> Result<Vec<u8>, StateError> {
-        bincode::serialize(t).map_err(|source| StateError::Codec { store: self.cell.name.clone(), op: "encode", what, source })
+        bincode::serialize(t).map_err(|source| StateError::Codec {
+            store: self.cell.name.clone(),
+            op: "encode",
+            what,
+            source,
+        })
     }
 
     fn decode<T: DeserializeOwned>(&self, what: &'static str, bytes: &[u8]) -> Result<T, StateError> {

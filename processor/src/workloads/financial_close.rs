@@ -126,32 +126,34 @@ pub fn pipeline(builder: PipelineBuilder, topics: &Topics) -> PipelineBuilder {
     let daily = TumblingWindows::<u32, DayTotal>::new(WINDOW_STORE, Duration::from_millis(DAY_MS as u64), &topics.late)
         .allowed_lateness(Duration::from_secs(3600));
     let revenue = topics.revenue.clone();
-    builder.input_topic(&topics.payments).store(dedup.store()).store(daily.store()).stateful_processor(move |ctx, rec| {
-        let closed = match rec.value_as::<Json, Event>()? {
-            Event::Tick { time_ms } => daily.advance(ctx, time_ms)?,
-            Event::Payment(p) => {
-                if !dedup.first_seen(ctx, &p.event_id, p.time_ms)? {
-                    return Ok(vec![]);
+    builder.input_topic(&topics.payments).store(dedup.store()).store(daily.store()).stateful_processor(
+        move |ctx, rec| {
+            let closed = match rec.value_as::<Json, Event>()? {
+                Event::Tick { time_ms } => daily.advance(ctx, time_ms)?,
+                Event::Payment(p) => {
+                    if !dedup.first_seen(ctx, &p.event_id, p.time_ms)? {
+                        return Ok(vec![]);
+                    }
+                    let update = daily.add(ctx, rec, &p.merchant, p.time_ms, |t| {
+                        t.cents += p.amount_cents;
+                        t.payments += 1;
+                    })?;
+                    if let Some(late) = update.late {
+                        return Ok(vec![late]);
+                    }
+                    update.closed
                 }
-                let update = daily.add(ctx, rec, &p.merchant, p.time_ms, |t| {
-                    t.cents += p.amount_cents;
-                    t.payments += 1;
-                })?;
-                if let Some(late) = update.late {
-                    return Ok(vec![late]);
-                }
-                update.closed
-            }
-        };
-        closed
-            .into_iter()
-            .map(|w| {
-                let day = w.start_ms / DAY_MS;
-                let value = DailyRevenue { merchant: w.key, day, cents: w.value.cents, payments: w.value.payments };
-                Ok(OutputRecord::to(&revenue).key(revenue_key(w.key, day)).encode_value::<Json, _>(&value)?)
-            })
-            .collect()
-    })
+            };
+            closed
+                .into_iter()
+                .map(|w| {
+                    let day = w.start_ms / DAY_MS;
+                    let value = DailyRevenue { merchant: w.key, day, cents: w.value.cents, payments: w.value.payments };
+                    Ok(OutputRecord::to(&revenue).key(revenue_key(w.key, day)).encode_value::<Json, _>(&value)?)
+                })
+                .collect()
+        },
+    )
 }
 
 /// The shape of the generated input.

@@ -1,0 +1,151 @@
+//! Page views: hourly view count per page under **at-least-once**, with a batch
+//! reconciliation that reports the drift — "stream for latency, batch for correctness".
+//!
+//! Delivery semantics: **at-least-once**. Outputs and the state's changelog are written
+//! without a transaction and acknowledged before the input offsets are committed, so a
+//! crash loses nothing, but records processed again after a crash count again: the running
+//! counts can drift *upwards* (never downwards). That is the trade this pipeline makes for
+//! lower latency than exactly-once (no transaction per batch; see `docs/semantics.md` for
+//! what each guarantee costs). The batch job then recomputes the exact counts from the raw
+//! events, and the drift it reports is what a dashboard fed by the stream was off by.
+//!
+//! Each update emits the page-hour's new running count keyed `page/hour`: downstream, the
+//! latest record per key (a compacted topic, an upsert) is the current count.
+//!
+//! Run: `cargo run --release --example page_views [events]` (starts a broker unless
+//! `KAFKA_BOOTSTRAP` is set). The last line is `drift: <n> of <m> page-hours off, ...`.
+
+use std::collections::{BTreeMap, HashMap};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use kafka_eos::broker::{Cluster, ClusterConfig};
+use kafka_eos::codec::Json;
+use kafka_eos::operators::Aggregate;
+use kafka_eos::verify::{read_to_end, VerifyConfig};
+use kafka_eos::{admin, Guarantee, OutputRecord, Pipeline};
+use rdkafka::Message;
+use serde::{Deserialize, Serialize};
+
+const PARTITIONS: i32 = 4;
+const HOUR_MS: i64 = 3_600_000;
+
+#[derive(Serialize, Deserialize)]
+struct PageView {
+    page: String,
+    user: u32,
+    time_ms: i64,
+}
+
+#[derive(Serialize, Deserialize)]
+struct HourlyViews {
+    page: String,
+    /// Hours since the epoch.
+    hour: i64,
+    views: u64,
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "kafka_eos=info".into()),
+        )
+        .init();
+    match run().await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("page_views failed: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    let events: u64 = std::env::args().nth(1).map(|n| n.parse()).transpose()?.unwrap_or(100_000);
+    let cluster = tokio::task::spawn_blocking(|| Cluster::from_env_or_start(ClusterConfig::default())).await??;
+    let bootstrap = cluster.bootstrap_servers();
+    let suffix = std::process::id();
+    let (views, counts, app) =
+        (format!("page-views-{suffix}"), format!("page-counts-{suffix}"), format!("page-views-{suffix}"));
+
+    let (b, v, c) = (bootstrap.clone(), views.clone(), counts.clone());
+    tokio::task::spawn_blocking(move || {
+        let admin = admin::Client::new(&b);
+        admin.create_topic(&v, PARTITIONS, 1)?;
+        admin.create_topic_with(&c, PARTITIONS, 1, &[("cleanup.policy", "compact")])?;
+        // 24 hours of views over 50 pages, keyed by page (a page's views share a partition).
+        admin.produce(
+            &v,
+            (0..events).map(|i| {
+                let page = format!("/page/{}", (i * 7919) % 50);
+                let view = PageView {
+                    page: page.clone(),
+                    user: (i % 5000) as u32,
+                    time_ms: 1_767_225_600_000 + (i as i64 * 24 * HOUR_MS) / events as i64,
+                };
+                (None, page.into_bytes(), serde_json::to_vec(&view).expect("json"))
+            }),
+        )
+    })
+    .await??;
+    println!("produced {events} page views to {views}");
+
+    let hourly = Aggregate::<(String, i64), u64>::new("hourly-views");
+    let out = counts.clone();
+    let pipeline = Pipeline::builder()
+        .bootstrap_servers(&bootstrap)
+        .application_id(&app)
+        .input_topic(&views)
+        .guarantee(Guarantee::AtLeastOnce)
+        .store(hourly.store())
+        .stateful_processor(move |ctx, rec| {
+            let v: PageView = rec.value_as::<Json, _>()?;
+            let key = (v.page, v.time_ms.div_euclid(HOUR_MS));
+            let views = hourly.update(ctx, &key, |n| *n += 1)?;
+            let value = HourlyViews { page: key.0.clone(), hour: key.1, views };
+            Ok(vec![OutputRecord::to(&out).key(format!("{}/{}", key.0, key.1)).encode_value::<Json, _>(&value)?])
+        })
+        .build()?;
+    let handle = pipeline.shutdown_handle();
+    let running = tokio::spawn(pipeline.run());
+    let (b, g, t) = (bootstrap.clone(), app.clone(), vec![views.clone()]);
+    tokio::task::spawn_blocking(move || admin::wait_for_catch_up(&b, &g, &t, Duration::from_secs(300))).await??;
+    handle.shutdown();
+    let s = running.await??;
+    println!(
+        "streamed {} views into {} count updates ({} changelog records)",
+        s.records_in, s.records_out, s.changelog_records
+    );
+
+    // The batch job: exact counts from the raw events, against the latest streamed count.
+    let cfg = VerifyConfig::new(&bootstrap, &views, &counts);
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    let (v, c) = (views.clone(), counts.clone());
+    let (batch, streamed) = tokio::task::spawn_blocking(move || {
+        let mut batch: BTreeMap<(String, i64), u64> = BTreeMap::new();
+        read_to_end(&cfg, &v, deadline, |m| {
+            if let Some(Ok(v)) = m.payload().map(serde_json::from_slice::<PageView>) {
+                *batch.entry((v.page, v.time_ms.div_euclid(HOUR_MS))).or_default() += 1;
+            }
+        })?;
+        let mut streamed: HashMap<(String, i64), u64> = HashMap::new();
+        read_to_end(&cfg, &c, deadline, |m| {
+            if let Some(Ok(h)) = m.payload().map(serde_json::from_slice::<HourlyViews>) {
+                streamed.insert((h.page, h.hour), h.views); // the latest per key wins
+            }
+        })?;
+        Ok::<_, kafka_eos::Error>((batch, streamed))
+    })
+    .await??;
+    drop(cluster);
+    let off = batch.iter().filter(|(k, n)| streamed.get(*k) != Some(n)).count();
+    let (exact, stream_total) = (batch.values().sum::<u64>(), streamed.values().sum::<u64>());
+    let drift = stream_total as f64 / exact.max(1) as f64 - 1.0;
+    println!(
+        "drift: {off} of {} page-hours off, {stream_total} views streamed vs {exact} in batch ({:+.3} %)",
+        batch.len(),
+        drift * 100.0
+    );
+    Ok(())
+}
