@@ -150,6 +150,8 @@ async fn changelog_with_the_wrong_partition_count_is_refused() {
         .await
         .to_string();
     assert!(err.contains(&changelog) && err.contains("one partition per"), "{err}");
-    let err = builder().store(StoreSpec::memory("totals")).processor(|_| Ok(vec![])).build().err().expect("invalid");
+    let Err(err) = builder().store(StoreSpec::memory("totals")).processor(|_| Ok(vec![])).build() else {
+        panic!("stores without a stateful processor must be refused");
+    };
     assert!(err.to_string().contains("not stateful"), "{err}");
 }
