@@ -15,6 +15,10 @@
 //! - the pipeline under `at-least-once`, `exactly-once` (a producer per partition) and
 //!   `exactly-once-per-consumer`, with `max_records_per_transaction` raised to 1,000,000 so
 //!   that the commit interval alone decides the batch size;
+//! - at 4 partitions, the pipeline under `at-least-once+state` and `exactly-once+state`: the
+//!   same copy incrementing a count per input key in a state store (one changelog record
+//!   per input record, the most a store writes), followed by a restore of every partition's
+//!   store from its changelog, for the restore rate;
 //! - the peers (full mode, or `--peers`): Kafka Streams with `exactly_once_v2`, and Kafka's
 //!   `TransactionalMessageCopier` on the 1-partition input.
 //!
@@ -96,6 +100,11 @@ fn main() {
             }
         }
         if p == SWEEP_PARTITIONS {
+            // The cost of state: the same copy writing one changelog record per input record.
+            for g in [Guarantee::AtLeastOnce, Guarantee::ExactlyOnce] {
+                let subject = Subject::Stateful(g).name().into();
+                configs.push(Config { partitions: p, subject, interval_ms: Some(BASE_INTERVAL_MS) });
+            }
             for &ms in &sweep_intervals {
                 for g in ours {
                     configs.push(Config { partitions: p, subject: g.as_str().into(), interval_ms: Some(ms) });
@@ -233,9 +242,7 @@ fn mib(bytes: u64) -> f64 {
 }
 
 fn is_ours(subject: &str) -> bool {
-    [Guarantee::AtLeastOnce, Guarantee::ExactlyOnce, Guarantee::ExactlyOncePerConsumer]
-        .iter()
-        .any(|g| g.as_str() == subject)
+    Subject::from_name(subject).is_some_and(|s| s != Subject::Ceiling)
 }
 
 /// Runs one configuration once; a failure is reported and the configuration skipped
@@ -252,11 +259,7 @@ fn run_one(rt: &tokio::runtime::Runtime, input: &Input, c: &Config, peers: Optio
         ),
         COPIER => peers.expect("peers configured").copier(input, &output, COPIER_TXN_SIZE, &c.subject),
         name => {
-            let subject = if name == Subject::Ceiling.name() {
-                Subject::Ceiling
-            } else {
-                Subject::Pipeline(name.parse().expect("a guarantee name"))
-            };
+            let subject = Subject::from_name(name).expect("a subject name");
             let opts = CopyOptions {
                 tuning: Tuning {
                     commit_interval: Duration::from_millis(c.interval_ms.unwrap_or(BASE_INTERVAL_MS)),
@@ -411,7 +414,17 @@ fn print_tables(agg: &[Agg], reps: usize) {
 }
 
 fn order(subject: &str) -> usize {
-    ["ceiling", "at-least-once", "exactly-once", "exactly-once-per-consumer", STREAMS, STREAMS_TV0, COPIER]
+    [
+        "ceiling",
+        "at-least-once",
+        "at-least-once+state",
+        "exactly-once",
+        "exactly-once+state",
+        "exactly-once-per-consumer",
+        STREAMS,
+        STREAMS_TV0,
+        COPIER,
+    ]
         .iter()
         .position(|s| *s == subject)
         .unwrap_or(99)
@@ -441,6 +454,23 @@ fn summary(agg: &[Agg]) -> serde_json::Value {
     println!("  exactly-once / at-least-once:              {}", pct(eos_alo));
     println!("  exactly-once-per-consumer / at-least-once: {}", pct(eos_pc_alo));
     println!("  exactly-once / ceiling:                    {}", pct(eos_ceiling));
+    let alo_state = ratio(rps("at-least-once+state", p, at), rps("at-least-once", p, at));
+    let eos_state = ratio(rps("exactly-once+state", p, at), rps("exactly-once", p, at));
+    let restore: Vec<f64> = ["at-least-once+state", "exactly-once+state"]
+        .iter()
+        .filter_map(|s| find(agg, s, p, at))
+        .flat_map(|a| a.runs.iter().filter_map(|r| r.restore.map(|x| x.records_per_second)))
+        .collect();
+    let restore_rate = (!restore.is_empty()).then(|| median(&restore));
+    println!("
+the cost of state (one changelog record per input record), same {p} partitions and interval:");
+    println!("  exactly-once+state / exactly-once:         {}", pct(eos_state));
+    println!("  at-least-once+state / at-least-once:       {}", pct(alo_state));
+    println!(
+        "  restore from the changelogs:               {} records/s (median of {} restores, one thread)",
+        restore_rate.map_or("-".into(), |r| format!("{r:.0}")),
+        restore.len()
+    );
     let mut vs_streams = Vec::new();
     let partitions: Vec<i32> = {
         let mut v: Vec<i32> = agg.iter().map(|a| a.config.partitions).collect();
@@ -467,6 +497,9 @@ fn summary(agg: &[Agg]) -> serde_json::Value {
         "exactly_once_per_consumer_over_at_least_once_at_100ms": eos_pc_alo,
         "exactly_once_over_ceiling_at_100ms": eos_ceiling,
         "partitions_of_those_ratios": p,
+        "exactly_once_with_state_over_without": eos_state,
+        "at_least_once_with_state_over_without": alo_state,
+        "restore_records_per_second_median": restore_rate,
         "ours_over_kafka_streams": vs_streams,
     })
 }

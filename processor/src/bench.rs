@@ -56,6 +56,7 @@ use crate::error::{Error, Result};
 use crate::observe::{Outcome, TransactionEvent};
 use crate::record::ORIGIN_HEADER;
 use crate::verify::{verify, Report, VerifyConfig};
+use crate::state::StoreSpec;
 use crate::{Guarantee, OutputRecord, Pipeline};
 
 /// Who copies the records.
@@ -67,6 +68,12 @@ pub enum Subject {
     Ceiling,
     /// A kafka-eos pipeline with this guarantee.
     Pipeline(Guarantee),
+    /// The same pipeline, stateful: each record also increments a count per input key in a
+    /// state store. Input keys are unique, so every record changes its own key: one
+    /// changelog record per input record, the most a store can write. After the copy the
+    /// stores are restored from their changelogs to measure the restore rate
+    /// ([`CopyResult::restore`]).
+    Stateful(Guarantee),
 }
 
 impl Subject {
@@ -75,6 +82,20 @@ impl Subject {
         match self {
             Subject::Ceiling => "ceiling",
             Subject::Pipeline(g) => g.as_str(),
+            Subject::Stateful(Guarantee::ExactlyOnce) => "exactly-once+state",
+            Subject::Stateful(Guarantee::ExactlyOncePerConsumer) => "exactly-once-per-consumer+state",
+            Subject::Stateful(Guarantee::AtLeastOnce) => "at-least-once+state",
+        }
+    }
+
+    /// The subject [`name`](Self::name) names.
+    pub fn from_name(name: &str) -> Option<Subject> {
+        if name == "ceiling" {
+            return Some(Subject::Ceiling);
+        }
+        match name.strip_suffix("+state") {
+            Some(g) => g.parse().ok().map(Subject::Stateful),
+            None => name.parse().ok().map(Subject::Pipeline),
         }
     }
 
@@ -434,6 +455,20 @@ pub struct CopyResult {
     pub transactions: u64,
     /// The verifier's findings, if the copy was verified.
     pub verified: Option<Verified>,
+    /// A stateful subject's stores rebuilt from their changelogs after the copy.
+    pub restore: Option<Restore>,
+}
+
+/// Restoring every partition's stores from their changelogs, one partition after another
+/// on one thread (as one instance taking over all partitions would, minus parallelism).
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+pub struct Restore {
+    /// Changelog records read.
+    pub records: u64,
+    /// Time to read them and rebuild the stores.
+    pub seconds: f64,
+    /// `records / seconds`.
+    pub records_per_second: f64,
 }
 
 impl CopyResult {
@@ -483,17 +518,27 @@ pub fn copy(
     let progress = Progress::new(input.records, CpuSource::SelfProcess);
     let transactions = match subject {
         Subject::Ceiling => ceiling(input, output, &app_id, &progress, opts.time_limit)?,
-        Subject::Pipeline(g) => rt.block_on(pipeline(input, output, &app_id, g, &progress, opts))?,
+        Subject::Pipeline(_) | Subject::Stateful(_) => {
+            rt.block_on(pipeline(input, output, &app_id, subject, &progress, opts))?
+        }
     };
     let peak = peak_rss(None);
     let verified = if opts.verify && progress.is_done() { Some(check(input, output, subject)?) } else { None };
+    let restore = match subject {
+        Subject::Stateful(g) if progress.is_done() => Some(restore(input, &app_id, g)?),
+        _ => None,
+    };
+    if let Subject::Stateful(_) = subject {
+        let changelog = crate::state::changelog_topic(&app_id, BENCH_STORE);
+        delete_topics(&input.bootstrap, &input.client_properties, &[changelog]);
+    }
     Ok(CopyResult {
         subject: subject.name().to_string(),
         partitions: input.partitions,
         value_size_bytes: input.value_size,
         commit_interval_ms: match subject {
             Subject::Ceiling => None,
-            Subject::Pipeline(_) => Some(opts.tuning.commit_interval.as_millis() as u64),
+            Subject::Pipeline(_) | Subject::Stateful(_) => Some(opts.tuning.commit_interval.as_millis() as u64),
         },
         input_records: input.records,
         records_copied: progress.count(),
@@ -510,6 +555,7 @@ pub fn copy(
         peak_rss_reset: rss_reset,
         transactions,
         verified,
+        restore,
     }
     .finish())
 }
@@ -520,7 +566,7 @@ pub fn check(input: &Input, output: &str, subject: Subject) -> Result<Verified> 
     cfg.client_properties = input.client_properties.clone();
     let r: Report = verify(&cfg)?;
     let ok = match subject {
-        Subject::Pipeline(Guarantee::AtLeastOnce) => r.is_at_least_once(),
+        Subject::Pipeline(Guarantee::AtLeastOnce) | Subject::Stateful(Guarantee::AtLeastOnce) => r.is_at_least_once(),
         _ => r.is_exactly_once(),
     } && r.input_records == input.records;
     Ok(Verified {
@@ -538,10 +584,14 @@ async fn pipeline(
     input: &Input,
     output: &str,
     app_id: &str,
-    guarantee: Guarantee,
+    subject: Subject,
     progress: &Arc<Progress>,
     opts: &CopyOptions,
 ) -> Result<u64> {
+    let guarantee = match subject {
+        Subject::Pipeline(g) | Subject::Stateful(g) => g,
+        Subject::Ceiling => return Err(Error::Internal("the ceiling is not a pipeline".into())),
+    };
     let out = output.to_string();
     let counter = progress.clone();
     let extra = opts.hook.clone();
@@ -561,13 +611,24 @@ async fn pipeline(
                 h(e);
             }
         })
-        .processor(move |r| {
-            let mut o = OutputRecord::to(&out);
-            o.key = r.key.clone();
-            o.value = r.value.clone();
-            o.partition = Some(r.partition);
-            Ok(vec![o])
-        });
+        .processor(|_| Ok(vec![]));
+    let copy_of = move |r: &crate::InputRecord| {
+        let mut o = OutputRecord::to(&out);
+        o.key = r.key.clone();
+        o.value = r.value.clone();
+        o.partition = Some(r.partition);
+        o
+    };
+    builder = match subject {
+        Subject::Stateful(_) => builder.store(StoreSpec::memory(BENCH_STORE)).stateful_processor(move |ctx, r| {
+            let mut counts = ctx.store::<Vec<u8>, u64>(BENCH_STORE)?;
+            let key = r.key.clone().unwrap_or_default();
+            let n = counts.get(&key)?.unwrap_or(0);
+            counts.put(&key, &(n + 1))?;
+            Ok(vec![copy_of(r)])
+        }),
+        _ => builder.processor(move |r| Ok(vec![copy_of(r)])),
+    };
     // Long intervals need a transaction timeout above them (validation insists).
     if guarantee.is_transactional() && opts.tuning.commit_interval >= Duration::from_secs(5) {
         builder = builder.transaction_timeout(opts.tuning.commit_interval * 3);
@@ -595,6 +656,31 @@ async fn pipeline(
     handle.shutdown();
     let summary = running.await.map_err(|e| Error::Internal(format!("pipeline task: {e}")))??;
     Ok(summary.transactions_committed)
+}
+
+/// The store of [`Subject::Stateful`].
+const BENCH_STORE: &str = "counts";
+
+/// Rebuilds the stores of every partition of a stateful copy from their changelogs.
+fn restore(input: &Input, app_id: &str, guarantee: Guarantee) -> Result<Restore> {
+    let mut builder = Pipeline::builder()
+        .bootstrap_servers(&input.bootstrap)
+        .application_id(app_id)
+        .input_topic(&input.topic)
+        .guarantee(guarantee)
+        .store(StoreSpec::memory(BENCH_STORE))
+        .stateful_processor(|_, _| Ok(vec![]));
+    for (k, v) in input.client_properties.iter() {
+        builder = builder.client_property(k, v);
+    }
+    let pipeline = builder.build()?;
+    let started = Instant::now();
+    let mut records = 0;
+    for p in 0..input.partitions {
+        records += crate::state::changelog::restore(pipeline.config(), p, Instant::now() + Duration::from_secs(300))?.1;
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    Ok(Restore { records, seconds, records_per_second: records as f64 / seconds.max(1e-9) })
 }
 
 /// Counts the ceiling's delivery reports.
