@@ -322,6 +322,7 @@ impl Peers {
             peak_rss_reset: true,
             transactions: 0,
             verified: None,
+            restore: None,
         }
         .finish())
     }
