@@ -511,7 +511,7 @@ pub fn copy(
     opts: &CopyOptions,
 ) -> Result<CopyResult> {
     input.create_topic(output, 1)?;
-    let app_id = unique_name(&format!("bench-{}", subject.name()));
+    let app_id = unique_name(&format!("bench-{}", subject.name().replace('+', "-")));
     trim_heap();
     let baseline = rss(None);
     let rss_reset = reset_peak_rss(None);
