@@ -425,9 +425,9 @@ fn order(subject: &str) -> usize {
         STREAMS_TV0,
         COPIER,
     ]
-        .iter()
-        .position(|s| *s == subject)
-        .unwrap_or(99)
+    .iter()
+    .position(|s| *s == subject)
+    .unwrap_or(99)
 }
 
 fn find<'a>(agg: &'a [Agg], subject: &str, partitions: i32, interval_ms: Option<u64>) -> Option<&'a Agg> {
@@ -462,8 +462,10 @@ fn summary(agg: &[Agg]) -> serde_json::Value {
         .flat_map(|a| a.runs.iter().filter_map(|r| r.restore.map(|x| x.records_per_second)))
         .collect();
     let restore_rate = (!restore.is_empty()).then(|| median(&restore));
-    println!("
-the cost of state (one changelog record per input record), same {p} partitions and interval:");
+    println!(
+        "
+the cost of state (one changelog record per input record), same {p} partitions and interval:"
+    );
     println!("  exactly-once+state / exactly-once:         {}", pct(eos_state));
     println!("  at-least-once+state / at-least-once:       {}", pct(alo_state));
     println!(

@@ -55,8 +55,8 @@ use crate::config::Properties;
 use crate::error::{Error, Result};
 use crate::observe::{Outcome, TransactionEvent};
 use crate::record::ORIGIN_HEADER;
-use crate::verify::{verify, Report, VerifyConfig};
 use crate::state::StoreSpec;
+use crate::verify::{verify, Report, VerifyConfig};
 use crate::{Guarantee, OutputRecord, Pipeline};
 
 /// Who copies the records.
@@ -459,8 +459,8 @@ pub struct CopyResult {
     pub restore: Option<Restore>,
 }
 
-/// Restoring every partition's stores from their changelogs, one partition after another
-/// on one thread (as one instance taking over all partitions would, minus parallelism).
+/// Restoring every partition's stores from their changelogs in one pass, on one thread (as
+/// an instance task taking over all partitions does).
 #[derive(Debug, Clone, Copy, serde::Serialize)]
 pub struct Restore {
     /// Changelog records read.
@@ -675,10 +675,9 @@ fn restore(input: &Input, app_id: &str, guarantee: Guarantee) -> Result<Restore>
     }
     let pipeline = builder.build()?;
     let started = Instant::now();
-    let mut records = 0;
-    for p in 0..input.partitions {
-        records += crate::state::changelog::restore(pipeline.config(), p, Instant::now() + Duration::from_secs(300))?.1;
-    }
+    let partitions: Vec<i32> = (0..input.partitions).collect();
+    let deadline = Instant::now() + Duration::from_secs(300);
+    let records = crate::state::changelog::restore(pipeline.config(), &partitions, deadline)?.1;
     let seconds = started.elapsed().as_secs_f64();
     Ok(Restore { records, seconds, records_per_second: records as f64 / seconds.max(1e-9) })
 }

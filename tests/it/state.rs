@@ -17,11 +17,13 @@ struct Close {
     topics: Topics,
     app: String,
     gen: Generate,
+    guarantee: Guarantee,
 }
 
 impl Close {
-    async fn new(name: &str, gen: Generate) -> Close {
-        let c = Close { bootstrap: bootstrap(), topics: Topics::with_suffix(&unique(name)), app: unique(name), gen };
+    async fn new(name: &str, gen: Generate, guarantee: Guarantee) -> Close {
+        let (topics, app) = (Topics::with_suffix(&unique(name)), unique(name));
+        let c = Close { bootstrap: bootstrap(), topics, app, gen, guarantee };
         let (b, t) = (c.bootstrap.clone(), c.topics.clone());
         tokio::task::spawn_blocking(move || t.create(&admin::Client::new(&b), PARTITIONS, 1))
             .await
@@ -34,7 +36,7 @@ impl Close {
         financial_close::pipeline(Pipeline::builder(), &self.topics)
             .bootstrap_servers(&self.bootstrap)
             .application_id(&self.app)
-            .guarantee(Guarantee::ExactlyOnce)
+            .guarantee(self.guarantee)
             .handle_signals(false)
     }
 
@@ -74,7 +76,7 @@ fn total(summaries: &[Summary], f: impl Fn(&Summary) -> u64) -> u64 {
 /// batch recomputation to the cent, emitted once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn state_moves_with_its_partition_and_totals_match_the_batch_recomputation() {
-    let c = Close::new("fc-move", Generate { payments: 24_000, ..Generate::default() }).await;
+    let c = Close::new("fc-move", Generate { payments: 24_000, ..Generate::default() }, Guarantee::ExactlyOnce).await;
     let a = spawn(c.pipeline());
     let mut dups = c.produce(0..8_000).await.duplicates;
     a.wait_records_in(4_000, Duration::from_secs(60)).await;
@@ -103,10 +105,18 @@ async fn state_moves_with_its_partition_and_totals_match_the_batch_recomputation
 
 /// 10 % of payments redelivered, the pipeline stopped and restarted three times mid-run:
 /// each id is counted once (the dedup count equals the duplicates written), and every
-/// window is emitted exactly once with the batch total.
+/// window is emitted exactly once with the batch total. Under both exactly-once modes (the
+/// per-consumer mode restores all of an instance's partitions in one pass).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dedup_counts_each_id_once_and_windows_close_once_across_restarts() {
-    let c = Close::new("fc-restart", Generate { payments: 20_000, duplicate_ratio: 0.10, ..Generate::default() }).await;
+    for guarantee in [Guarantee::ExactlyOnce, Guarantee::ExactlyOncePerConsumer] {
+        restarts(guarantee).await;
+    }
+}
+
+async fn restarts(guarantee: Guarantee) {
+    let gen = Generate { payments: 20_000, duplicate_ratio: 0.10, ..Generate::default() };
+    let c = Close::new("fc-restart", gen, guarantee).await;
     let mut summaries = Vec::new();
     let mut dups = 0;
     for part in 0..4u64 {
@@ -119,8 +129,8 @@ async fn dedup_counts_each_id_once_and_windows_close_once_across_restarts() {
     c.wait_caught_up().await;
     summaries.push(last.stop().await);
     let rec = c.reconcile().await;
-    println!("{rec}\n{summaries:#?}");
-    assert!(rec.is_exact(), "{rec}");
+    println!("{}: {rec}\n{summaries:#?}", guarantee.as_str());
+    assert!(rec.is_exact(), "{}: {rec}", guarantee.as_str());
     assert_eq!(rec.emitted_twice, 0);
     assert!(dups >= 1_500, "about 10 % of 20,000 redelivered, got {dups}");
     assert_eq!(rec.input_duplicates, dups);

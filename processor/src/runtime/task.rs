@@ -166,7 +166,7 @@ impl Task {
                         continue; // never committed: the partition's next owner reads it again
                     }
                     if !cfg.stores.is_empty() && !self.states.contains_key(&r.partition) {
-                        if let Err(e) = self.restore(r.partition) {
+                        if let Err(e) = self.restore() {
                             self.stop(e);
                             continue;
                         }
@@ -357,12 +357,17 @@ impl Task {
 }
 
 impl Task {
-    /// Rebuilds `partition`'s stores from their changelogs (see [`crate::state`]).
-    fn restore(&mut self, partition: i32) -> Result<(), Error> {
+    /// Rebuilds the stores of every owned partition that has none yet from their changelogs
+    /// (see [`crate::state`]): called before a partition's first record is processed, it
+    /// restores the whole assignment of an instance task in one pass.
+    fn restore(&mut self) -> Result<(), Error> {
+        let mut partitions: Vec<i32> =
+            self.owned.iter().map(|tp| tp.1).filter(|p| !self.states.contains_key(p)).collect();
+        partitions.sort_unstable();
         let deadline = Instant::now() + self.shared.cfg.task_timeout;
-        let (state, records) = changelog::restore(&self.shared.cfg, partition, deadline)?;
+        let (states, records) = changelog::restore(&self.shared.cfg, &partitions, deadline)?;
         self.shared.shutdown.stats().restored_records.add(records);
-        self.states.insert(partition, state);
+        self.states.extend(states.into_iter().map(|s| (s.partition(), s)));
         Ok(())
     }
 

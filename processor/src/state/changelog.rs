@@ -1,5 +1,6 @@
 //! Changelog topics: created (or checked) at start-up, read back on assignment.
 
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -46,15 +47,23 @@ pub(crate) fn ensure_topics(cfg: &PipelineConfig, input_partitions: i32) -> Resu
     Ok(())
 }
 
-/// Rebuilds the stores of input `partition` from their changelogs and returns them.
+/// Rebuilds the stores of input `partitions` from their changelogs and returns them, with
+/// the number of changelog records read.
 ///
-/// First the partition's committed offset is fetched as *stable* (the consumer is
+/// First the partitions' committed offsets are fetched as *stable* (the consumer is
 /// read_committed, so librdkafka sets `require_stable`): that waits out any transaction of a
-/// previous owner that carried this partition's offsets, and with them its changelog
-/// records. Then every changelog partition is read with read_committed to its end.
-pub(crate) fn restore(cfg: &PipelineConfig, partition: i32, deadline: Instant) -> Result<(PartitionState, u64)> {
+/// previous owner that carried these partitions' offsets, and with them their changelog
+/// records. Then each store's changelog partitions are read with read_committed to their end.
+/// Several partitions are restored in one pass (an instance task gets them together on
+/// assignment): one client, one offset fetch, one read per store.
+pub(crate) fn restore(
+    cfg: &PipelineConfig,
+    partitions: &[i32],
+    deadline: Instant,
+) -> Result<(Vec<PartitionState>, u64)> {
     let started = Instant::now();
-    let mut state = PartitionState::new(&cfg.application_id, &cfg.stores, partition);
+    let mut states: Vec<PartitionState> =
+        partitions.iter().map(|p| PartitionState::new(&cfg.application_id, &cfg.stores, *p)).collect();
     let mut cc = ClientConfig::new();
     cc.set("bootstrap.servers", &cfg.bootstrap_servers);
     cfg.consumer_properties.apply(&mut cc);
@@ -63,114 +72,127 @@ pub(crate) fn restore(cfg: &PipelineConfig, partition: i32, deadline: Instant) -
         .set("isolation.level", "read_committed")
         .set("enable.partition.eof", "true")
         .set("auto.offset.reset", "earliest")
+        // The end of a changelog is usually a transaction marker, which is never delivered:
+        // the read ends on the end-of-partition event, which comes with an empty fetch, so
+        // keep the broker from holding that fetch for the default 500 ms.
+        .set("fetch.wait.max.ms", "10")
         .set("log_level", "3");
     let consumer: BaseConsumer<QuietEof> = cc
         .create_with_context(QuietEof)
         .map_err(|e| Error::Config(format!("state restore consumer: {}", crate::config::client_error(&e))))?;
     let timeout = |what: String, last: String| Error::TaskTimeout { what, timeout: cfg.task_timeout, last };
+    let input_topic = &cfg.input_topics[0];
 
     let mut input = TopicPartitionList::new();
-    let _ = input.add_partition(&cfg.input_topics[0], partition);
+    for p in partitions {
+        let _ = input.add_partition(input_topic, *p);
+    }
     loop {
         let remaining = deadline.saturating_duration_since(Instant::now());
         match consumer.committed_offsets(input.clone(), remaining.min(Duration::from_secs(10))) {
-            Ok(_) => {
-                tracing::debug!(
-                    partition,
-                    elapsed_ms = started.elapsed().as_millis() as u64,
-                    "stable committed offset fetched"
-                );
-                break;
-            }
+            Ok(_) => break,
             Err(e) if Instant::now() >= deadline => {
                 return Err(timeout(
-                    format!(
-                        "fetching the stable committed offset of {}-{partition} before restoring its state",
-                        cfg.input_topics[0]
-                    ),
+                    format!("fetching the stable committed offsets of {input_topic} {partitions:?} before restoring their state"),
                     e.to_string(),
                 ))
             }
             Err(e) => {
-                tracing::debug!(error = %e, partition, "committed offset not stable yet");
+                tracing::debug!(error = %e, ?partitions, "committed offsets not stable yet");
                 std::thread::sleep(Duration::from_millis(100));
             }
         }
     }
 
-    // One changelog at a time: librdkafka's end-of-partition event names only the
-    // partition number, which every store's changelog shares. The read ends at the first
-    // of: the record just before the end offset, or the end-of-partition event (the end
-    // offset may be a transaction marker, which is never delivered).
-    let mut records = vec![0u64; cfg.stores.len()];
-    for (i, spec) in cfg.stores.iter().enumerate() {
+    let mut records = vec![vec![0u64; cfg.stores.len()]; partitions.len()];
+    let index_of = |p: i32| partitions.iter().position(|q| *q == p);
+    // One store at a time: librdkafka's end-of-partition event names only the partition
+    // number, which every store's changelog shares.
+    for (store, spec) in cfg.stores.iter().enumerate() {
         let topic = changelog_topic(&cfg.application_id, &spec.name);
-        // The end to read to: the last stable offset, as this read_committed consumer sees
-        // it. An empty changelog (a new store) needs no fetch at all.
-        let remaining = deadline.saturating_duration_since(Instant::now());
-        let (low, high) = consumer
-            .fetch_watermarks(&topic, partition, remaining.min(Duration::from_secs(30)))
-            .map_err(|e| Error::Kafka {
-                op: format!("reading the end offsets of {topic} [{partition}]"),
-                class: crate::error::classify(&e),
-                source: Box::new(e),
-                hint: "check that the changelog topic exists and is readable by this principal",
-            })?;
-        if high <= low {
+        // Where each partition ends: the offset after its last record. An empty changelog
+        // partition (a new store) needs no fetch at all.
+        let mut ends: HashMap<i32, i64> = HashMap::new();
+        let mut tpl = TopicPartitionList::new();
+        for p in partitions {
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            let (low, high) =
+                consumer.fetch_watermarks(&topic, *p, remaining.min(Duration::from_secs(30))).map_err(|e| {
+                    Error::Kafka {
+                        op: format!("reading the end offsets of {topic} [{p}]"),
+                        class: crate::error::classify(&e),
+                        source: Box::new(e),
+                        hint: "check that the changelog topic exists and is readable by this principal",
+                    }
+                })?;
+            if high > low {
+                ends.insert(*p, high);
+                let _ = tpl.add_partition_offset(&topic, *p, Offset::Offset(low));
+            }
+        }
+        if ends.is_empty() {
             continue;
         }
-        let mut tpl = TopicPartitionList::new();
-        let _ = tpl.add_partition_offset(&topic, partition, Offset::Offset(low));
         consumer.assign(&tpl).map_err(|e| Error::Internal(format!("state restore assign: {e}")))?;
-        let mut batch: Vec<(Vec<u8>, Option<Vec<u8>>)> = Vec::new();
-        loop {
+        let mut batches: HashMap<i32, Vec<(Vec<u8>, Option<Vec<u8>>)>> = HashMap::new();
+        while !ends.is_empty() {
             if Instant::now() >= deadline {
                 return Err(timeout(
-                    format!("restoring store {:?} of partition {partition} from {topic}", spec.name),
-                    format!("{} changelog records read", records[i]),
+                    format!("restoring store {:?} of partitions {partitions:?} from {topic}", spec.name),
+                    format!("partitions {:?} not read to their end", ends.keys().collect::<Vec<_>>()),
                 ));
             }
-            match consumer.poll(Duration::from_millis(100)) {
+            let done = match consumer.poll(Duration::from_millis(100)) {
                 Some(Ok(m)) => {
-                    let Some(key) = m.key() else {
+                    let (p, i) = (m.partition(), index_of(m.partition()));
+                    let Some(i) = i else { continue };
+                    if let Some(key) = m.key() {
+                        let batch = batches.entry(p).or_default();
+                        batch.push((key.to_vec(), m.payload().map(<[u8]>::to_vec)));
+                        records[i][store] += 1;
+                        if batch.len() >= 10_000 {
+                            states[i].backend_mut(store).write_batch(std::mem::take(batch));
+                        }
+                    } else {
                         tracing::warn!(topic, offset = m.offset(), "changelog record without a key skipped");
-                        continue;
-                    };
-                    batch.push((key.to_vec(), m.payload().map(<[u8]>::to_vec)));
-                    records[i] += 1;
-                    if batch.len() >= 10_000 {
-                        state.backend_mut(i).write_batch(std::mem::take(&mut batch));
                     }
-                    if m.offset() + 1 >= high {
-                        break;
-                    }
+                    (m.offset() + 1 >= ends.get(&p).copied().unwrap_or(i64::MAX)).then_some(p)
                 }
-                Some(Err(KafkaError::PartitionEOF(_))) => break,
+                Some(Err(KafkaError::PartitionEOF(p))) => Some(p),
                 Some(Err(e)) => {
                     return Err(Error::Kafka {
-                        op: format!("restoring store {:?} of partition {partition} from {topic}", spec.name),
+                        op: format!("restoring store {:?} of partitions {partitions:?} from {topic}", spec.name),
                         class: crate::error::classify(&e),
                         source: Box::new(e),
                         hint: "check that the changelog topic exists and is readable by this principal",
                     })
                 }
-                None => {}
+                None => None,
+            };
+            if let Some(p) = done {
+                ends.remove(&p);
             }
         }
-        state.backend_mut(i).write_batch(batch);
+        for (p, batch) in batches {
+            if let Some(i) = index_of(p) {
+                states[i].backend_mut(store).write_batch(batch);
+            }
+        }
     }
     let elapsed = started.elapsed();
-    for ((store, entries, bytes), n) in state.sizes().into_iter().zip(&records) {
-        crate::metrics::state_restored(&cfg.application_id, store, *n, elapsed);
-        tracing::info!(
-            store,
-            partition,
-            changelog_records = n,
-            entries,
-            bytes,
-            elapsed_ms = elapsed.as_millis() as u64,
-            "state restored"
-        );
+    for (state, per_store) in states.iter().zip(&records) {
+        for ((store, entries, bytes), n) in state.sizes().into_iter().zip(per_store) {
+            crate::metrics::state_restored(&cfg.application_id, store, *n, elapsed);
+            tracing::info!(
+                store,
+                partition = state.partition(),
+                changelog_records = n,
+                entries,
+                bytes,
+                elapsed_ms = elapsed.as_millis() as u64,
+                "state restored"
+            );
+        }
     }
-    Ok((state, records.iter().sum()))
+    Ok((states, records.iter().flatten().sum()))
 }

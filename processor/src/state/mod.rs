@@ -193,6 +193,10 @@ impl PartitionState {
         PartitionState { partition, stores, tallies: BTreeMap::new() }
     }
 
+    pub(crate) fn partition(&self) -> i32 {
+        self.partition
+    }
+
     pub(crate) fn backend_mut(&mut self, store: usize) -> &mut dyn KeyValueBackend {
         self.stores[store].backend.as_mut()
     }
