@@ -67,6 +67,9 @@ pub struct InstanceConfig {
     pub transaction_timeout: Duration,
     /// How often to print a status line.
     pub status_interval: Duration,
+    /// `Some(payments)`: run the financial-close workload (input = payments, output =
+    /// revenue, late payments to `<output>-late`) instead of the 1:1 copy.
+    pub financial_close_payments: Option<u64>,
 }
 
 impl InstanceConfig {
@@ -92,6 +95,18 @@ impl InstanceConfig {
             "--status-interval-ms".into(),
             self.status_interval.as_millis().to_string(),
         ]
+        .into_iter()
+        .chain(self.financial_close_payments.iter().flat_map(|n| ["--financial-close-payments".into(), n.to_string()]))
+        .collect()
+    }
+
+    /// The financial-close topics of this instance's input and output.
+    pub(crate) fn financial_close_topics(&self) -> crate::workloads::financial_close::Topics {
+        crate::workloads::financial_close::Topics {
+            payments: self.input.clone(),
+            revenue: self.output.clone(),
+            late: format!("{}-late", self.output),
+        }
     }
 }
 
@@ -192,10 +207,9 @@ async fn run(cfg: InstanceConfig) -> crate::Result<Summary> {
     let dice = Arc::new(AbortDice::new(cfg.abort_one_in));
     let (out, d) = (cfg.output.clone(), dice.clone());
     let heartbeat = (cfg.session_timeout / 6).max(Duration::from_millis(500));
-    let pipeline = Pipeline::builder()
+    let builder = Pipeline::builder()
         .bootstrap_servers(&cfg.bootstrap)
         .application_id(&cfg.application_id)
-        .input_topic(&cfg.input)
         .guarantee(cfg.guarantee)
         .transaction_timeout(cfg.transaction_timeout)
         .consumer_property("session.timeout.ms", cfg.session_timeout.as_millis().to_string())
@@ -203,8 +217,11 @@ async fn run(cfg: InstanceConfig) -> crate::Result<Summary> {
         .startup_timeout(Duration::from_secs(60))
         // Deliberate failures are replayed until they pass: never stop, never dead-letter.
         .on_processor_error(ProcessorErrorPolicy::retry(u32::MAX).backoff(Duration::from_millis(10)))
-        .on_transaction(move |e: &TransactionEvent| d.observe(e.records))
-        .processor(move |r| {
+        .on_transaction(move |e: &TransactionEvent| d.observe(e.records));
+    let builder = if cfg.financial_close_payments.is_some() {
+        crate::workloads::financial_close::pipeline(builder, &cfg.financial_close_topics())
+    } else {
+        builder.input_topic(&cfg.input).processor(move |r| {
             if stall.swap(false, Ordering::SeqCst) {
                 std::thread::sleep(Duration::from_millis(200));
                 // SAFETY: kill(2) on our own pid with SIGSTOP; no memory is involved.
@@ -219,7 +236,8 @@ async fn run(cfg: InstanceConfig) -> crate::Result<Summary> {
             o.key = r.key.clone();
             Ok(vec![o])
         })
-        .build()?;
+    };
+    let pipeline = builder.build()?;
     let handle = pipeline.shutdown_handle();
     let interval = cfg.status_interval.max(Duration::from_millis(50));
     let status = tokio::spawn(async move {
@@ -279,9 +297,11 @@ mod tests {
             session_timeout: Duration::from_secs(6),
             transaction_timeout: Duration::from_secs(8),
             status_interval: Duration::from_millis(500),
+            financial_close_payments: Some(7),
         };
         let args = cfg.to_args().join(" ");
         assert!(args.contains("--guarantee exactly-once-per-consumer") && args.contains("--abort-one-in 3"), "{args}");
         assert!(args.contains("--transaction-timeout-ms 8000"), "{args}");
+        assert!(args.ends_with("--financial-close-payments 7"), "{args}");
     }
 }

@@ -17,6 +17,8 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::{ClientConfig, ClientContext};
 
+use crate::workloads::financial_close::{payment_records, tick_records};
+
 /// Virtual time, advanced by the input thread, capped by the suite.
 #[derive(Debug, Default)]
 pub(crate) struct Clock {
@@ -98,6 +100,9 @@ pub(crate) struct InputSpec {
     pub records: u64,
     pub value_size: usize,
     pub duration: Duration,
+    /// The financial-close workload's payments instead of the numbered sequence: `records`
+    /// payments (with their redelivered copies), then the closing ticks.
+    pub payments: Option<crate::workloads::financial_close::Generate>,
 }
 
 impl Input {
@@ -149,28 +154,32 @@ fn produce(
     stop: &AtomicBool,
 ) -> Result<InputStats, String> {
     let mut value = vec![b'.'; spec.value_size];
-    let mut sent = 0u64;
+    // `next` counts input items (a sequence number, or a payment with its copies), `sent`
+    // the records they made.
+    let (mut next, mut sent) = (0u64, 0u64);
     let mut last = Instant::now();
     while !stop.load(Ordering::SeqCst) {
         let now = Instant::now();
         let v = clock.advance(now - last);
         last = now;
         let due = due(spec.records, v, spec.duration);
-        while sent < due && !stop.load(Ordering::SeqCst) {
-            let key = sent.to_string();
-            let n = key.len().min(value.len());
-            value[..n].copy_from_slice(&key.as_bytes()[..n]);
-            let mut record = BaseRecord::to(&spec.topic).key(key.as_bytes()).payload(&value[..]);
-            record.partition = Some((sent % spec.partitions as u64) as i32);
-            match producer.send(record) {
-                Ok(()) => sent += 1,
-                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => {
-                    std::thread::sleep(Duration::from_millis(5))
+        while next < due && !stop.load(Ordering::SeqCst) {
+            let records = match &spec.payments {
+                Some(g) => payment_records(g, next, spec.partitions),
+                None => {
+                    let key = next.to_string();
+                    let n = key.len().min(value.len());
+                    value[..n].copy_from_slice(&key.as_bytes()[..n]);
+                    vec![(Some((next % spec.partitions as u64) as i32), key.into_bytes(), value.clone())]
                 }
-                Err((e, _)) => return Err(format!("producing input record {sent}: {e}")),
-            }
+            };
+            sent += send_all(&producer, &spec.topic, records, stop)?;
+            next += 1;
         }
-        if sent >= spec.records && v >= spec.duration {
+        if next >= spec.records && v >= spec.duration {
+            if let Some(g) = &spec.payments {
+                sent += send_all(&producer, &spec.topic, tick_records(g, spec.partitions), stop)?;
+            }
             break;
         }
         std::thread::sleep(Duration::from_millis(10));
@@ -185,6 +194,33 @@ fn produce(
         failed: ctx.failed.load(Ordering::Relaxed),
         first_error: ctx.first_error.lock().unwrap_or_else(|p| p.into_inner()).clone(),
     })
+}
+
+/// Sends `records` (waiting while librdkafka's queue is full); returns how many.
+fn send_all(
+    producer: &ThreadedProducer<Deliveries>,
+    topic: &str,
+    records: Vec<(Option<i32>, Vec<u8>, Vec<u8>)>,
+    stop: &AtomicBool,
+) -> Result<u64, String> {
+    let n = records.len() as u64;
+    for (partition, key, value) in records {
+        let mut record = BaseRecord::to(topic).key(&key[..]).payload(&value[..]);
+        record.partition = partition;
+        loop {
+            match producer.send(record) {
+                Ok(()) => break,
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r))
+                    if !stop.load(Ordering::SeqCst) =>
+                {
+                    record = r;
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Err((e, _)) => return Err(format!("producing an input record: {e}")),
+            }
+        }
+    }
+    Ok(n)
 }
 
 #[cfg(test)]

@@ -34,11 +34,15 @@ pub enum Scenario {
     /// transaction timeout, then SIGCONTed. The group and the transaction coordinator have
     /// moved on: it must be fenced, and nothing it writes after waking may become visible.
     Stall,
+    /// The stateful financial close (dedup, daily windows, state stores with changelogs)
+    /// under processor SIGKILLs and one broker SIGKILL: the final totals must equal the
+    /// batch recomputation from the raw payments to the cent, each merchant-day emitted once.
+    FinancialClose,
 }
 
 impl Scenario {
     /// Every scenario, in the order the suite runs them.
-    pub const ALL: [Scenario; 7] = [
+    pub const ALL: [Scenario; 8] = [
         Scenario::ProcessKill,
         Scenario::ProcessBounce,
         Scenario::BrokerKill,
@@ -46,6 +50,7 @@ impl Scenario {
         Scenario::RebalanceStorm,
         Scenario::RandomAborts,
         Scenario::Stall,
+        Scenario::FinancialClose,
     ];
 
     /// The name used on the command line and in result rows.
@@ -58,6 +63,7 @@ impl Scenario {
             Scenario::RebalanceStorm => "rebalance-storm",
             Scenario::RandomAborts => "random-aborts",
             Scenario::Stall => "stall",
+            Scenario::FinancialClose => "financial-close",
         }
     }
 
@@ -233,6 +239,21 @@ impl Plan {
                     }
                 }
             }
+            Scenario::FinancialClose => {
+                // SIGKILLs, a broker crash in the middle (when the suite runs the cluster),
+                // more SIGKILLs: state restored from changelogs after every kill, and the
+                // changelogs' partitions move with the broker's leaderships.
+                for half in 0..2 {
+                    for _ in 0..4 * scale {
+                        s.after(2, 5, Action::KillInstance, true);
+                    }
+                    if half == 0 && !p.nodes.is_empty() {
+                        let node = p.nodes[s.rng.below(p.nodes.len())];
+                        s.after(2, 4, Action::BrokerDown { node, hard: true }, true);
+                        s.after(3, 8, Action::BrokerUp { node }, false);
+                    }
+                }
+            }
         }
         let tail = secs(5);
         Plan { instances, abort_one_in, duration: s.now + tail, steps: s.steps }
@@ -261,6 +282,7 @@ mod tests {
         assert!(count(Scenario::ProcessBounce, 1, &mut rng) >= 5);
         assert_eq!(count(Scenario::BrokerKill, 1, &mut rng), 3);
         assert_eq!(count(Scenario::ProcessKill, 10, &mut rng), 100);
+        assert_eq!(count(Scenario::FinancialClose, 1, &mut rng), 9, "8 kills and a broker crash");
         for sc in Scenario::ALL {
             let plan = Plan::new(sc, &params(2), &mut rng);
             assert!(plan.steps.windows(2).all(|w| w[0].at <= w[1].at), "{sc}");

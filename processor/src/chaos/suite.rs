@@ -28,6 +28,7 @@ use super::reader::{compare, describe_anomalies, last_offsets, read_final, utc_t
 use super::rng::Rng;
 use crate::broker::{ClusterConfig, LocalCluster};
 use crate::verify::{verify, VerifyConfig};
+use crate::workloads::financial_close;
 use crate::{admin, Guarantee, Summary};
 
 /// Consumer `session.timeout.ms` of every instance: the broker's minimum by default, so a
@@ -338,6 +339,8 @@ struct Run<'a, 'r> {
     input_topic: String,
     output_topic: String,
     app: String,
+    /// The financial-close scenario's topics (checked by reconciliation, not 1:1).
+    close_topics: Option<financial_close::Topics>,
     fleet: Fleet,
     /// Stalled instances and their counters when stalled.
     zombies: Vec<(u32, Summary)>,
@@ -362,7 +365,10 @@ impl<'a, 'r> Run<'a, 'r> {
         let (input_topic, output_topic) = (format!("{app}-in"), format!("{app}-out"));
         let rf = cfg.replication.unwrap_or(3);
         let min_isr = if rf >= 3 { "2" } else { "1" };
-        for t in [&input_topic, &output_topic] {
+        let stateful = scenario == Scenario::FinancialClose;
+        let late_topic = format!("{output_topic}-late");
+        let topics = [&input_topic, &output_topic].into_iter().chain(stateful.then_some(&late_topic));
+        for t in topics {
             admin::create_topic_with(ctx.bootstrap, t, cfg.partitions, rf, &[("min.insync.replicas", min_isr)])
                 .map_err(|e| format!("creating {t}: {e}"))?;
         }
@@ -377,10 +383,12 @@ impl<'a, 'r> Run<'a, 'r> {
             session_timeout: SESSION_TIMEOUT,
             transaction_timeout: TRANSACTION_TIMEOUT,
             status_interval: Duration::from_millis(500),
+            financial_close_payments: stateful.then_some(cfg.records),
         };
         let mut args = vec!["chaos".to_string(), "instance".to_string()];
         args.extend(instance.to_args());
         let fleet = Fleet::new(cfg.instance_exe.clone(), args, ctx.log_dir.clone());
+        let close_topics = stateful.then(|| instance.financial_close_topics());
         let timeline = std::fs::File::create(ctx.log_dir.join("steps.log")).ok();
         Ok(Run {
             ctx,
@@ -391,6 +399,7 @@ impl<'a, 'r> Run<'a, 'r> {
             input_topic,
             output_topic,
             app,
+            close_topics,
             fleet,
             zombies: Vec::new(),
             timeline,
@@ -425,7 +434,11 @@ impl<'a, 'r> Run<'a, 'r> {
         if self.cluster.is_some() {
             wait_full_isr(ctx.bootstrap, Duration::from_secs(120))?;
         }
-        let reader = Reader::start(ctx.bootstrap, &self.output_topic, cfg.partitions, &self.input_topic)?;
+        // The concurrent reader joins outputs to inputs 1:1 by origin: the copy only.
+        let reader = match self.close_topics {
+            None => Some(Reader::start(ctx.bootstrap, &self.output_topic, cfg.partitions, &self.input_topic)?),
+            Some(_) => None,
+        };
         let input = Input::start(InputSpec {
             bootstrap: ctx.bootstrap.to_string(),
             topic: self.input_topic.clone(),
@@ -433,6 +446,7 @@ impl<'a, 'r> Run<'a, 'r> {
             records: cfg.records,
             value_size: cfg.value_size,
             duration: self.plan.duration,
+            payments: self.close_topics.as_ref().map(|_| close_generate(cfg.records)),
         })?;
         self.fleet.scale_to(self.plan.instances, STOP_TIMEOUT)?;
         // The clock (and so the input) starts once an instance is up.
@@ -486,7 +500,49 @@ impl<'a, 'r> Run<'a, 'r> {
         self.mark(if caught_up { "group caught up: SIGTERM to every instance" } else { "catch-up timed out" });
         self.fleet.shutdown(STOP_TIMEOUT);
         self.mark("instances stopped");
-        self.check(reader, caught_up)
+        match reader {
+            Some(reader) => self.check(reader, caught_up),
+            None => self.reconcile(caught_up),
+        }
+    }
+
+    /// The financial close's check: every merchant-day's emitted total plus its late
+    /// payments equals the batch recomputation from the raw payments, and no merchant-day
+    /// is emitted twice. A mismatch counts as missing, a merchant-day emitted twice as a
+    /// duplicate.
+    fn reconcile(self, caught_up: bool) -> Result<(), String> {
+        let topics = self.close_topics.clone().ok_or("no financial-close topics")?;
+        let mut vc = VerifyConfig::new(self.ctx.bootstrap, &topics.payments, &topics.revenue);
+        vc.timeout = Duration::from_secs(300);
+        vc.client_properties.set("log_level", "2");
+        let rec = financial_close::reconcile(&vc, &topics).map_err(|e| format!("reconciliation: {e}"))?;
+        let t = self.fleet.totals();
+        let r = &mut *self.result;
+        r.records = rec.payments as u64 + rec.input_duplicates;
+        r.duplicates = rec.emitted_twice as u64;
+        r.missing = (rec.mismatches - rec.emitted_twice.min(rec.mismatches)) as u64;
+        if rec.merchant_days == 0 {
+            r.missing += 1;
+        }
+        r.notes.push(format!(
+            "{rec} ({} payments, {} redelivered copies, {} late payments)",
+            rec.payments, rec.input_duplicates, rec.late_payments
+        ));
+        r.notes.extend(rec.examples.iter().cloned());
+        r.notes.push(format!(
+            "instances: {} started, {} crashed; as last reported: {} transactions committed, {} aborted, {} producers fenced, {} assignments",
+            self.fleet.started,
+            self.fleet.crashes.len(),
+            t.transactions_committed,
+            t.transactions_aborted,
+            t.producers_fenced,
+            t.rebalances
+        ));
+        r.notes.extend(self.fleet.crashes.iter().cloned());
+        if !caught_up {
+            return Err("the pipeline did not catch up (see notes); the counts above are as found".into());
+        }
+        Ok(())
     }
 
     /// Appends `what` to the timeline, stamped with the UTC time of day.
@@ -659,6 +715,12 @@ impl<'a, 'r> Run<'a, 'r> {
         }
         Ok(())
     }
+}
+
+/// The financial-close input of a scenario: `payments` payments over the default days,
+/// merchants, duplicate and late ratios.
+fn close_generate(payments: u64) -> financial_close::Generate {
+    financial_close::Generate { payments, ..financial_close::Generate::default() }
 }
 
 /// Waits until every partition of every topic (internal ones included) has its full ISR.

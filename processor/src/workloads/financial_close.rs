@@ -188,10 +188,10 @@ pub struct Generated {
     pub duplicates: u64,
 }
 
-/// Writes payments `first..first + count` of the sequence `g` describes (so a run can feed
-/// its input in several parts), in event-time order with the duplicates and late events
-/// mixed in; with `ticks`, ends with one heartbeat per partition two days after the last
-/// payment, which closes every day. Partitioned by merchant.
+/// Writes payments `range` of the sequence `g` describes (so a run can feed its input in
+/// several parts), in event-time order with the duplicates and late events mixed in; with
+/// `ticks`, ends with one heartbeat per partition two days after the last payment, which
+/// closes every day. Partitioned by merchant.
 pub fn generate(
     admin: &admin::Client,
     topic: &str,
@@ -200,37 +200,49 @@ pub fn generate(
     range: std::ops::Range<u64>,
     ticks: bool,
 ) -> Result<Generated> {
-    let span_ms = g.days as i64 * DAY_MS;
     let mut records = Vec::new();
     let mut stats = Generated::default();
     for i in range {
-        let mut h = splitmix(g.seed ^ i);
-        let mut unit = || {
-            h = splitmix(h);
-            (h >> 11) as f64 / (1u64 << 53) as f64
-        };
-        let merchant = (unit() * g.merchants as f64) as u32;
-        let mut time_ms = EPOCH_MS + (i as i64 * span_ms) / g.payments.max(1) as i64 + (unit() * 600_000.0) as i64;
-        if unit() < g.late_ratio {
-            time_ms -= 2 * DAY_MS;
-        }
-        let p = Payment { event_id: i, merchant, amount_cents: 100 + (unit() * 100_000.0) as i64, time_ms };
-        let copies = if unit() < g.duplicate_ratio { 2 } else { 1 };
-        stats.duplicates += copies - 1;
-        for _ in 0..copies {
-            let value = serde_json::to_vec(&Event::Payment(p.clone())).expect("json");
-            records.push((Some(merchant as i32 % partitions), merchant.to_string().into_bytes(), value));
-        }
+        let copies = payment_records(g, i, partitions);
+        stats.duplicates += copies.len() as u64 - 1;
+        records.extend(copies);
     }
     if ticks {
-        let time_ms = EPOCH_MS + span_ms + 2 * DAY_MS;
-        for p in 0..partitions {
-            records.push((Some(p), b"tick".to_vec(), serde_json::to_vec(&Event::Tick { time_ms }).expect("json")));
-        }
+        records.extend(tick_records(g, partitions));
     }
     stats.records = records.len() as u64;
     admin.produce(topic, records)?;
     Ok(stats)
+}
+
+/// A record to produce: (partition, key, value).
+pub type InputRecordSpec = (Option<i32>, Vec<u8>, Vec<u8>);
+
+/// Payment `i` of the sequence `g` describes, as the one or two (redelivered) records that
+/// carry it. Deterministic: the same `g` and `i` always give the same records.
+pub fn payment_records(g: &Generate, i: u64, partitions: i32) -> Vec<InputRecordSpec> {
+    let span_ms = g.days as i64 * DAY_MS;
+    let mut h = splitmix(g.seed ^ i);
+    let mut unit = || {
+        h = splitmix(h);
+        (h >> 11) as f64 / (1u64 << 53) as f64
+    };
+    let merchant = (unit() * g.merchants as f64) as u32;
+    let mut time_ms = EPOCH_MS + (i as i64 * span_ms) / g.payments.max(1) as i64 + (unit() * 600_000.0) as i64;
+    if unit() < g.late_ratio {
+        time_ms -= 2 * DAY_MS;
+    }
+    let p = Payment { event_id: i, merchant, amount_cents: 100 + (unit() * 100_000.0) as i64, time_ms };
+    let copies = if unit() < g.duplicate_ratio { 2 } else { 1 };
+    let value = serde_json::to_vec(&Event::Payment(p)).expect("json");
+    vec![(Some(merchant as i32 % partitions), merchant.to_string().into_bytes(), value); copies]
+}
+
+/// The end-of-period heartbeats, one per partition, two days after the last payment.
+pub fn tick_records(g: &Generate, partitions: i32) -> Vec<InputRecordSpec> {
+    let time_ms = EPOCH_MS + g.days as i64 * DAY_MS + 2 * DAY_MS;
+    let value = serde_json::to_vec(&Event::Tick { time_ms }).expect("json");
+    (0..partitions).map(|p| (Some(p), b"tick".to_vec(), value.clone())).collect()
 }
 
 fn splitmix(x: u64) -> u64 {

@@ -78,6 +78,10 @@ struct InstanceArgs {
     transaction_timeout_ms: u64,
     #[arg(long, default_value_t = 500)]
     status_interval_ms: u64,
+    /// Run the financial-close workload (input: payments, output: revenue) with these many
+    /// payments in its sequence, instead of the 1:1 copy.
+    #[arg(long)]
+    financial_close_payments: Option<u64>,
 }
 
 pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
@@ -151,6 +155,7 @@ fn run_instance(a: InstanceArgs) -> Result<ExitCode, Box<dyn std::error::Error>>
         session_timeout: Duration::from_millis(a.session_timeout_ms),
         transaction_timeout: Duration::from_millis(a.transaction_timeout_ms),
         status_interval: Duration::from_millis(a.status_interval_ms),
+        financial_close_payments: a.financial_close_payments,
     };
     match chaos::run_instance(cfg) {
         Ok(_) => Ok(ExitCode::SUCCESS),
