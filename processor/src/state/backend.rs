@@ -10,13 +10,16 @@
 
 use std::collections::BTreeMap;
 
+/// One change to a store: a key and its new value, `None` for a delete.
+pub type Change = (Vec<u8>, Option<Vec<u8>>);
+
 /// Committed key-value state of one store for one input partition. Keys and values are the
 /// bincode encodings of the typed store's key and value.
 pub trait KeyValueBackend: Send {
     /// The value of `key`, if present.
     fn get(&self, key: &[u8]) -> Option<Vec<u8>>;
     /// Applies a committed transaction's changes (`None` deletes), in order.
-    fn write_batch(&mut self, changes: Vec<(Vec<u8>, Option<Vec<u8>>)>);
+    fn write_batch(&mut self, changes: Vec<Change>);
     /// Every entry, in key byte order.
     fn scan(&self) -> Box<dyn Iterator<Item = (Vec<u8>, Vec<u8>)> + '_>;
     /// Number of entries.
@@ -45,7 +48,7 @@ impl KeyValueBackend for MemoryBackend {
         self.map.get(key).cloned()
     }
 
-    fn write_batch(&mut self, changes: Vec<(Vec<u8>, Option<Vec<u8>>)>) {
+    fn write_batch(&mut self, changes: Vec<Change>) {
         for (k, v) in changes {
             let klen = k.len();
             let old = match v {

@@ -8,6 +8,7 @@ use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
+use super::backend::Change;
 use super::{changelog_topic, PartitionState};
 use crate::config::PipelineConfig;
 use crate::error::{Error, Result};
@@ -134,7 +135,7 @@ pub(crate) fn restore(
             continue;
         }
         consumer.assign(&tpl).map_err(|e| Error::Internal(format!("state restore assign: {e}")))?;
-        let mut batches: HashMap<i32, Vec<(Vec<u8>, Option<Vec<u8>>)>> = HashMap::new();
+        let mut batches: HashMap<i32, Vec<Change>> = HashMap::new();
         while !ends.is_empty() {
             if Instant::now() >= deadline {
                 return Err(timeout(
