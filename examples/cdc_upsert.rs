@@ -45,11 +45,7 @@ type Table = BTreeMap<u32, Customer>;
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "kafka_eos=info".into()),
-        )
-        .init();
+    kafka_eos::ops::init_tracing(std::env::var_os("KAFKA_EOS_JSON_LOGS").is_some());
     match run().await {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::from(1),
