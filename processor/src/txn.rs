@@ -579,6 +579,50 @@ mod mock_cluster_tests {
         }
     }
 
+    /// `send_offsets_to_transaction` refused because this consumer is no longer the group
+    /// member its metadata names gives the producer up at once (replaying with the same
+    /// group metadata can never succeed); an abortable refusal for another reason does not.
+    #[test]
+    fn offsets_refused_for_a_member_that_left_the_group_give_the_producer_up() {
+        use rdkafka::consumer::{BaseConsumer, Consumer};
+        use RDKafkaRespErr as E;
+
+        let refuse = |code: E| {
+            let (mock, mut p) = setup();
+            let consumer: BaseConsumer = rdkafka::ClientConfig::new()
+                .set("bootstrap.servers", mock.bootstrap_servers())
+                .set("group.id", "mock")
+                .create()
+                .expect("consumer");
+            let group = consumer.group_metadata().expect("group metadata");
+            produce_one(&mut p).expect("produce");
+            mock.request_errors(RDKafkaApiKey::TxnOffsetCommit, &[code]);
+            let offsets = next_offsets(&[InputRecord {
+                topic: "in".into(),
+                partition: 0,
+                offset: 0,
+                timestamp: None,
+                key: None,
+                value: None,
+                headers: vec![],
+            }]);
+            let err = p.send_offsets(&offsets, &group, soon(30)).expect_err("the offsets are refused");
+            assert_eq!(err.step, Step::SendOffsets, "{err}");
+            err
+        };
+        for code in [
+            E::RD_KAFKA_RESP_ERR_UNKNOWN_MEMBER_ID,
+            E::RD_KAFKA_RESP_ERR_ILLEGAL_GENERATION,
+            E::RD_KAFKA_RESP_ERR_FENCED_INSTANCE_ID,
+        ] {
+            let err = refuse(code);
+            assert!(crate::runtime::task::gives_up(&err), "{code:?} must give the producer up: {err}");
+        }
+        let err = refuse(E::RD_KAFKA_RESP_ERR_GROUP_AUTHORIZATION_FAILED);
+        assert_eq!(err.class, ErrorClass::Abortable, "{err}");
+        assert!(!crate::runtime::task::gives_up(&err), "an ordinary abortable error is replayed: {err}");
+    }
+
     #[test]
     fn commit_timeout_is_retriable_and_only_the_commit_is_retried() {
         let (mock, mut p) = setup();

@@ -4,6 +4,7 @@
 //! Central jars, see `kafka_eos::broker`), or taken from `KAFKA_BOOTSTRAP` when set. Each
 //! test uses its own topics and application id, so tests run in parallel.
 
+mod aborts;
 mod common;
 mod eos;
 mod failures;

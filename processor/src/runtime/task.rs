@@ -421,7 +421,7 @@ impl Task {
 /// failing after its retries — in an unknown state that the producer may not abort — or
 /// offsets refused because this consumer is no longer the group member the task's group
 /// metadata names.
-fn gives_up(e: &StepError) -> bool {
+pub(crate) fn gives_up(e: &StepError) -> bool {
     matches!(e.class, ErrorClass::Fenced | ErrorClass::Fatal)
         || (e.step == Step::Commit && e.class == ErrorClass::Retriable)
         || (e.step == Step::SendOffsets && left_the_group(&e.err))
