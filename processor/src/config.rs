@@ -421,9 +421,15 @@ impl PipelineBuilder {
 
     /// How long a graceful shutdown (the shutdown handle, or the first SIGINT/SIGTERM) may
     /// take: every task commits the batch it collected, then the consumer leaves the group.
-    /// Default 30 s. A task still busy at the deadline is abandoned — its open transaction
-    /// is aborted by the coordinator's timeout or fenced by the next owner, so nothing
-    /// half-done becomes visible — and `run` returns.
+    /// Default 30 s. A task still retrying a failing batch drops it (aborted, uncommitted:
+    /// the next run resumes from the committed offset) within four fifths of this; a task
+    /// still busy at the deadline (a processor call or a librdkafka call that does not
+    /// return) is abandoned — its open transaction is aborted by the coordinator's timeout
+    /// or fenced by the next owner, so nothing half-done becomes visible — and `run` returns.
+    ///
+    /// Also bounds a *revocation*: a task still retrying a failing batch when its
+    /// partitions are revoked drops the batch after this long at most, because the whole
+    /// group's rebalance waits for it (lost partitions: at once).
     pub fn shutdown_timeout(mut self, d: Duration) -> Self {
         self.shutdown_timeout = Some(d);
         self

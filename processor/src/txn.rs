@@ -31,6 +31,11 @@
 //! - **Stale delivery reports.** Reports of an aborted transaction can arrive after the
 //!   abort; each cycle tags its messages with a cycle number and the tracker ignores other
 //!   cycles' reports, so an old failure never fails a new transaction.
+//! - **Waits that must end early.** Every wait here (a call retried, a backoff, delivery
+//!   reports, room in librdkafka's queue) ends by a [`Deadline`]: the task timeout, brought
+//!   forward when the consumer thread interrupts the task (revocation, lost partitions,
+//!   shutdown; see [`crate::runtime::interrupt`]). Only a librdkafka call already running
+//!   is not cut short (each is bounded by the call timeout).
 //! - **Unknown errors** are classified abortable ([`crate::error::classify`]): never
 //!   reported as committed.
 
@@ -48,6 +53,7 @@ use crate::config::PipelineConfig;
 use crate::error::{classify, ErrorClass};
 use crate::metrics::{add_ns, TxnTimers};
 use crate::record::{InputRecord, OutputRecord, ORIGIN_HEADER};
+use crate::runtime::interrupt::Deadline;
 
 /// The steps of a cycle, named after the librdkafka call that failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -206,7 +212,7 @@ impl TxnProducer {
     /// `init_transactions`: registers the transactional.id with its coordinator, which bumps
     /// the epoch (fencing any older producer with the same id) and completes that producer's
     /// open transaction. Retriable errors are retried until `deadline`.
-    pub(crate) fn init(&mut self, deadline: Instant) -> Result<(), StepError> {
+    pub(crate) fn init(&mut self, deadline: Deadline<'_>) -> Result<(), StepError> {
         if self.transactional_id.is_none() {
             return Ok(());
         }
@@ -241,7 +247,7 @@ impl TxnProducer {
         &mut self,
         out: &OutputRecord,
         origin: &InputRecord,
-        deadline: Instant,
+        deadline: Deadline<'_>,
     ) -> Result<(), StepError> {
         let mut headers = OwnedHeaders::new_with_capacity(out.headers.len() + 1);
         for (k, v) in &out.headers {
@@ -264,7 +270,7 @@ impl TxnProducer {
                     return Ok(());
                 }
                 Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
-                    if Instant::now() >= deadline {
+                    if deadline.passed() {
                         return Err(StepError::new(
                             Step::Produce,
                             KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull),
@@ -280,21 +286,22 @@ impl TxnProducer {
 
     /// Waits until every output of this cycle has a delivery report; the first failed
     /// report is the cycle's error.
-    pub(crate) fn await_acks(&mut self, deadline: Instant) -> Result<(), StepError> {
+    pub(crate) fn await_acks(&mut self, deadline: Deadline<'_>) -> Result<(), StepError> {
         loop {
             let t = self.inner.context();
             let done = t.acked.load(Ordering::Relaxed) + t.failed.load(Ordering::Relaxed);
             if done >= self.sent {
                 break;
             }
-            let now = Instant::now();
-            if now >= deadline {
+            let remaining = deadline.remaining();
+            if remaining.is_zero() {
                 return Err(StepError::new(Step::AwaitAcks, KafkaError::Flush(RDKafkaErrorCode::OperationTimedOut)));
             }
             // rust-rdkafka's BaseProducer::poll serves events until its timeout has fully
             // elapsed (not until the first event), so a long timeout here would be a floor
-            // under every transaction: wait in 1 ms steps, re-checking the counters.
-            self.inner.poll((deadline - now).min(Duration::from_millis(1)));
+            // under every transaction: wait in 1 ms steps, re-checking the counters (and
+            // the deadline, which an interrupt can bring forward).
+            self.inner.poll(remaining.min(Duration::from_millis(1)));
         }
         match self.inner.context().first_error.lock().unwrap_or_else(|p| p.into_inner()).take() {
             Some(e) => Err(StepError::new(Step::AwaitAcks, e)),
@@ -307,13 +314,13 @@ impl TxnProducer {
         &mut self,
         offsets: &TopicPartitionList,
         group: &ConsumerGroupMetadata,
-        deadline: Instant,
+        deadline: Deadline<'_>,
     ) -> Result<(), StepError> {
         self.retrying(Step::SendOffsets, deadline, |p, t| p.inner.send_offsets_to_transaction(offsets, group, t))
     }
 
     /// `commit_transaction`, retried (alone) while retriable.
-    pub(crate) fn commit(&mut self, deadline: Instant) -> Result<(), StepError> {
+    pub(crate) fn commit(&mut self, deadline: Deadline<'_>) -> Result<(), StepError> {
         self.retrying(Step::Commit, deadline, |p, t| p.inner.commit_transaction(t))?;
         self.in_txn = false;
         Ok(())
@@ -332,9 +339,9 @@ impl TxnProducer {
     /// (found by the chaos suite's random-aborts scenario: 45% of cycles aborted instead of
     /// the 33% injected). Letting them be delivered costs at most a produce round trip (or
     /// the message timeout while brokers are down), and they are aborted with the rest.
-    pub(crate) fn abort(&mut self, deadline: Instant) -> Result<(), StepError> {
+    pub(crate) fn abort(&mut self, deadline: Deadline<'_>) -> Result<(), StepError> {
         if self.in_txn {
-            while self.inner.in_flight_count() > 0 && Instant::now() < deadline {
+            while self.inner.in_flight_count() > 0 && !deadline.passed() {
                 self.inner.poll(Duration::from_millis(1));
             }
             self.retrying(Step::Abort, deadline, |p, t| {
@@ -349,7 +356,7 @@ impl TxnProducer {
     fn retrying(
         &mut self,
         step: Step,
-        deadline: Instant,
+        deadline: Deadline<'_>,
         mut call: impl FnMut(&Self, Duration) -> Result<(), KafkaError>,
     ) -> Result<(), StepError> {
         let started = Instant::now();
@@ -368,21 +375,21 @@ impl TxnProducer {
     fn retry_until(
         &mut self,
         step: Step,
-        deadline: Instant,
+        deadline: Deadline<'_>,
         call: &mut impl FnMut(&Self, Duration) -> Result<(), KafkaError>,
     ) -> Result<(), StepError> {
         let mut backoff = Duration::from_millis(50);
         loop {
-            let remaining = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
+            let remaining = deadline.remaining().max(Duration::from_millis(1));
             match call(self, remaining.min(self.call_timeout)) {
                 Ok(()) => return Ok(()),
                 Err(e) => {
                     let err = StepError::new(step, e);
-                    if err.class != ErrorClass::Retriable || Instant::now() + backoff >= deadline {
+                    if err.class != ErrorClass::Retriable || backoff >= deadline.remaining() {
                         return Err(err);
                     }
                     tracing::warn!(transactional_id = ?self.transactional_id, error = %err, "retrying");
-                    std::thread::sleep(backoff);
+                    deadline.sleep(backoff);
                     backoff = (backoff * 2).min(Duration::from_secs(2));
                 }
             }
@@ -442,7 +449,7 @@ pub(crate) fn run_cycle(
     batch: &[InputRecord],
     process: &mut dyn FnMut(&InputRecord) -> Result<Vec<OutputRecord>, String>,
     commit_to: CommitTo<'_>,
-    deadline: Instant,
+    deadline: Deadline<'_>,
 ) -> Result<CycleStats, CycleError> {
     let mut stats = CycleStats::default();
     let mut phase = Instant::now();
@@ -533,8 +540,8 @@ mod mock_cluster_tests {
         (mock, p)
     }
 
-    fn soon(secs: u64) -> Instant {
-        Instant::now() + Duration::from_secs(secs)
+    fn soon(secs: u64) -> Deadline<'static> {
+        (Instant::now() + Duration::from_secs(secs)).into()
     }
 
     fn produce_one(p: &mut TxnProducer) -> Result<(), StepError> {
@@ -628,7 +635,7 @@ mod mock_cluster_tests {
         let (mock, mut p) = setup();
         produce_one(&mut p).expect("produce");
         mock.broker_down(1).expect("broker down");
-        let err = p.commit(Instant::now() + Duration::from_secs(2)).expect_err("no broker, no commit");
+        let err = p.commit((Instant::now() + Duration::from_secs(2)).into()).expect_err("no broker, no commit");
         assert_eq!((err.step, err.class), (Step::Commit, ErrorClass::Retriable), "{err}");
         mock.broker_up(1).expect("broker up");
         p.commit(soon(30)).expect("retrying the commit once the broker is back succeeds");

@@ -9,6 +9,7 @@ mod common;
 mod eos;
 mod failures;
 mod fencing;
+mod interrupt;
 mod ops;
 mod rebalance;
 mod security;
