@@ -483,7 +483,7 @@ fn lap(since: &mut Instant) -> Duration {
 mod tests {
     use super::*;
 
-    fn rec(t: &str, p: i32, o: i64) -> InputRecord {
+    pub(super) fn rec(t: &str, p: i32, o: i64) -> InputRecord {
         InputRecord {
             topic: t.into(),
             partition: p,
@@ -522,6 +522,7 @@ mod mock_cluster_tests {
     use rdkafka::producer::DefaultProducerContext;
     use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
 
+    use super::tests::rec;
     use super::*;
     use crate::Pipeline;
 
@@ -545,17 +546,8 @@ mod mock_cluster_tests {
     }
 
     fn produce_one(p: &mut TxnProducer) -> Result<(), StepError> {
-        let input = InputRecord {
-            topic: "in".into(),
-            partition: 0,
-            offset: 0,
-            timestamp: None,
-            key: None,
-            value: None,
-            headers: vec![],
-        };
         p.begin()?;
-        p.send(&OutputRecord::to("out").value("v"), &input, soon(30))?;
+        p.send(&OutputRecord::to("out").value("v"), &rec("in", 0, 0), soon(30))?;
         p.await_acks(soon(30))
     }
 
@@ -604,15 +596,7 @@ mod mock_cluster_tests {
             let group = consumer.group_metadata().expect("group metadata");
             produce_one(&mut p).expect("produce");
             mock.request_errors(RDKafkaApiKey::TxnOffsetCommit, &[code]);
-            let offsets = next_offsets(&[InputRecord {
-                topic: "in".into(),
-                partition: 0,
-                offset: 0,
-                timestamp: None,
-                key: None,
-                value: None,
-                headers: vec![],
-            }]);
+            let offsets = next_offsets(&[rec("in", 0, 0)]);
             let err = p.send_offsets(&offsets, &group, soon(30)).expect_err("the offsets are refused");
             assert_eq!(err.step, Step::SendOffsets, "{err}");
             err

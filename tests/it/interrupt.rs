@@ -100,13 +100,7 @@ async fn a_failing_batch_lets_go_on_revocation_long_before_the_task_timeout() {
     let rebalance = joined.elapsed();
     assert!(a.dropped().contains(&Interruption::Revoked), "{:?}", a.dropped());
     let (sa, stopped, dropped) = a.stop_within(Duration::from_secs(20)).await;
-
-    t.wait_caught_up(&app, Duration::from_secs(90)).await;
-    let sb = b.stop().await;
-    let report = t.verify().await;
-    assert!(report.is_exactly_once(), "{report:?}");
-    assert_eq!(report.output_records, RECORDS);
-    assert_eq!(sa.records_in + sb.records_in, RECORDS, "{sa:?} {sb:?}");
+    finish_exactly_once(&t, &app, b, sa).await;
     println!("B assigned {rebalance:?} after joining; A stopped in {stopped:?}; A dropped batches: {dropped:?}");
 }
 
@@ -121,13 +115,18 @@ async fn a_failing_batch_lets_go_on_shutdown() {
     let a = Failing::start(&t, &app, Duration::from_secs(5)).await;
     let (first, stopped, dropped) = a.stop_within(Duration::from_secs(20)).await;
     assert_eq!(dropped, vec![Interruption::ShuttingDown]);
+    finish_exactly_once(&t, &app, spawn(t.pipeline(&app, Guarantee::ExactlyOnce)), first).await;
+    println!("shutdown with a failing batch returned in {stopped:?}");
+}
 
-    let second = spawn(t.pipeline(&app, Guarantee::ExactlyOnce));
-    t.wait_caught_up(&app, Duration::from_secs(90)).await;
-    let second = second.stop().await;
+/// Lets `good` (a pipeline with a processor that never fails) catch up and stop; asserts
+/// that it and the stopped failing instance (`failing`) committed every record once, and
+/// that the output is exactly once.
+async fn finish_exactly_once(t: &Topics, app: &str, good: Running, failing: kafka_eos::Summary) {
+    t.wait_caught_up(app, Duration::from_secs(90)).await;
+    let good = good.stop().await;
     let report = t.verify().await;
     assert!(report.is_exactly_once(), "{report:?}");
     assert_eq!(report.output_records, RECORDS);
-    assert_eq!(first.records_in + second.records_in, RECORDS, "{first:?} {second:?}");
-    println!("shutdown with a failing batch returned in {stopped:?}");
+    assert_eq!(failing.records_in + good.records_in, RECORDS, "{failing:?} {good:?}");
 }
