@@ -67,10 +67,14 @@ pub struct InstanceConfig {
     pub transaction_timeout: Duration,
     /// How often to print a status line.
     pub status_interval: Duration,
+    /// Client properties (security settings) for the pipeline's clients. Not part of
+    /// [`to_args`](Self::to_args): the suite hands them over in a private file.
+    pub client_properties: crate::config::Properties,
 }
 
 impl InstanceConfig {
-    /// The instance's command-line arguments after `kafka-eos chaos instance`.
+    /// The instance's command-line arguments after `kafka-eos chaos instance`, except the
+    /// client properties (never on a command line: `ps` shows it to every user).
     pub(crate) fn to_args(&self) -> Vec<String> {
         vec![
             "--bootstrap".into(),
@@ -200,6 +204,7 @@ async fn run(cfg: InstanceConfig) -> crate::Result<Summary> {
         .transaction_timeout(cfg.transaction_timeout)
         .consumer_property("session.timeout.ms", cfg.session_timeout.as_millis().to_string())
         .consumer_property("heartbeat.interval.ms", heartbeat.as_millis().to_string())
+        .client_properties(&cfg.client_properties)
         .startup_timeout(Duration::from_secs(60))
         // Deliberate failures are replayed until they pass: never stop, never dead-letter.
         .on_processor_error(ProcessorErrorPolicy::retry(u32::MAX).backoff(Duration::from_millis(10)))
@@ -269,7 +274,7 @@ mod tests {
 
     #[test]
     fn args_name_every_option() {
-        let cfg = InstanceConfig {
+        let mut cfg = InstanceConfig {
             bootstrap: "b:1".into(),
             application_id: "a".into(),
             input: "i".into(),
@@ -279,9 +284,12 @@ mod tests {
             session_timeout: Duration::from_secs(6),
             transaction_timeout: Duration::from_secs(8),
             status_interval: Duration::from_millis(500),
+            client_properties: Default::default(),
         };
+        cfg.client_properties.set("sasl.password", "hunter2");
         let args = cfg.to_args().join(" ");
         assert!(args.contains("--guarantee exactly-once-per-consumer") && args.contains("--abort-one-in 3"), "{args}");
         assert!(args.contains("--transaction-timeout-ms 8000"), "{args}");
+        assert!(!args.contains("hunter2"), "secrets never go on a command line: {args}");
     }
 }
