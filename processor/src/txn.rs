@@ -614,6 +614,21 @@ mod mock_cluster_tests {
         assert!(!crate::runtime::task::gives_up(&err), "an ordinary abortable error is replayed: {err}");
     }
 
+    /// An abort refused with `INVALID_TXN_STATE` leaves the producer in librdkafka's fatal
+    /// state (`rd_kafka_txn_handle_EndTxn` marks it fatal): every later call fails, so the
+    /// task can only give the producer up (see `Task::abort` for why that is also the
+    /// only *safe* answer).
+    #[test]
+    fn abort_refused_with_invalid_txn_state_leaves_the_producer_unusable() {
+        let (mock, mut p) = setup();
+        produce_one(&mut p).expect("produce");
+        mock.request_errors(RDKafkaApiKey::EndTxn, &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_INVALID_TXN_STATE]);
+        let err = p.abort(soon(30)).expect_err("the abort is refused");
+        assert_eq!((err.step, err.class), (Step::Abort, ErrorClass::Fatal), "{err}");
+        let next = p.begin().expect_err("a fatal producer cannot begin another transaction");
+        assert_eq!(next.class, ErrorClass::Fatal, "{next}");
+    }
+
     #[test]
     fn commit_timeout_is_retriable_and_only_the_commit_is_retried() {
         let (mock, mut p) = setup();

@@ -372,6 +372,22 @@ impl Task {
     /// Aborts the open transaction after a failed cycle. Once the task is interrupted the
     /// abort still gets [`ABORT_GRACE`]: refused for lack of time, it would give the
     /// producer up for nothing. `Err` when the abort itself failed (the producer is given up).
+    ///
+    /// # Why a failed abort gives the producer up, whatever the error
+    /// Including `INVALID_TXN_STATE` (the coordinator holds the transaction in a state that
+    /// cannot be aborted — completing a commit, or an abort of its own after a timeout or an
+    /// epoch bump):
+    /// - librdkafka itself marks the producer *fatal* when `EndTxn` fails with
+    ///   `INVALID_TXN_STATE`, `PRODUCER_FENCED` or `INVALID_PRODUCER_EPOCH`: every later call
+    ///   fails, so there is nothing to retry with (the mock-cluster test
+    ///   `abort_refused_with_invalid_txn_state_leaves_the_producer_unusable` shows it);
+    /// - whatever the error, the transaction's fate is then unknown to the task: it may yet
+    ///   commit. Replaying the batch with a fresh producer would duplicate it if it did, and
+    ///   dropping it would lose it if it did not; only the committed offsets tell, and only
+    ///   once the transaction is resolved. Giving the partitions back to the group gets
+    ///   exactly that: the next owner's `init_transactions` fences this producer and
+    ///   completes the transaction, then the offsets are fetched (stable) and processing
+    ///   resumes after whatever committed. The price is one rebalance.
     fn abort(&mut self, deadline: Deadline<'_>) -> Result<(), (Outcome, Next)> {
         let producer = self.producer.as_mut().expect("a cycle just ran on it");
         match producer.abort(deadline.with_grace(ABORT_GRACE)) {
