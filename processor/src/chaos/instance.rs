@@ -67,8 +67,9 @@ pub struct InstanceConfig {
     pub transaction_timeout: Duration,
     /// How often to print a status line.
     pub status_interval: Duration,
-    /// Client properties (security settings) for the pipeline's clients. Not part of
-    /// [`to_args`](Self::to_args): the suite hands them over in a private file.
+    /// Client properties (security settings) for the pipeline's clients. Never put on the
+    /// instance's command line: the suite hands them over in a private file
+    /// (`--client-config`).
     pub client_properties: crate::config::Properties,
 }
 
