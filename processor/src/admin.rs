@@ -63,7 +63,9 @@ impl Client {
         self
     }
 
-    fn config(&self) -> ClientConfig {
+    /// `bootstrap.servers`, quiet logging, then the properties: the base of every client
+    /// created for this cluster (the chaos suite's readers and producers too).
+    pub(crate) fn config(&self) -> ClientConfig {
         let mut c = ClientConfig::new();
         c.set("bootstrap.servers", &self.bootstrap).set("log_level", "3");
         self.properties.apply(&mut c);

@@ -633,10 +633,7 @@ async fn pipeline(
     if guarantee.is_transactional() && opts.tuning.commit_interval >= Duration::from_secs(5) {
         builder = builder.transaction_timeout(opts.tuning.commit_interval * 3);
     }
-    for (k, v) in input.client_properties.iter() {
-        builder = builder.client_property(k, v);
-    }
-    let pipeline = builder.build()?;
+    let pipeline = builder.client_properties(&input.client_properties).build()?;
     let handle = pipeline.shutdown_handle();
     let running = tokio::spawn(pipeline.run());
     let deadline = opts.time_limit.map(|t| Instant::now() + t);
@@ -768,9 +765,7 @@ pub fn delete_topics(bootstrap: &str, props: &Properties, topics: &[String]) {
     if topics.is_empty() {
         return;
     }
-    let mut cc = ClientConfig::new();
-    cc.set("bootstrap.servers", bootstrap).set("log_level", "3");
-    props.apply(&mut cc);
+    let cc = crate::admin::Client::new(bootstrap).properties(props.clone()).config();
     let Ok(admin) = cc.create::<AdminClient<rdkafka::client::DefaultClientContext>>() else { return };
     let names: Vec<&str> = topics.iter().map(String::as_str).collect();
     let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));

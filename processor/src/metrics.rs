@@ -15,7 +15,7 @@
 //! | `kafka_eos_transaction_latency_seconds` | histogram | a whole cycle, `begin` to end of commit |
 //! | `kafka_eos_records_per_transaction` | histogram | input records per committed transaction |
 //! | `kafka_eos_commit_total` | counter | committed transactions |
-//! | `kafka_eos_abort_total{reason}` | counter | aborted transactions, `reason` = `processor`, `retriable`, `abortable` |
+//! | `kafka_eos_abort_total{reason}` | counter | aborted transactions, `reason` = `processor`, `retriable`, `abortable`, `interrupted` (a failing batch dropped on revocation, lost partitions or shutdown) |
 //! | `kafka_eos_process_latency_seconds` | histogram | processor + produce time per transaction |
 //! | `kafka_eos_records_in_total`, `kafka_eos_records_out_total` | counter | committed input / output records |
 //! | `kafka_eos_dead_lettered_total` | counter | records routed to the dead-letter topic |
@@ -87,7 +87,7 @@ impl TaskMetrics {
     /// `partition` is `topic-p` for a per-partition task, `all` otherwise.
     pub(crate) fn new(pipeline: &str, partition: &str) -> TaskMetrics {
         let (p, q) = (pipeline.to_string(), partition.to_string());
-        let aborts = ["processor", "retriable", "abortable"]
+        let aborts = ["processor", "retriable", "abortable", "interrupted"]
             .into_iter()
             .map(|r| {
                 (r, counter!("kafka_eos_abort_total", "pipeline" => p.clone(), "partition" => q.clone(), "reason" => r))
@@ -136,6 +136,12 @@ impl TaskMetrics {
             Some(_) => "abortable",
         };
         self.aborts[reason].increment(1);
+    }
+
+    /// A failing batch's last abort, after which it was dropped because the task was
+    /// interrupted (revoked, lost, shutting down).
+    pub(crate) fn interrupted(&self) {
+        self.aborts["interrupted"].increment(1);
     }
 }
 

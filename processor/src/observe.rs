@@ -40,6 +40,54 @@ pub enum Outcome {
         /// The error, for humans.
         reason: String,
     },
+    /// The batch was still failing when the task had to let its partitions go: its
+    /// transaction was aborted and the batch dropped, uncommitted. Nothing is lost: the
+    /// partitions' next owner (this instance or another) resumes from the committed offset
+    /// and processes the batch again.
+    ///
+    /// Reported once per dropped batch: as the outcome of the failed cycle after which it
+    /// was dropped or, when the interruption came during the pause before a replay (that
+    /// cycle already reported as [`Aborted`](Outcome::Aborted)), as an event of its own with
+    /// zero timings. A batch whose partitions were lost before it was ever tried is only
+    /// logged.
+    Dropped {
+        /// Why the task had to let go.
+        because: Interruption,
+        /// The last error, for humans.
+        reason: String,
+    },
+}
+
+/// Why a task stopped working on a batch before it could commit it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Interruption {
+    /// The partitions were lost (session timeout, fenced generation): the group already
+    /// gave them to another member, so the batch is dropped at once, without another attempt.
+    PartitionsLost,
+    /// A rebalance revoked the partitions and the batch could not be committed within the
+    /// revocation's deadline (the shutdown timeout): the group's rebalance waits for no
+    /// longer than that.
+    Revoked,
+    /// The pipeline is shutting down and the batch could not be committed before the
+    /// shutdown deadline.
+    ShuttingDown,
+}
+
+impl Interruption {
+    /// A short lowercase name, used in logs and span fields.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Interruption::PartitionsLost => "partitions lost",
+            Interruption::Revoked => "revoked",
+            Interruption::ShuttingDown => "shutting down",
+        }
+    }
+}
+
+impl std::fmt::Display for Interruption {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// One transaction cycle, as reported to [`PipelineBuilder::on_transaction`](crate::PipelineBuilder::on_transaction) hooks.

@@ -32,6 +32,11 @@
 //! - **Stale delivery reports.** Reports of an aborted transaction can arrive after the
 //!   abort; each cycle tags its messages with a cycle number and the tracker ignores other
 //!   cycles' reports, so an old failure never fails a new transaction.
+//! - **Waits that must end early.** Every wait here (a call retried, a backoff, delivery
+//!   reports, room in librdkafka's queue) ends by a [`Deadline`]: the task timeout, brought
+//!   forward when the consumer thread interrupts the task (revocation, lost partitions,
+//!   shutdown; see [`crate::runtime::interrupt`]). Only a librdkafka call already running
+//!   is not cut short (each is bounded by the call timeout).
 //! - **Unknown errors** are classified abortable ([`crate::error::classify`]): never
 //!   reported as committed.
 
@@ -49,6 +54,7 @@ use crate::config::PipelineConfig;
 use crate::error::{classify, ErrorClass};
 use crate::metrics::{add_ns, TxnTimers};
 use crate::record::{InputRecord, OutputRecord, ORIGIN_HEADER};
+use crate::runtime::interrupt::Deadline;
 
 /// The steps of a cycle, named after the librdkafka call that failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -207,7 +213,7 @@ impl TxnProducer {
     /// `init_transactions`: registers the transactional.id with its coordinator, which bumps
     /// the epoch (fencing any older producer with the same id) and completes that producer's
     /// open transaction. Retriable errors are retried until `deadline`.
-    pub(crate) fn init(&mut self, deadline: Instant) -> Result<(), StepError> {
+    pub(crate) fn init(&mut self, deadline: Deadline<'_>) -> Result<(), StepError> {
         if self.transactional_id.is_none() {
             return Ok(());
         }
@@ -242,7 +248,7 @@ impl TxnProducer {
         &mut self,
         out: &OutputRecord,
         origin: Option<&InputRecord>,
-        deadline: Instant,
+        deadline: Deadline<'_>,
     ) -> Result<(), StepError> {
         let mut headers = OwnedHeaders::new_with_capacity(out.headers.len() + 1);
         for (k, v) in &out.headers {
@@ -265,7 +271,7 @@ impl TxnProducer {
                     return Ok(());
                 }
                 Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
-                    if Instant::now() >= deadline {
+                    if deadline.passed() {
                         return Err(StepError::new(
                             Step::Produce,
                             KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull),
@@ -281,21 +287,22 @@ impl TxnProducer {
 
     /// Waits until every output of this cycle has a delivery report; the first failed
     /// report is the cycle's error.
-    pub(crate) fn await_acks(&mut self, deadline: Instant) -> Result<(), StepError> {
+    pub(crate) fn await_acks(&mut self, deadline: Deadline<'_>) -> Result<(), StepError> {
         loop {
             let t = self.inner.context();
             let done = t.acked.load(Ordering::Relaxed) + t.failed.load(Ordering::Relaxed);
             if done >= self.sent {
                 break;
             }
-            let now = Instant::now();
-            if now >= deadline {
+            let remaining = deadline.remaining();
+            if remaining.is_zero() {
                 return Err(StepError::new(Step::AwaitAcks, KafkaError::Flush(RDKafkaErrorCode::OperationTimedOut)));
             }
             // rust-rdkafka's BaseProducer::poll serves events until its timeout has fully
             // elapsed (not until the first event), so a long timeout here would be a floor
-            // under every transaction: wait in 1 ms steps, re-checking the counters.
-            self.inner.poll((deadline - now).min(Duration::from_millis(1)));
+            // under every transaction: wait in 1 ms steps, re-checking the counters (and
+            // the deadline, which an interrupt can bring forward).
+            self.inner.poll(remaining.min(Duration::from_millis(1)));
         }
         match self.inner.context().first_error.lock().unwrap_or_else(|p| p.into_inner()).take() {
             Some(e) => Err(StepError::new(Step::AwaitAcks, e)),
@@ -308,13 +315,13 @@ impl TxnProducer {
         &mut self,
         offsets: &TopicPartitionList,
         group: &ConsumerGroupMetadata,
-        deadline: Instant,
+        deadline: Deadline<'_>,
     ) -> Result<(), StepError> {
         self.retrying(Step::SendOffsets, deadline, |p, t| p.inner.send_offsets_to_transaction(offsets, group, t))
     }
 
     /// `commit_transaction`, retried (alone) while retriable.
-    pub(crate) fn commit(&mut self, deadline: Instant) -> Result<(), StepError> {
+    pub(crate) fn commit(&mut self, deadline: Deadline<'_>) -> Result<(), StepError> {
         self.retrying(Step::Commit, deadline, |p, t| p.inner.commit_transaction(t))?;
         self.in_txn = false;
         Ok(())
@@ -333,9 +340,9 @@ impl TxnProducer {
     /// (found by the chaos suite's random-aborts scenario: 45% of cycles aborted instead of
     /// the 33% injected). Letting them be delivered costs at most a produce round trip (or
     /// the message timeout while brokers are down), and they are aborted with the rest.
-    pub(crate) fn abort(&mut self, deadline: Instant) -> Result<(), StepError> {
+    pub(crate) fn abort(&mut self, deadline: Deadline<'_>) -> Result<(), StepError> {
         if self.in_txn {
-            while self.inner.in_flight_count() > 0 && Instant::now() < deadline {
+            while self.inner.in_flight_count() > 0 && !deadline.passed() {
                 self.inner.poll(Duration::from_millis(1));
             }
             self.retrying(Step::Abort, deadline, |p, t| {
@@ -350,7 +357,7 @@ impl TxnProducer {
     fn retrying(
         &mut self,
         step: Step,
-        deadline: Instant,
+        deadline: Deadline<'_>,
         mut call: impl FnMut(&Self, Duration) -> Result<(), KafkaError>,
     ) -> Result<(), StepError> {
         let started = Instant::now();
@@ -369,21 +376,21 @@ impl TxnProducer {
     fn retry_until(
         &mut self,
         step: Step,
-        deadline: Instant,
+        deadline: Deadline<'_>,
         call: &mut impl FnMut(&Self, Duration) -> Result<(), KafkaError>,
     ) -> Result<(), StepError> {
         let mut backoff = Duration::from_millis(50);
         loop {
-            let remaining = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
+            let remaining = deadline.remaining().max(Duration::from_millis(1));
             match call(self, remaining.min(self.call_timeout)) {
                 Ok(()) => return Ok(()),
                 Err(e) => {
                     let err = StepError::new(step, e);
-                    if err.class != ErrorClass::Retriable || Instant::now() + backoff >= deadline {
+                    if err.class != ErrorClass::Retriable || backoff >= deadline.remaining() {
                         return Err(err);
                     }
                     tracing::warn!(transactional_id = ?self.transactional_id, error = %err, "retrying");
-                    std::thread::sleep(backoff);
+                    deadline.sleep(backoff);
                     backoff = (backoff * 2).min(Duration::from_secs(2));
                 }
             }
@@ -455,7 +462,7 @@ pub(crate) fn run_cycle(
     batch: &[InputRecord],
     work: &mut dyn Work,
     commit_to: CommitTo<'_>,
-    deadline: Instant,
+    deadline: Deadline<'_>,
 ) -> Result<CycleStats, CycleError> {
     let mut stats = CycleStats::default();
     let mut phase = Instant::now();
@@ -493,7 +500,7 @@ fn lap(since: &mut Instant) -> Duration {
 mod tests {
     use super::*;
 
-    fn rec(t: &str, p: i32, o: i64) -> InputRecord {
+    pub(super) fn rec(t: &str, p: i32, o: i64) -> InputRecord {
         InputRecord {
             topic: t.into(),
             partition: p,
@@ -532,6 +539,7 @@ mod mock_cluster_tests {
     use rdkafka::producer::DefaultProducerContext;
     use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
 
+    use super::tests::rec;
     use super::*;
     use crate::Pipeline;
 
@@ -550,22 +558,13 @@ mod mock_cluster_tests {
         (mock, p)
     }
 
-    fn soon(secs: u64) -> Instant {
-        Instant::now() + Duration::from_secs(secs)
+    fn soon(secs: u64) -> Deadline<'static> {
+        (Instant::now() + Duration::from_secs(secs)).into()
     }
 
     fn produce_one(p: &mut TxnProducer) -> Result<(), StepError> {
-        let input = InputRecord {
-            topic: "in".into(),
-            partition: 0,
-            offset: 0,
-            timestamp: None,
-            key: None,
-            value: None,
-            headers: vec![],
-        };
         p.begin()?;
-        p.send(&OutputRecord::to("out").value("v"), Some(&input), soon(30))?;
+        p.send(&OutputRecord::to("out").value("v"), Some(&rec("in", 0, 0)), soon(30))?;
         p.await_acks(soon(30))
     }
 
@@ -596,12 +595,63 @@ mod mock_cluster_tests {
         }
     }
 
+    /// `send_offsets_to_transaction` refused because this consumer is no longer the group
+    /// member its metadata names gives the producer up at once (replaying with the same
+    /// group metadata can never succeed); an abortable refusal for another reason does not.
+    #[test]
+    fn offsets_refused_for_a_member_that_left_the_group_give_the_producer_up() {
+        use rdkafka::consumer::{BaseConsumer, Consumer};
+        use RDKafkaRespErr as E;
+
+        let refuse = |code: E| {
+            let (mock, mut p) = setup();
+            let consumer: BaseConsumer = rdkafka::ClientConfig::new()
+                .set("bootstrap.servers", mock.bootstrap_servers())
+                .set("group.id", "mock")
+                .create()
+                .expect("consumer");
+            let group = consumer.group_metadata().expect("group metadata");
+            produce_one(&mut p).expect("produce");
+            mock.request_errors(RDKafkaApiKey::TxnOffsetCommit, &[code]);
+            let offsets = next_offsets(&[rec("in", 0, 0)]);
+            let err = p.send_offsets(&offsets, &group, soon(30)).expect_err("the offsets are refused");
+            assert_eq!(err.step, Step::SendOffsets, "{err}");
+            err
+        };
+        for code in [
+            E::RD_KAFKA_RESP_ERR_UNKNOWN_MEMBER_ID,
+            E::RD_KAFKA_RESP_ERR_ILLEGAL_GENERATION,
+            E::RD_KAFKA_RESP_ERR_FENCED_INSTANCE_ID,
+        ] {
+            let err = refuse(code);
+            assert!(crate::runtime::task::gives_up(&err), "{code:?} must give the producer up: {err}");
+        }
+        let err = refuse(E::RD_KAFKA_RESP_ERR_GROUP_AUTHORIZATION_FAILED);
+        assert_eq!(err.class, ErrorClass::Abortable, "{err}");
+        assert!(!crate::runtime::task::gives_up(&err), "an ordinary abortable error is replayed: {err}");
+    }
+
+    /// An abort refused with `INVALID_TXN_STATE` leaves the producer in librdkafka's fatal
+    /// state (`rd_kafka_txn_handle_EndTxn` marks it fatal): every later call fails, so the
+    /// task can only give the producer up (see `Task::abort` for why that is also the
+    /// only *safe* answer).
+    #[test]
+    fn abort_refused_with_invalid_txn_state_leaves_the_producer_unusable() {
+        let (mock, mut p) = setup();
+        produce_one(&mut p).expect("produce");
+        mock.request_errors(RDKafkaApiKey::EndTxn, &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_INVALID_TXN_STATE]);
+        let err = p.abort(soon(30)).expect_err("the abort is refused");
+        assert_eq!((err.step, err.class), (Step::Abort, ErrorClass::Fatal), "{err}");
+        let next = p.begin().expect_err("a fatal producer cannot begin another transaction");
+        assert_eq!(next.class, ErrorClass::Fatal, "{next}");
+    }
+
     #[test]
     fn commit_timeout_is_retriable_and_only_the_commit_is_retried() {
         let (mock, mut p) = setup();
         produce_one(&mut p).expect("produce");
         mock.broker_down(1).expect("broker down");
-        let err = p.commit(Instant::now() + Duration::from_secs(2)).expect_err("no broker, no commit");
+        let err = p.commit((Instant::now() + Duration::from_secs(2)).into()).expect_err("no broker, no commit");
         assert_eq!((err.step, err.class), (Step::Commit, ErrorClass::Retriable), "{err}");
         mock.broker_up(1).expect("broker up");
         p.commit(soon(30)).expect("retrying the commit once the broker is back succeeds");

@@ -4,10 +4,12 @@
 //! Central jars, see `kafka_eos::broker`), or taken from `KAFKA_BOOTSTRAP` when set. Each
 //! test uses its own topics and application id, so tests run in parallel.
 
+mod aborts;
 mod common;
 mod eos;
 mod failures;
 mod fencing;
+mod interrupt;
 mod ops;
 mod rebalance;
 mod security;

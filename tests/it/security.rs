@@ -157,3 +157,36 @@ async fn missing_security_settings_fail_within_the_startup_timeout_naming_them()
     let display = err.to_string();
     assert!(display.contains(&bootstrap) && display.contains("security settings"), "{display}");
 }
+
+/// `kafka-eos chaos` against a cluster that requires SASL: every client the suite creates —
+/// topic creation, the input producer, the instance processes' pipelines, the concurrent
+/// reader, the verifier — must get the security settings, or it cannot connect. The
+/// password is only in the `--client-config` file (the `-X` flags add the rest and
+/// override the file's mechanism); the command's output names the properties with the
+/// password redacted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chaos_command_passes_client_properties_to_every_client() {
+    let bootstrap = cluster().await;
+    let dir = std::env::temp_dir().join(unique("chaos-sasl"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("client.properties");
+    let mut in_file = sasl("PLAIN", PASSWORD);
+    in_file.set("sasl.mechanism", "GSSAPI"); // overridden by -X below
+    std::fs::write(&file, in_file.to_file_text()).unwrap();
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_kafka-eos"))
+        .args(["chaos", "--bootstrap", &bootstrap, "--scenario", "random-aborts", "--records", "3000"])
+        .args(["--partitions", "2", "--replication", "1", "--seed", "7"])
+        .arg("--client-config")
+        .arg(&file)
+        .args(["-X", "sasl.mechanism=SCRAM-SHA-256", "--property", "client.id=kafka-eos-chaos-test"])
+        .output()
+        .await
+        .expect("run kafka-eos chaos");
+    let _ = std::fs::remove_dir_all(&dir);
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    eprintln!("{stdout}");
+    assert!(out.status.success(), "kafka-eos chaos failed: {}\n{stdout}\n{stderr}", out.status);
+    assert!(stdout.contains("0 duplicates, 0 missing, 0 order violations"), "{stdout}");
+    assert!(stdout.contains("client properties:") && stdout.contains("SCRAM-SHA-256"), "{stdout}");
+    assert!(stdout.contains("[redacted]") && !stdout.contains(PASSWORD) && !stderr.contains(PASSWORD), "{stdout}");
+}

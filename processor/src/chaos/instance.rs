@@ -70,10 +70,15 @@ pub struct InstanceConfig {
     /// `Some(payments)`: run the financial-close workload (input = payments, output =
     /// revenue, late payments to `<output>-late`) instead of the 1:1 copy.
     pub financial_close_payments: Option<u64>,
+    /// Client properties (security settings) for the pipeline's clients. Never put on the
+    /// instance's command line: the suite hands them over in a private file
+    /// (`--client-config`).
+    pub client_properties: crate::config::Properties,
 }
 
 impl InstanceConfig {
-    /// The instance's command-line arguments after `kafka-eos chaos instance`.
+    /// The instance's command-line arguments after `kafka-eos chaos instance`, except the
+    /// client properties (never on a command line: `ps` shows it to every user).
     pub(crate) fn to_args(&self) -> Vec<String> {
         vec![
             "--bootstrap".into(),
@@ -214,6 +219,7 @@ async fn run(cfg: InstanceConfig) -> crate::Result<Summary> {
         .transaction_timeout(cfg.transaction_timeout)
         .consumer_property("session.timeout.ms", cfg.session_timeout.as_millis().to_string())
         .consumer_property("heartbeat.interval.ms", heartbeat.as_millis().to_string())
+        .client_properties(&cfg.client_properties)
         .startup_timeout(Duration::from_secs(60))
         // Deliberate failures are replayed until they pass: never stop, never dead-letter.
         .on_processor_error(ProcessorErrorPolicy::retry(u32::MAX).backoff(Duration::from_millis(10)))
@@ -287,7 +293,7 @@ mod tests {
 
     #[test]
     fn args_name_every_option() {
-        let cfg = InstanceConfig {
+        let mut cfg = InstanceConfig {
             bootstrap: "b:1".into(),
             application_id: "a".into(),
             input: "i".into(),
@@ -298,10 +304,13 @@ mod tests {
             transaction_timeout: Duration::from_secs(8),
             status_interval: Duration::from_millis(500),
             financial_close_payments: Some(7),
+            client_properties: Default::default(),
         };
+        cfg.client_properties.set("sasl.password", "hunter2");
         let args = cfg.to_args().join(" ");
         assert!(args.contains("--guarantee exactly-once-per-consumer") && args.contains("--abort-one-in 3"), "{args}");
         assert!(args.contains("--transaction-timeout-ms 8000"), "{args}");
         assert!(args.ends_with("--financial-close-payments 7"), "{args}");
+        assert!(!args.contains("hunter2"), "secrets never go on a command line: {args}");
     }
 }

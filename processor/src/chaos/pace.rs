@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
-use rdkafka::{ClientConfig, ClientContext};
+use rdkafka::ClientContext;
 
 use crate::workloads::financial_close::{payment_records, tick_records};
 
@@ -94,7 +94,8 @@ pub(crate) struct Input {
 
 /// Where and how much input to write.
 pub(crate) struct InputSpec {
-    pub bootstrap: String,
+    /// The cluster, with the user's client properties.
+    pub client: crate::admin::Client,
     pub topic: String,
     pub partitions: i32,
     pub records: u64,
@@ -110,8 +111,9 @@ impl Input {
     /// to partition `i % partitions`, paced by the clock. The clock starts capped at 0: the
     /// suite lifts the cap when it runs its plan.
     pub(crate) fn start(spec: InputSpec) -> Result<Input, String> {
-        let producer: ThreadedProducer<Deliveries> = ClientConfig::new()
-            .set("bootstrap.servers", &spec.bootstrap)
+        let producer: ThreadedProducer<Deliveries> = spec
+            .client
+            .config()
             .set("enable.idempotence", "true")
             .set("linger.ms", "5")
             .set("log_level", "3")

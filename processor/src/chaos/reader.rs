@@ -23,8 +23,9 @@ use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{BorrowedMessage, Headers, Message};
-use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use rdkafka::{Offset, TopicPartitionList};
 
+use crate::admin::Client;
 use crate::record::{parse_origin, ORIGIN_HEADER};
 use crate::verify::{read_to_end, VerifyConfig};
 
@@ -156,9 +157,9 @@ pub(crate) struct Reader {
 
 impl Reader {
     /// Starts reading `output` (all `partitions`, from the beginning) in a thread.
-    pub(crate) fn start(bootstrap: &str, output: &str, partitions: i32, input: &str) -> Result<Reader, String> {
-        let consumer: BaseConsumer = ClientConfig::new()
-            .set("bootstrap.servers", bootstrap)
+    pub(crate) fn start(client: &Client, output: &str, partitions: i32, input: &str) -> Result<Reader, String> {
+        let consumer: BaseConsumer = client
+            .config()
             .set("group.id", format!("kafka-eos-chaos-reader-{output}"))
             .set("enable.auto.commit", "false")
             .set("isolation.level", "read_committed")
@@ -225,18 +226,26 @@ pub(crate) struct FinalRead {
     pub timestamps: Vec<Vec<i64>>,
 }
 
+/// The verifier's configuration for `client`'s cluster (its properties included), quiet
+/// about the broker restarts some scenarios are made of.
+pub(crate) fn verify_config(client: &Client, input: &str, output: &str, timeout: Duration) -> VerifyConfig {
+    let mut cfg = VerifyConfig::new(&client.bootstrap, input, output);
+    cfg.timeout = timeout;
+    cfg.client_properties = client.properties.clone();
+    cfg.client_properties.set("log_level", "2");
+    cfg
+}
+
 /// Reads the whole output read_committed, as the final verification does, keeping every
 /// record's output offset, origin and timestamp.
 pub(crate) fn read_final(
-    bootstrap: &str,
+    client: &Client,
     output: &str,
     partitions: i32,
     input: &str,
     timeout: Duration,
 ) -> crate::Result<FinalRead> {
-    let mut cfg = VerifyConfig::new(bootstrap, input, output);
-    cfg.timeout = timeout;
-    cfg.client_properties.set("log_level", "2");
+    let cfg = verify_config(client, input, output, timeout);
     let mut out =
         FinalRead { records: vec![Vec::new(); partitions as usize], timestamps: vec![Vec::new(); partitions as usize] };
     read_to_end(&cfg, output, Instant::now() + timeout, |m| {

@@ -14,20 +14,22 @@
 //! An instance that exits by itself is restarted at once (as a supervisor would) and
 //! reported: that is a robustness problem, not by itself an exactly-once violation.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::ClientConfig;
 
 use super::fleet::Fleet;
 use super::instance::InstanceConfig;
 use super::pace::{Input, InputSpec};
 use super::plan::{Action, Plan, PlanParams, Scenario};
-use super::reader::{compare, describe_anomalies, last_offsets, read_final, utc_time_of_day, wall_ms, Reader};
+use super::reader::{
+    compare, describe_anomalies, last_offsets, read_final, utc_time_of_day, verify_config, wall_ms, Reader,
+};
 use super::rng::Rng;
 use crate::broker::{ClusterConfig, LocalCluster};
-use crate::verify::{verify, VerifyConfig};
+use crate::config::Properties;
+use crate::verify::verify;
 use crate::workloads::financial_close;
 use crate::{admin, Guarantee, Summary};
 
@@ -70,6 +72,11 @@ pub struct SuiteConfig {
     pub log_dir: Option<PathBuf>,
     /// Bytes per input record value.
     pub value_size: usize,
+    /// Client properties (security settings) for every client of the suite: the instances'
+    /// pipelines, topic creation, the input producer, the readers and the verifier. The
+    /// instances get them through a file only the user can read, never on their command
+    /// line (which `ps` shows to everyone).
+    pub client_properties: Properties,
 }
 
 impl SuiteConfig {
@@ -87,6 +94,7 @@ impl SuiteConfig {
             instance_exe,
             log_dir: None,
             value_size: 64,
+            client_properties: Properties::default(),
         }
     }
 }
@@ -270,6 +278,8 @@ pub fn run_suite(
         None => (std::env::temp_dir().join(format!("kafka-eos-chaos-{}", std::process::id())), true),
     };
     let run_id = format!("{}-{:x}", std::process::id(), Rng::seed_from_entropy() & 0xff_ffff);
+    let client = admin::Client::new(&bootstrap).properties(cfg.client_properties.clone());
+    let client_config = PrivateFile::write(&format!("kafka-eos-chaos-{run_id}"), &cfg.client_properties)?;
     let mut report = SuiteReport { results: Vec::new(), seed: cfg.seed, logs: None };
     for (i, &scenario) in scenarios.iter().enumerate() {
         progress(Progress::Message(&format!("chaos: {scenario} ({}/{})", i + 1, scenarios.len())));
@@ -278,7 +288,8 @@ pub fn run_suite(
         let mut rng = Rng::new(cfg.seed ^ (Scenario::ALL.iter().position(|s| *s == scenario).unwrap_or(0) as u64 + 1));
         let ctx = Ctx {
             cfg,
-            bootstrap: &bootstrap,
+            client: &client,
+            client_config: client_config.as_ref().map(|f| f.path.as_path()),
             run_id: &run_id,
             log_dir: log_root.join(scenario.name()),
             // Longer than the session timeout and the transaction timeout plus the
@@ -308,7 +319,10 @@ pub fn run_suite(
 
 struct Ctx<'a> {
     cfg: &'a SuiteConfig,
-    bootstrap: &'a str,
+    /// The cluster, with the user's client properties.
+    client: &'a admin::Client,
+    /// Those properties in a private file, for the instances (`--client-config`).
+    client_config: Option<&'a Path>,
     run_id: &'a str,
     log_dir: PathBuf,
     stall: Duration,
@@ -369,12 +383,13 @@ impl<'a, 'r> Run<'a, 'r> {
         let late_topic = format!("{output_topic}-late");
         let topics = [&input_topic, &output_topic].into_iter().chain(stateful.then_some(&late_topic));
         for t in topics {
-            admin::create_topic_with(ctx.bootstrap, t, cfg.partitions, rf, &[("min.insync.replicas", min_isr)])
+            ctx.client
+                .create_topic_with(t, cfg.partitions, rf, &[("min.insync.replicas", min_isr)])
                 .map_err(|e| format!("creating {t}: {e}"))?;
         }
         std::fs::create_dir_all(&ctx.log_dir).map_err(|e| format!("creating {}: {e}", ctx.log_dir.display()))?;
         let instance = InstanceConfig {
-            bootstrap: ctx.bootstrap.to_string(),
+            bootstrap: ctx.client.bootstrap.clone(),
             application_id: app.clone(),
             input: input_topic.clone(),
             output: output_topic.clone(),
@@ -384,9 +399,13 @@ impl<'a, 'r> Run<'a, 'r> {
             transaction_timeout: TRANSACTION_TIMEOUT,
             status_interval: Duration::from_millis(500),
             financial_close_payments: stateful.then_some(cfg.records),
+            client_properties: Properties::default(),
         };
         let mut args = vec!["chaos".to_string(), "instance".to_string()];
         args.extend(instance.to_args());
+        if let Some(path) = ctx.client_config {
+            args.extend(["--client-config".to_string(), path.display().to_string()]);
+        }
         let fleet = Fleet::new(cfg.instance_exe.clone(), args, ctx.log_dir.clone());
         let close_topics = stateful.then(|| instance.financial_close_topics());
         let timeline = std::fs::File::create(ctx.log_dir.join("steps.log")).ok();
@@ -432,15 +451,15 @@ impl<'a, 'r> Run<'a, 'r> {
         let ctx = self.ctx;
         let cfg = ctx.cfg;
         if self.cluster.is_some() {
-            wait_full_isr(ctx.bootstrap, Duration::from_secs(120))?;
+            wait_full_isr(ctx.client, Duration::from_secs(120))?;
         }
         // The concurrent reader joins outputs to inputs 1:1 by origin: the copy only.
         let reader = match self.close_topics {
-            None => Some(Reader::start(ctx.bootstrap, &self.output_topic, cfg.partitions, &self.input_topic)?),
+            None => Some(Reader::start(ctx.client, &self.output_topic, cfg.partitions, &self.input_topic)?),
             Some(_) => None,
         };
         let input = Input::start(InputSpec {
-            bootstrap: ctx.bootstrap.to_string(),
+            client: ctx.client.clone(),
             topic: self.input_topic.clone(),
             partitions: cfg.partitions,
             records: cfg.records,
@@ -512,9 +531,7 @@ impl<'a, 'r> Run<'a, 'r> {
     /// duplicate.
     fn reconcile(self, caught_up: bool) -> Result<(), String> {
         let topics = self.close_topics.clone().ok_or("no financial-close topics")?;
-        let mut vc = VerifyConfig::new(self.ctx.bootstrap, &topics.payments, &topics.revenue);
-        vc.timeout = Duration::from_secs(300);
-        vc.client_properties.set("log_level", "2");
+        let vc = verify_config(self.ctx.client, &topics.payments, &topics.revenue, Duration::from_secs(300));
         let rec = financial_close::reconcile(&vc, &topics).map_err(|e| format!("reconciliation: {e}"))?;
         let t = self.fleet.totals();
         let r = &mut *self.result;
@@ -582,7 +599,7 @@ impl<'a, 'r> Run<'a, 'r> {
                 let cluster = self.cluster.as_mut().ok_or("a broker scenario needs the suite's own cluster")?;
                 cluster.start_node(node).map_err(|e| format!("restarting broker {node}: {e}"))?;
                 let started = Instant::now();
-                if let Err(e) = wait_full_isr(self.ctx.bootstrap, Duration::from_secs(120)) {
+                if let Err(e) = wait_full_isr(self.ctx.client, Duration::from_secs(120)) {
                     self.note(format!("after broker {node} restarted: {e}"));
                 } else {
                     tracing::info!(node, elapsed = ?started.elapsed(), "replicas back in sync");
@@ -620,7 +637,7 @@ impl<'a, 'r> Run<'a, 'r> {
         let topics = vec![self.input_topic.clone()];
         let mut last = String::new();
         while Instant::now() < deadline {
-            match admin::group_lag(self.ctx.bootstrap, &self.app, &topics) {
+            match self.ctx.client.group_lag(&self.app, &topics) {
                 Ok(0) => {
                     tracing::info!(elapsed = ?started.elapsed(), "group caught up");
                     return Ok(true);
@@ -638,11 +655,9 @@ impl<'a, 'r> Run<'a, 'r> {
         let ctx = self.ctx;
         let cfg = ctx.cfg;
         let timeout = Duration::from_secs(300);
-        let mut vc = VerifyConfig::new(ctx.bootstrap, &self.input_topic, &self.output_topic);
-        vc.timeout = timeout;
-        vc.client_properties.set("log_level", "2");
+        let vc = verify_config(ctx.client, &self.input_topic, &self.output_topic, timeout);
         let report = verify(&vc).map_err(|e| format!("verifier: {e}"))?;
-        let final_read = read_final(ctx.bootstrap, &self.output_topic, cfg.partitions, &self.input_topic, timeout)
+        let final_read = read_final(ctx.client, &self.output_topic, cfg.partitions, &self.input_topic, timeout)
             .map_err(|e| format!("final read: {e}"))?;
         let log = reader.finish(last_offsets(&final_read.records), Duration::from_secs(120))?;
         let cmp = compare(&log.seen, &final_read.records);
@@ -724,12 +739,9 @@ fn close_generate(payments: u64) -> financial_close::Generate {
 }
 
 /// Waits until every partition of every topic (internal ones included) has its full ISR.
-fn wait_full_isr(bootstrap: &str, timeout: Duration) -> Result<(), String> {
-    let probe: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("log_level", "2")
-        .create()
-        .map_err(|e| format!("metadata probe: {e}"))?;
+fn wait_full_isr(client: &admin::Client, timeout: Duration) -> Result<(), String> {
+    let probe: BaseConsumer =
+        client.config().set("log_level", "2").create().map_err(|e| format!("metadata probe: {e}"))?;
     let deadline = Instant::now() + timeout;
     let mut last;
     loop {
@@ -752,5 +764,40 @@ fn wait_full_isr(bootstrap: &str, timeout: Duration) -> Result<(), String> {
             return Err(format!("replicas not back in sync within {timeout:?}: {last}"));
         }
         std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// A file only this user can read (directory 0700, file 0600), removed when dropped: how
+/// the client properties, secrets included, reach the instance processes.
+struct PrivateFile {
+    dir: PathBuf,
+    path: PathBuf,
+}
+
+impl PrivateFile {
+    /// Writes `props` to `<temp>/<name>/client.properties`; `None` when there are none.
+    fn write(name: &str, props: &Properties) -> Result<Option<PrivateFile>, String> {
+        use std::io::Write;
+        use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+        if props.iter().next().is_none() {
+            return Ok(None);
+        }
+        let dir = std::env::temp_dir().join(name);
+        std::fs::DirBuilder::new().mode(0o700).create(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+        let file = PrivateFile { path: dir.join("client.properties"), dir };
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&file.path)
+            .and_then(|mut f| f.write_all(props.to_file_text().as_bytes()))
+            .map_err(|e| format!("writing {}: {e}", file.path.display()))?;
+        Ok(Some(file))
+    }
+}
+
+impl Drop for PrivateFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }

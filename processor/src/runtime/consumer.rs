@@ -13,9 +13,15 @@
 //!   timeout — until it has committed its collected batch (at-least-once: then commits the
 //!   acknowledged offsets synchronously). A task that does not answer in time is abandoned:
 //!   the new owner's `init_transactions` (or the group generation) fences it, so it can
-//!   commit nothing after the partition moved.
+//!   commit nothing after the partition moved. Before telling a task, the callback sets
+//!   its [`Interrupt`]: a task retrying a failing batch gives up on it by the shutdown
+//!   timeout (see [`super::interrupt`]), so the group's rebalance is not held up for a
+//!   whole task timeout.
 //! - **Lost** (session timeout, fenced generation): tasks drop their batch without
-//!   committing; the group has already moved on.
+//!   committing, and a task retrying a failing batch drops it at once (the interrupt); the
+//!   group has already moved on.
+//! - **Shutdown.** Every task's interrupt is set with four fifths of the shutdown timeout,
+//!   then the consumer leaves the group (a revocation) and stops the remaining tasks.
 //! - **Fenced producer.** A task whose producer was fenced or became unusable reports it;
 //!   the consumer leaves the group and joins again, so the group reassigns its partitions
 //!   (to this instance or another) and they restart from their committed offsets.
@@ -32,6 +38,7 @@ use rdkafka::{ClientContext, Offset, TopicPartitionList};
 use crate::config::{Exhausted, Guarantee, PipelineConfig};
 use crate::error::{Error, Result};
 use crate::record::InputRecord;
+use crate::runtime::interrupt::Interrupt;
 use crate::runtime::task::{RevokeReply, Task, TaskMsg};
 use crate::runtime::{Control, Shared, TopicPartition, POLL_INTERVAL};
 
@@ -189,6 +196,10 @@ pub(crate) fn run(shared: Arc<Shared>, control: Receiver<Control>) -> Result<()>
     shared.shutdown.shutdown();
     let deadline = Instant::now() + cfg.shutdown_timeout;
     *consumer.context().shutdown_deadline.lock().unwrap_or_else(|p| p.into_inner()) = Some(deadline);
+    let task_deadline = consumer.context().task_deadline(deadline);
+    for task in consumer.context().registry().tasks.values() {
+        task.interrupt.shut_down(task_deadline);
+    }
     leave_group(&consumer, deadline);
     consumer.context().stop_all_tasks(deadline);
     tracing::info!(application_id = %cfg.application_id, summary = ?shared.shutdown.summary(), "pipeline stopped");
@@ -218,6 +229,9 @@ fn to_tpl(offsets: &[(TopicPartition, i64)]) -> TopicPartitionList {
 struct TaskHandle {
     tx: SyncSender<TaskMsg>,
     join: JoinHandle<()>,
+    /// Set before a revocation or shutdown is sent, so that a task busy retrying a failing
+    /// batch notices at once (see [`interrupt`](super::interrupt)).
+    interrupt: Arc<Interrupt>,
 }
 
 #[derive(Default)]
@@ -265,9 +279,11 @@ fn spawn_task(
     let (tx, rx) = sync_channel(queue_capacity(&shared.cfg));
     let (ready_tx, ready_rx) = sync_channel(1);
     let shared = shared.clone();
+    let interrupt = Arc::new(Interrupt::default());
+    let task_interrupt = interrupt.clone();
     let join = std::thread::Builder::new()
         .name(format!("kafka-eos-task-{id}"))
-        .spawn(move || match Task::start(id, shared, txn_id, partitions, group) {
+        .spawn(move || match Task::start(id, shared, txn_id, partitions, group, task_interrupt) {
             Ok(task) => {
                 let _ = ready_tx.send(Ok(()));
                 task.run(rx);
@@ -277,7 +293,7 @@ fn spawn_task(
             }
         })
         .map_err(|e| Error::Internal(format!("cannot spawn a task thread: {e}")))?;
-    Ok((TaskHandle { tx, join }, ready_rx))
+    Ok((TaskHandle { tx, join, interrupt }, ready_rx))
 }
 
 fn wait_ready(ready: Ready, deadline: Instant) -> Result<()> {
@@ -482,11 +498,18 @@ impl Rebalancer {
                 tracing::warn!(error = %e, "resuming revoked partitions failed");
             }
         }
+        // A task busy retrying a failing batch reads its inbox only once the batch is done
+        // with: the interrupt, set first, ends the retries by the task's own deadline — at
+        // once if lost (the partitions are someone else's already); otherwise after the
+        // shutdown timeout at most, so that the group's rebalance, which waits for this
+        // callback, is not held up for a whole task timeout.
+        let task_deadline = if lost { Instant::now() } else { self.task_deadline(deadline) };
         let mut waiting = Vec::new();
         for (id, tps) in by_task {
             let (reply_tx, reply_rx) = sync_channel(1);
             let reg = self.registry();
             let Some(task) = reg.tasks.get(&id) else { continue };
+            task.interrupt.revoke(lost, task_deadline);
             if !send_bounded(&task.tx, TaskMsg::Revoke { partitions: tps, lost, reply: reply_tx }, deadline) {
                 tracing::error!(
                     task = id,
@@ -546,6 +569,15 @@ impl Rebalancer {
                 );
             }
         }
+    }
+
+    /// The deadline by which an interrupted task must let go of its batch, when this thread
+    /// waits for it until `wait`: the shutdown timeout from now at most, and four fifths of
+    /// the wait at most — the rest is left for the task's abort and reply, so that it
+    /// answers before this thread gives up on it.
+    fn task_deadline(&self, wait: Instant) -> Instant {
+        let now = Instant::now();
+        (now + self.shared.cfg.shutdown_timeout).min(now + wait.saturating_duration_since(now) * 4 / 5)
     }
 
     /// A revocation's deadline: the task timeout, or the shutdown deadline once shutting down.

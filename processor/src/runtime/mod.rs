@@ -11,6 +11,10 @@
 //!   assignment it starts the partitions' tasks and waits until their producers are
 //!   initialised *before* librdkafka fetches the committed offsets; on revocation it waits,
 //!   bounded by the task timeout, until the tasks have committed their batches.
+//! - A task busy with a failing batch is **interrupted** ([`interrupt`]) on revocation,
+//!   lost partitions and shutdown: it drops the batch by a short deadline instead of
+//!   replaying it until the task timeout while the consumer thread (and the group's
+//!   rebalance) waits for it.
 //! - Each **task** ([`task`]) owns a producer and runs the transaction cycle
 //!   ([`crate::txn`]) on its own OS thread: blocking librdkafka calls never run on an async
 //!   worker thread.
@@ -18,6 +22,7 @@
 //!   control channel), so the consumer thread may wait for them; every wait has a timeout.
 
 pub(crate) mod consumer;
+pub(crate) mod interrupt;
 pub(crate) mod task;
 
 use std::net::SocketAddr;

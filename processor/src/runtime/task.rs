@@ -19,8 +19,15 @@
 //! which it commits (keeping the work) or, if the partitions were *lost* (the group already
 //! gave them to someone else), drops without a transaction ever having begun.
 //!
+//! A batch that keeps *failing* would keep the task from reading its inbox until the task
+//! timeout: the consumer thread therefore sets the task's [`Interrupt`] before it sends a
+//! revocation or starts a shutdown, and the retries of [`Task::commit_batch`] (and every
+//! wait of the cycle) end by the interrupt's deadline — the batch is then aborted and
+//! dropped ([`Outcome::Dropped`]). See [`interrupt`](super::interrupt) for why and by when.
+//!
 //! The task never waits for the consumer thread (it only sends on the unbounded control
-//! channel), so the consumer thread may block on it, bounded, inside a rebalance callback.
+//! channel, and only reads the interrupt), so the consumer thread may block on it, bounded,
+//! inside a rebalance callback.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, SyncSender};
@@ -32,8 +39,9 @@ use rdkafka::consumer::ConsumerGroupMetadata;
 use crate::config::{Exhausted, Guarantee};
 use crate::error::{Error, ErrorClass};
 use crate::metrics::TaskMetrics;
-use crate::observe::{Outcome, TransactionEvent};
+use crate::observe::{Interruption, Outcome, TransactionEvent};
 use crate::record::{InputRecord, OutputRecord, ORIGIN_HEADER};
+use crate::runtime::interrupt::{Deadline, Interrupt, ABORT_GRACE};
 use crate::runtime::{Control, Shared, TopicPartition};
 use crate::state::{changelog, PartitionState, Tally};
 use crate::txn::{next_offsets, run_cycle, CommitTo, CycleError, CycleStats, Step, StepError, TxnProducer, Work};
@@ -61,8 +69,22 @@ enum Flush {
     Committed,
     /// The producer was fenced or is unusable: it is dropped, the batch with it.
     GaveUp(StepError),
+    /// The task was interrupted (see [`interrupt`](super::interrupt)): the batch's
+    /// transaction is aborted and the batch dropped; the producer stays.
+    Dropped {
+        because: Interruption,
+        reason: String,
+    },
     /// The pipeline must stop.
     Stop(Error),
+}
+
+/// What a failed or successful cycle leads to.
+enum Next {
+    /// The batch is done with (committed, dropped, or the producer or pipeline given up).
+    Done(Flush),
+    /// Replay the batch after this pause.
+    Retry(Duration),
 }
 
 pub(crate) struct Task {
@@ -83,6 +105,9 @@ pub(crate) struct Task {
     states: HashMap<i32, PartitionState>,
     stopped: bool,
     control: Sender<Control>,
+    /// Set by the consumer thread on revocation and shutdown: bounds the retries of a
+    /// failing batch (see [`interrupt`](super::interrupt)).
+    interrupt: Arc<Interrupt>,
     /// `topic-partition` for a per-partition task, `all` for an instance task: the
     /// `partition` label of its metrics and spans.
     label: String,
@@ -100,6 +125,7 @@ impl Task {
         transactional_id: Option<String>,
         partitions: Vec<TopicPartition>,
         group: Option<Arc<ConsumerGroupMetadata>>,
+        interrupt: Arc<Interrupt>,
     ) -> Result<Task, Error> {
         let control = shared.control.clone();
         let label = match (shared.cfg.guarantee, partitions.as_slice()) {
@@ -122,6 +148,7 @@ impl Task {
             states: HashMap::new(),
             stopped: false,
             control,
+            interrupt,
         };
         task.ensure_producer()?;
         Ok(task)
@@ -141,7 +168,7 @@ impl Task {
         let started = Instant::now();
         let mut p = TxnProducer::create(&self.shared.cfg, self.transactional_id.clone(), &self.label)
             .map_err(|e| e.into_error(&self.who()))?;
-        p.init(Instant::now() + self.shared.cfg.task_timeout).map_err(|e| e.into_error(&self.who()))?;
+        p.init((Instant::now() + self.shared.cfg.task_timeout).into()).map_err(|e| e.into_error(&self.who()))?;
         tracing::debug!(task = self.id, transactional_id = ?p.transactional_id(), elapsed_ms = started.elapsed().as_millis() as u64, "producer ready");
         self.producer = Some(p);
         Ok(())
@@ -206,6 +233,9 @@ impl Task {
                         self.owned.remove(tp);
                         self.states.remove(&tp.1);
                     }
+                    // Before the reply: once it is sent the consumer thread may set the
+                    // next revocation's interrupt, which must not be cleared here.
+                    self.interrupt.clear_revocation();
                     let _ = reply.send(RevokeReply { acked_offsets });
                     if per_partition {
                         return;
@@ -242,6 +272,15 @@ impl Task {
                 self.states.clear();
                 let _ = self.control.send(Control::Fenced { task: self.id, error: e.to_string() });
             }
+            Flush::Dropped { because, reason } => {
+                tracing::warn!(
+                    task = self.id,
+                    records = batch.len(),
+                    %because,
+                    last_error = %reason,
+                    "batch dropped uncommitted; the partitions' next owner resumes from the committed offset"
+                );
+            }
             Flush::Stop(e) => self.stop(e),
         }
         self.failures.clear();
@@ -249,11 +288,29 @@ impl Task {
         batch.clear();
     }
 
+    /// Runs the batch's transaction until it commits, replaying it after aborts, within the
+    /// task timeout — or less, once the consumer thread interrupts the task.
     fn commit_batch(&mut self, batch: &[InputRecord]) -> Flush {
         let cfg = self.shared.cfg.clone();
         let task_deadline = Instant::now() + cfg.task_timeout;
+        let interrupt = self.interrupt.clone();
+        let deadline = Deadline::interruptible(task_deadline, &interrupt);
         let mut backoff = Duration::from_millis(100);
+        let mut last_error = None;
         loop {
+            if let Some(because) = interrupt.expired() {
+                // Interrupted during the pause before a replay: the aborted cycle is
+                // reported already, the drop gets an event of its own (no transaction).
+                let reason = match last_error {
+                    Some(reason) => {
+                        let outcome = Outcome::Dropped { because, reason: String::clone(&reason) };
+                        self.report(batch, &HashMap::new(), Duration::ZERO, CycleStats::default(), &outcome);
+                        reason
+                    }
+                    None => "interrupted before the first attempt".into(),
+                };
+                return Flush::Dropped { because, reason };
+            }
             let Some(producer) = self.producer.as_mut() else {
                 return Flush::GaveUp(StepError::given_up());
             };
@@ -281,79 +338,156 @@ impl Task {
                 states: &mut self.states,
                 outputs_per_partition: HashMap::new(),
             };
-            let result = run_cycle(producer, batch, &mut work, commit_to, task_deadline);
+            let result = run_cycle(producer, batch, &mut work, commit_to, deadline);
             let outputs_per_partition = std::mem::take(&mut work.outputs_per_partition);
             if result.is_ok() {
                 self.commit_states();
             } else {
                 self.states.values_mut().for_each(PartitionState::abort);
             }
-            self.report(batch, &outputs_per_partition, started.elapsed(), &result);
-            let producer = self.producer.as_mut().expect("checked above");
-            match result {
-                Ok(stats) => {
-                    let s = self.shared.shutdown.stats();
-                    s.records_in.add(batch.len() as u64);
-                    s.records_out.add(stats.outputs);
-                    s.transactions_committed.inc();
-                    s.dead_lettered.add(self.dead.len() as u64);
-                    let offsets: Vec<_> = next_offsets(batch)
-                        .elements()
-                        .iter()
-                        .filter_map(|e| e.offset().to_raw().map(|o| ((e.topic().to_string(), e.partition()), o)))
-                        .collect();
-                    for (tp, next) in &offsets {
-                        self.shared.shutdown.health_state().committed(tp, *next);
-                    }
-                    if producer.transactional_id().is_none() {
-                        self.acked.extend(offsets.iter().cloned());
-                        let _ = self.control.send(Control::CommitOffsets(offsets));
-                    }
-                    return Flush::Committed;
-                }
+            let elapsed = started.elapsed();
+            let stats = result.as_ref().map(|s| *s).unwrap_or_default();
+            let (outcome, next) = match result {
+                Ok(stats) => (Outcome::Committed, Next::Done(self.committed(batch, stats))),
                 Err(CycleError::Processor { index, message }) => {
-                    if let Err(e) = producer.abort(task_deadline) {
-                        return Flush::GaveUp(e);
-                    }
-                    self.shared.shutdown.stats().transactions_aborted.inc();
-                    let origin = batch[index].origin();
-                    let attempts = self.failures.entry(origin.clone()).or_insert(0);
-                    *attempts += 1;
-                    let attempts = *attempts;
-                    tracing::warn!(task = self.id, record = %origin, attempts, error = %message, "processor failed; transaction aborted");
-                    let policy = &cfg.processor_error_policy;
-                    if attempts > policy.retries {
-                        match &policy.then {
-                            Exhausted::Stop => return Flush::Stop(Error::Processor { origin, attempts, message }),
-                            Exhausted::DeadLetter(_) => {
-                                self.dead.insert(origin, (message, attempts));
-                            }
-                        }
-                    }
-                    std::thread::sleep(policy.backoff);
+                    last_error = Some(message.clone());
+                    self.processor_failed(batch, index, message, deadline)
                 }
                 Err(CycleError::Kafka(e)) => {
-                    if gives_up(&e) {
-                        return Flush::GaveUp(e);
-                    }
-                    if let Err(abort_err) = producer.abort(task_deadline) {
-                        return Flush::GaveUp(abort_err);
-                    }
-                    self.shared.shutdown.stats().transactions_aborted.inc();
-                    if Instant::now() + backoff >= task_deadline {
-                        return Flush::Stop(Error::TaskTimeout {
-                            what: format!("committing a batch of {} records with {}", batch.len(), self.who()),
-                            timeout: cfg.task_timeout,
-                            last: e.to_string(),
-                        });
-                    }
-                    tracing::warn!(task = self.id, error = %e, "transaction aborted; replaying the batch");
-                    std::thread::sleep(backoff);
-                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                    last_error = Some(e.to_string());
+                    self.kafka_failed(batch, e, deadline, task_deadline, &mut backoff)
                 }
+            };
+            self.report(batch, &outputs_per_partition, elapsed, stats, &outcome);
+            match next {
+                Next::Done(flush) => return flush,
+                Next::Retry(pause) => deadline.sleep(pause),
             }
         }
     }
+
+    /// Counts a committed batch; at-least-once: hands its offsets to the consumer thread.
+    fn committed(&mut self, batch: &[InputRecord], stats: CycleStats) -> Flush {
+        let s = self.shared.shutdown.stats();
+        s.records_in.add(batch.len() as u64);
+        s.records_out.add(stats.outputs);
+        s.transactions_committed.inc();
+        s.dead_lettered.add(self.dead.len() as u64);
+        let offsets: Vec<_> = next_offsets(batch)
+            .elements()
+            .iter()
+            .filter_map(|e| e.offset().to_raw().map(|o| ((e.topic().to_string(), e.partition()), o)))
+            .collect();
+        for (tp, next) in &offsets {
+            self.shared.shutdown.health_state().committed(tp, *next);
+        }
+        if self.producer.as_ref().is_some_and(|p| p.transactional_id().is_none()) {
+            self.acked.extend(offsets.iter().cloned());
+            let _ = self.control.send(Control::CommitOffsets(offsets));
+        }
+        Flush::Committed
+    }
+
+    /// Aborts the open transaction after a failed cycle. Once the task is interrupted the
+    /// abort still gets [`ABORT_GRACE`]: refused for lack of time, it would give the
+    /// producer up for nothing. `Err` when the abort itself failed (the producer is given up).
+    ///
+    /// # Why a failed abort gives the producer up, whatever the error
+    /// Including `INVALID_TXN_STATE` (the coordinator holds the transaction in a state that
+    /// cannot be aborted — completing a commit, or an abort of its own after a timeout or an
+    /// epoch bump):
+    /// - librdkafka itself marks the producer *fatal* when `EndTxn` fails with
+    ///   `INVALID_TXN_STATE`, `PRODUCER_FENCED` or `INVALID_PRODUCER_EPOCH`: every later call
+    ///   fails, so there is nothing to retry with (the mock-cluster test
+    ///   `abort_refused_with_invalid_txn_state_leaves_the_producer_unusable` shows it);
+    /// - whatever the error, the transaction's fate is then unknown to the task: it may yet
+    ///   commit. Replaying the batch with a fresh producer would duplicate it if it did, and
+    ///   dropping it would lose it if it did not; only the committed offsets tell, and only
+    ///   once the transaction is resolved. Giving the partitions back to the group gets
+    ///   exactly that: the next owner's `init_transactions` fences this producer and
+    ///   completes the transaction, then the offsets are fetched (stable) and processing
+    ///   resumes after whatever committed. The price is one rebalance.
+    fn abort(&mut self, deadline: Deadline<'_>) -> Result<(), (Outcome, Next)> {
+        let producer = self.producer.as_mut().expect("a cycle just ran on it");
+        match producer.abort(deadline.with_grace(ABORT_GRACE)) {
+            Ok(()) => {
+                self.shared.shutdown.stats().transactions_aborted.inc();
+                Ok(())
+            }
+            Err(e) => Err((Outcome::GaveUp { reason: e.to_string() }, Next::Done(Flush::GaveUp(e)))),
+        }
+    }
+
+    /// The processor failed on `batch[index]`: abort, then drop the batch if the task was
+    /// interrupted, else apply the processor error policy.
+    fn processor_failed(
+        &mut self,
+        batch: &[InputRecord],
+        index: usize,
+        message: String,
+        deadline: Deadline<'_>,
+    ) -> (Outcome, Next) {
+        if let Err(gave_up) = self.abort(deadline) {
+            return gave_up;
+        }
+        if let Some(because) = self.interrupt.expired() {
+            return dropped(because, message);
+        }
+        let origin = batch[index].origin();
+        let attempts = self.failures.entry(origin.clone()).or_insert(0);
+        *attempts += 1;
+        let attempts = *attempts;
+        tracing::warn!(task = self.id, record = %origin, attempts, error = %message, "processor failed; transaction aborted");
+        let outcome = Outcome::Aborted { class: None, reason: message.clone() };
+        let policy = &self.shared.cfg.processor_error_policy;
+        if attempts > policy.retries {
+            match &policy.then {
+                Exhausted::Stop => {
+                    return (outcome, Next::Done(Flush::Stop(Error::Processor { origin, attempts, message })))
+                }
+                Exhausted::DeadLetter(_) => {
+                    self.dead.insert(origin, (message, attempts));
+                }
+            }
+        }
+        (outcome, Next::Retry(policy.backoff))
+    }
+
+    /// A Kafka call failed: give the producer up, or abort and replay with backoff until
+    /// the task timeout — or drop the batch if the task was interrupted.
+    fn kafka_failed(
+        &mut self,
+        batch: &[InputRecord],
+        e: StepError,
+        deadline: Deadline<'_>,
+        task_deadline: Instant,
+        backoff: &mut Duration,
+    ) -> (Outcome, Next) {
+        if gives_up(&e) {
+            return (Outcome::GaveUp { reason: e.to_string() }, Next::Done(Flush::GaveUp(e)));
+        }
+        if let Err(gave_up) = self.abort(deadline) {
+            return gave_up;
+        }
+        if let Some(because) = self.interrupt.expired() {
+            return dropped(because, e.to_string());
+        }
+        let outcome = Outcome::Aborted { class: Some(e.class), reason: e.to_string() };
+        if Instant::now() + *backoff >= task_deadline {
+            let timeout = self.shared.cfg.task_timeout;
+            let what = format!("committing a batch of {} records with {}", batch.len(), self.who());
+            return (outcome, Next::Done(Flush::Stop(Error::TaskTimeout { what, timeout, last: e.to_string() })));
+        }
+        tracing::warn!(task = self.id, error = %e, "transaction aborted; replaying the batch");
+        let pause = *backoff;
+        *backoff = (*backoff * 2).min(Duration::from_secs(5));
+        (outcome, Next::Retry(pause))
+    }
+}
+
+/// An interrupted batch's end: its transaction is aborted, the batch is dropped.
+fn dropped(because: Interruption, reason: String) -> (Outcome, Next) {
+    (Outcome::Dropped { because, reason: reason.clone() }, Next::Done(Flush::Dropped { because, reason }))
 }
 
 impl Task {
@@ -399,27 +533,13 @@ impl Task {
         batch: &[InputRecord],
         outputs_per_partition: &HashMap<TopicPartition, u64>,
         total: Duration,
-        result: &Result<CycleStats, CycleError>,
+        stats: CycleStats,
+        outcome: &Outcome,
     ) {
         let records = batch.len();
-        let (stats, outcome) = match result {
-            Ok(stats) => (*stats, Outcome::Committed),
-            Err(CycleError::Processor { message, .. }) => {
-                (CycleStats::default(), Outcome::Aborted { class: None, reason: message.clone() })
-            }
-            Err(CycleError::Kafka(e)) => {
-                let reason = e.to_string();
-                let outcome = if gives_up(e) {
-                    Outcome::GaveUp { reason }
-                } else {
-                    Outcome::Aborted { class: Some(e.class), reason }
-                };
-                (CycleStats::default(), outcome)
-            }
-        };
         let span = tracing::Span::current();
         span.record("duration_us", total.as_micros() as u64);
-        match &outcome {
+        match outcome {
             Outcome::Committed => {
                 span.record("outcome", "committed");
                 self.metrics.committed(records, stats.process, stats.commit, total);
@@ -452,6 +572,10 @@ impl Task {
             Outcome::GaveUp { .. } => {
                 span.record("outcome", "gave_up");
             }
+            Outcome::Dropped { .. } => {
+                span.record("outcome", "dropped");
+                self.metrics.interrupted();
+            }
         }
         if self.shared.hooks.is_empty() {
             return;
@@ -464,7 +588,7 @@ impl Task {
             await_acks: stats.await_acks,
             commit: stats.commit,
             total,
-            outcome,
+            outcome: outcome.clone(),
         };
         for hook in &self.shared.hooks {
             hook(&event);
@@ -476,7 +600,7 @@ impl Task {
 /// failing after its retries — in an unknown state that the producer may not abort — or
 /// offsets refused because this consumer is no longer the group member the task's group
 /// metadata names.
-fn gives_up(e: &StepError) -> bool {
+pub(crate) fn gives_up(e: &StepError) -> bool {
     matches!(e.class, ErrorClass::Fenced | ErrorClass::Fatal)
         || (e.step == Step::Commit && e.class == ErrorClass::Retriable)
         || (e.step == Step::SendOffsets && left_the_group(&e.err))

@@ -13,7 +13,6 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use kafka_eos::bench::{copy, delete_topics, overhead_table, unique_name, CopyOptions, Input, Subject, Tuning};
-use kafka_eos::config::Properties;
 
 /// Arguments of `kafka-eos bench`.
 #[derive(clap::Args)]
@@ -41,10 +40,8 @@ pub struct Args {
     /// it can within the duration).
     #[arg(long, default_value_t = 500_000)]
     records: u64,
-    /// Client property for every client, `key=value` (security settings such as
-    /// `security.protocol=SASL_SSL`); repeatable.
-    #[arg(short = 'X', value_parser = super::parse_kv)]
-    property: Vec<(String, String)>,
+    #[command(flatten)]
+    client: super::ClientArgs,
     /// Keep the input and output topics instead of deleting them.
     #[arg(long)]
     keep_topics: bool,
@@ -52,9 +49,9 @@ pub struct Args {
 
 /// Runs the comparison; exit code 1 if a verified copy broke its guarantee.
 pub fn run(a: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
-    let mut props = Properties::default();
-    for (k, v) in a.property {
-        props.set(k, v);
+    let props = a.client.properties()?;
+    if let Some(line) = super::describe(&props) {
+        eprintln!("{line}");
     }
     let topic = unique_name("kafka-eos-bench-in");
     eprintln!(

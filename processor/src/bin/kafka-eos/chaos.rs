@@ -1,8 +1,9 @@
 //! `kafka-eos chaos`: exactly-once under injected faults (see `kafka_eos::chaos` and
 //! `docs/reliability.md`).
 //!
-//! `kafka-eos chaos [--records N] [--scenario NAME]... [--soak] [--seed S]` runs the suite
-//! and prints one row per scenario, then
+//! `kafka-eos chaos [--records N] [--scenario NAME]... [--soak] [--seed S]
+//! [--bootstrap B [--client-config FILE] [-X key=value]...]` runs the suite and prints one
+//! row per scenario, then
 //! `chaos: <k> scenarios, <n> faults, <d> duplicates, <m> missing, <o> order violations`;
 //! it exits 1 on any violation. `kafka-eos chaos instance ...` (hidden) is one pipeline
 //! instance: the suite starts it as a child process of this same binary.
@@ -48,6 +49,10 @@ pub struct Args {
     /// Keep the instances' logs here (default: a temporary directory, removed on success).
     #[arg(long)]
     log_dir: Option<PathBuf>,
+    /// Security settings for a cluster given with --bootstrap, applied to every client the
+    /// suite creates (instances, topic creation, input producer, readers, verifier).
+    #[command(flatten)]
+    client: super::ClientArgs,
 }
 
 #[derive(clap::Subcommand)]
@@ -82,6 +87,9 @@ struct InstanceArgs {
     /// payments in its sequence, instead of the 1:1 copy.
     #[arg(long)]
     financial_close_payments: Option<u64>,
+    /// The suite passes its client properties in a private file (--client-config).
+    #[command(flatten)]
+    client: super::ClientArgs,
 }
 
 pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
@@ -105,6 +113,7 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
     cfg.replication = args.replication;
     cfg.guarantee = args.guarantee;
     cfg.log_dir = args.log_dir;
+    cfg.client_properties = args.client.properties()?;
     println!(
         "chaos: {} records x {} partitions per scenario, guarantee {}, seed {}{}",
         cfg.records,
@@ -113,6 +122,9 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
         cfg.seed,
         if cfg.soak { ", soak" } else { "" }
     );
+    if let Some(line) = super::describe(&cfg.client_properties) {
+        println!("{line}");
+    }
     let started = Instant::now();
     let mut header = false;
     let report = chaos::run_suite(&cfg, &mut |p| match p {
@@ -156,6 +168,7 @@ fn run_instance(a: InstanceArgs) -> Result<ExitCode, Box<dyn std::error::Error>>
         transaction_timeout: Duration::from_millis(a.transaction_timeout_ms),
         status_interval: Duration::from_millis(a.status_interval_ms),
         financial_close_payments: a.financial_close_payments,
+        client_properties: a.client.properties()?,
     };
     match chaos::run_instance(cfg) {
         Ok(_) => Ok(ExitCode::SUCCESS),

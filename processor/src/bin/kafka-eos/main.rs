@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use kafka_eos::broker::{self, ClusterConfig};
+use kafka_eos::config::Properties;
 use kafka_eos::verify::{verify, VerifyConfig};
 
 #[derive(Parser)]
@@ -37,7 +38,7 @@ enum Command {
     /// Measure what each guarantee costs against the no-transaction ceiling.
     Bench(bench::Args),
     /// Run pipelines under injected faults and verify exactly-once.
-    Chaos(chaos::Args),
+    Chaos(Box<chaos::Args>),
 }
 
 #[derive(Subcommand)]
@@ -82,18 +83,54 @@ struct VerifyArgs {
     /// Only require at-least-once (duplicates allowed).
     #[arg(long)]
     at_least_once: bool,
-    /// Extra client property, `key=value` (security settings); repeatable.
-    #[arg(short = 'X', value_parser = parse_kv)]
-    property: Vec<(String, String)>,
+    #[command(flatten)]
+    client: ClientArgs,
     /// Longest time to read everything, in seconds.
     #[arg(long, default_value_t = 120)]
     timeout_secs: u64,
 }
 
+/// Client properties for every client a command creates (security settings for a cluster
+/// that needs them): `-X key=value` and/or `--client-config FILE`.
+#[derive(clap::Args, Debug, Default)]
+pub struct ClientArgs {
+    /// librdkafka property for every client the command creates, `key=value` (security
+    /// settings such as `security.protocol=SASL_SSL`, `sasl.mechanism=SCRAM-SHA-512`,
+    /// `sasl.username=...`); repeatable; overrides the same key from --client-config.
+    /// Prefer --client-config for secrets: a command line is visible to every user.
+    #[arg(short = 'X', long = "property", value_name = "KEY=VALUE", value_parser = parse_kv)]
+    property: Vec<(String, String)>,
+    /// File of `key=value` lines (a Kafka `client.properties`; `#` comments) passed to every
+    /// client the command creates.
+    #[arg(long, value_name = "FILE")]
+    client_config: Option<PathBuf>,
+}
+
+impl ClientArgs {
+    /// The file's properties, then the `-X` ones over them.
+    pub fn properties(&self) -> Result<Properties, kafka_eos::Error> {
+        let mut props = match &self.client_config {
+            Some(path) => Properties::from_file(path)?,
+            None => Properties::default(),
+        };
+        for (k, v) in &self.property {
+            props.set(k, v);
+        }
+        Ok(props)
+    }
+}
+
+/// The line that tells which client properties a command applies (secrets redacted).
+pub fn describe(props: &Properties) -> Option<String> {
+    props.iter().next().map(|_| format!("client properties: {props:?}"))
+}
+
 fn parse_kv(s: &str) -> Result<(String, String), String> {
+    // Never quote the argument: it may be a secret.
     s.split_once('=')
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .ok_or_else(|| format!("expected key=value, got {s:?}"))
+        .filter(|(k, _)| !k.trim().is_empty())
+        .map(|(k, v)| (k.trim().to_string(), v.to_string()))
+        .ok_or_else(|| "expected key=value".to_string())
 }
 
 fn state_dir(dir: Option<PathBuf>) -> PathBuf {
@@ -138,16 +175,14 @@ fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Bench(a) => bench::run(a),
-        Command::Chaos(a) => chaos::run(a),
+        Command::Chaos(a) => chaos::run(*a),
         Command::Verify(a) => {
             let mut cfg = VerifyConfig::new(a.bootstrap, "", "");
             cfg.input_topics = a.inputs;
             cfg.output_topics = a.outputs;
             cfg.outputs_per_input = a.outputs_per_input;
             cfg.timeout = Duration::from_secs(a.timeout_secs);
-            for (k, v) in a.property {
-                cfg.client_properties.set(k, v);
-            }
+            cfg.client_properties = a.client.properties()?;
             let report = verify(&cfg)?;
             if report.order_violations > 0 || report.unexpected > 0 {
                 println!("{} order violations, {} unexpected outputs", report.order_violations, report.unexpected);
