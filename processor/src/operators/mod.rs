@@ -12,7 +12,7 @@
 //! use kafka_eos::operators::{Dedup, TumblingWindows};
 //! use kafka_eos::{codec::Json, OutputRecord, Pipeline};
 //!
-//! #[derive(serde::Deserialize)]
+//! #[derive(serde::Deserialize, serde::Serialize)]
 //! struct Payment { event_id: String, merchant: String, cents: i64, time_ms: i64 }
 //!
 //! let dedup = Dedup::<String>::new("seen-payments", Duration::from_secs(3600));
