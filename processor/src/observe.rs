@@ -21,8 +21,9 @@ use std::time::Duration;
 
 use crate::error::ErrorClass;
 
-/// How a cycle ended.
+/// How a cycle ended. New outcomes may be added: match with a wildcard arm.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Outcome {
     /// Outputs and offsets committed (at-least-once: outputs acknowledged).
     Committed,

@@ -81,8 +81,10 @@ pub(crate) struct Stats {
 }
 
 /// What a pipeline did, as counted when `run` returned (or so far, from
-/// [`ShutdownHandle::summary`]).
+/// [`ShutdownHandle::summary`]). New counters may be added, so it cannot be built with a
+/// struct literal outside this crate.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Summary {
     /// Input records whose batch committed (replays after aborts are not counted twice).
     pub records_in: u64,
