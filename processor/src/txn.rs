@@ -22,9 +22,12 @@
 //! - **The 100 ms commit floor.** rust-rdkafka 0.39's `commit_transaction` first flushes,
 //!   and its flush polls in 100 ms steps while anything is unacknowledged. We first wait for
 //!   every delivery report ([`TxnProducer::await_acks`]), so the flush inside commit finds
-//!   nothing outstanding and returns at once. The wait itself polls in 1 ms steps: 0.39's
-//!   `BaseProducer::poll(t)` keeps serving events until `t` has elapsed, so any longer step
-//!   would put the same floor back under every transaction.
+//!   nothing outstanding and returns at once. The wait serves one event at a time and
+//!   sleeps briefly when there was none (see [`ACK_POLL_PAUSE`]), because 0.39's
+//!   `BaseProducer::poll(t)` can neither wait cheaply nor return early: it keeps serving
+//!   events until `t` has elapsed (so a long `t` is a floor under every transaction), and
+//!   it hands librdkafka the remaining time in whole milliseconds, so every `t` below 1 ms,
+//!   and the last fraction of a millisecond of any `t`, is a busy loop.
 //! - **Commit after a timeout.** A commit that timed out is in an unknown state: only the
 //!   commit may be retried (Kafka's contract), never an abort. [`TxnProducer::commit`]
 //!   retries the commit alone until the deadline; if it still fails the error is returned
@@ -106,6 +109,15 @@ impl std::fmt::Display for StepError {
         write!(f, "{} failed ({}): {}", self.step.as_str(), self.class, self.err)
     }
 }
+
+/// How long [`TxnProducer::await_acks`] sleeps when a poll served no delivery report: the
+/// most it adds to a transaction's latency, against one wake-up per pause while a task
+/// waits (~10 ms per transaction here). Polling with 1 ms steps instead, as before, spun
+/// the whole wait in `BaseProducer::poll` (`clock_gettime` was a quarter of the pipeline's
+/// CPU samples); a `ThreadedProducer` whose thread serves the reports and wakes the task
+/// through a `Condvar` cost more still (a wake-up and a context switch per delivery-report
+/// event). The A/B figures are in docs/benchmarks.md.
+const ACK_POLL_PAUSE: Duration = Duration::from_micros(500);
 
 /// Counts this cycle's delivery reports; runs inside `poll` on the task thread.
 #[derive(Default)]
@@ -282,20 +294,22 @@ impl TxnProducer {
     /// Waits until every output of this cycle has a delivery report; the first failed
     /// report is the cycle's error.
     pub(crate) fn await_acks(&mut self, deadline: Instant) -> Result<(), StepError> {
-        loop {
-            let t = self.inner.context();
-            let done = t.acked.load(Ordering::Relaxed) + t.failed.load(Ordering::Relaxed);
-            if done >= self.sent {
-                break;
-            }
-            let now = Instant::now();
-            if now >= deadline {
+        let reported = |p: &Self| {
+            let t = p.inner.context();
+            t.acked.load(Ordering::Relaxed) + t.failed.load(Ordering::Relaxed)
+        };
+        let mut done = reported(self);
+        while done < self.sent {
+            if Instant::now() >= deadline {
                 return Err(StepError::new(Step::AwaitAcks, KafkaError::Flush(RDKafkaErrorCode::OperationTimedOut)));
             }
-            // rust-rdkafka's BaseProducer::poll serves events until its timeout has fully
-            // elapsed (not until the first event), so a long timeout here would be a floor
-            // under every transaction: wait in 1 ms steps, re-checking the counters.
-            self.inner.poll((deadline - now).min(Duration::from_millis(1)));
+            // A zero timeout serves at most one event and returns (see ACK_POLL_PAUSE).
+            self.inner.poll(Duration::ZERO);
+            let now_done = reported(self);
+            if now_done == done {
+                std::thread::sleep(ACK_POLL_PAUSE);
+            }
+            done = now_done;
         }
         match self.inner.context().first_error.lock().unwrap_or_else(|p| p.into_inner()).take() {
             Some(e) => Err(StepError::new(Step::AwaitAcks, e)),
