@@ -208,6 +208,14 @@ impl CpuSource {
     }
 }
 
+/// `CLOCK_MONOTONIC` now, in seconds.
+fn monotonic_seconds() -> f64 {
+    // SAFETY: clock_gettime writes into the zeroed struct we own.
+    let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9
+}
+
 /// User + system CPU time of this process so far.
 pub fn self_cpu() -> Duration {
     // SAFETY: getrusage writes into the zeroed struct we own.
@@ -318,8 +326,11 @@ impl Progress {
         })
     }
 
-    /// A mark now, at `count` records.
+    /// A mark now, at `count` records. Logged at debug level with the `CLOCK_MONOTONIC`
+    /// time, the clock of `perf record -k CLOCK_MONOTONIC`, so that a profile of a whole
+    /// bench run can be cut to a copy's window (`perf report --time START,END`).
     fn mark(&self, count: u64) -> Mark {
+        tracing::debug!(monotonic_seconds = format!("{:.6}", monotonic_seconds()), count, "measurement window mark");
         let broker_cpu = if self.broker.is_empty() {
             None
         } else {
