@@ -110,13 +110,15 @@ impl std::fmt::Display for StepError {
     }
 }
 
-/// How long [`TxnProducer::await_acks`] sleeps when a poll served no delivery report: the
-/// most it adds to a transaction's latency, against one wake-up per pause while a task
-/// waits (~10 ms per transaction here). Polling with 1 ms steps instead, as before, spun
-/// the whole wait in `BaseProducer::poll` (`clock_gettime` was a quarter of the pipeline's
-/// CPU samples); a `ThreadedProducer` whose thread serves the reports and wakes the task
-/// through a `Condvar` cost more still (a wake-up and a context switch per delivery-report
-/// event). The A/B figures are in docs/benchmarks.md.
+/// How long a task waiting for delivery reports ([`TxnProducer::await_acks`], or an abort
+/// waiting for its outstanding messages) sleeps when a poll served nothing: the most it
+/// adds to a transaction's latency, against one wake-up per pause while a task waits
+/// (~10 ms per transaction on a local broker). Polling in 1 ms steps instead, as before,
+/// spun through the whole wait inside `BaseProducer::poll` (`clock_gettime` was a quarter
+/// of the pipeline's CPU samples), and during a broker outage an abort spun for up to the
+/// message timeout; a `ThreadedProducer` whose thread serves the reports and wakes the
+/// task through a `Condvar` cost more still (a wake-up and a context switch per
+/// delivery-report event). The A/B figures are in docs/benchmarks.md.
 const ACK_POLL_PAUSE: Duration = Duration::from_micros(500);
 
 /// Counts this cycle's delivery reports; runs inside `poll` on the task thread.
@@ -294,27 +296,37 @@ impl TxnProducer {
     /// Waits until every output of this cycle has a delivery report; the first failed
     /// report is the cycle's error.
     pub(crate) fn await_acks(&mut self, deadline: Instant) -> Result<(), StepError> {
-        let reported = |p: &Self| {
+        let unreported = |p: &Self| {
             let t = p.inner.context();
-            t.acked.load(Ordering::Relaxed) + t.failed.load(Ordering::Relaxed)
+            p.sent.saturating_sub(t.acked.load(Ordering::Relaxed) + t.failed.load(Ordering::Relaxed))
         };
-        let mut done = reported(self);
-        while done < self.sent {
-            if Instant::now() >= deadline {
-                return Err(StepError::new(Step::AwaitAcks, KafkaError::Flush(RDKafkaErrorCode::OperationTimedOut)));
-            }
-            // A zero timeout serves at most one event and returns (see ACK_POLL_PAUSE).
-            self.inner.poll(Duration::ZERO);
-            let now_done = reported(self);
-            if now_done == done {
-                std::thread::sleep(ACK_POLL_PAUSE);
-            }
-            done = now_done;
+        if !self.serve_until_none(unreported, deadline) {
+            return Err(StepError::new(Step::AwaitAcks, KafkaError::Flush(RDKafkaErrorCode::OperationTimedOut)));
         }
         match self.inner.context().first_error.lock().unwrap_or_else(|p| p.into_inner()).take() {
             Some(e) => Err(StepError::new(Step::AwaitAcks, e)),
             None => Ok(()),
         }
+    }
+
+    /// Serves this producer's events on the calling thread until `left` counts nothing more
+    /// or `deadline` passes; returns whether nothing is left. A zero timeout makes `poll`
+    /// serve at most one event and return; when that changed nothing, the thread pauses
+    /// [`ACK_POLL_PAUSE`] instead of spinning.
+    fn serve_until_none(&self, left: impl Fn(&Self) -> u64, deadline: Instant) -> bool {
+        let mut before = left(self);
+        while before > 0 {
+            if Instant::now() >= deadline {
+                return false;
+            }
+            self.inner.poll(Duration::ZERO);
+            let after = left(self);
+            if after == before {
+                std::thread::sleep(ACK_POLL_PAUSE);
+            }
+            before = after;
+        }
+        true
     }
 
     /// `send_offsets_to_transaction`, retried while retriable.
@@ -349,9 +361,7 @@ impl TxnProducer {
     /// the message timeout while brokers are down), and they are aborted with the rest.
     pub(crate) fn abort(&mut self, deadline: Instant) -> Result<(), StepError> {
         if self.in_txn {
-            while self.inner.in_flight_count() > 0 && Instant::now() < deadline {
-                self.inner.poll(Duration::from_millis(1));
-            }
+            self.serve_until_none(|p| p.inner.in_flight_count().max(0) as u64, deadline);
             self.retrying(Step::Abort, deadline, |p, t| {
                 p.inner.poll(Duration::ZERO);
                 p.inner.abort_transaction(t)
