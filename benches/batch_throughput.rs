@@ -3,7 +3,9 @@
 //! broker with the same input, in one run.
 //!
 //! `cargo bench --bench batch_throughput [-- --quick] [--peers] [--no-peers] [--reps N]`;
-//! see docs/benchmarks.md for the method and the figures of a full run.
+//! see docs/benchmarks.md for the method and the figures of a full run. For experiments the
+//! matrix narrows with `--partitions 4 --subjects at-least-once,exactly-once --intervals 100
+//! --records 300000` (each a comma-separated list or a number).
 //!
 //! # How
 //! One input topic per partition count is filled before anything runs (`records` values of
@@ -24,7 +26,10 @@
 //!
 //! Throughput and CPU are taken over the copy's window (from the partitions' assignment to
 //! the last commit; see `kafka_eos::bench`); each is also given as a ratio to the ceiling of the
-//! same partition count in the same repetition. Repetitions interleave the subjects, and
+//! same partition count in the same repetition. The broker's CPU over the same window is
+//! measured too when it runs here (the local cluster, or `--broker-pid` with
+//! `KAFKA_BOOTSTRAP`): it shares the cores with the subject, so what a mode costs the broker
+//! slows the copy as well. Repetitions interleave the subjects, and
 //! the tables show medians.
 
 mod common;
@@ -34,7 +39,7 @@ use std::time::{Duration, Instant};
 
 use common::peers::Peers;
 use common::plot::{log_x_chart, Legend, Series};
-use common::{bar, broker, init_tracing, runtime, step, write_results, Args};
+use common::{bar, broker, broker_pids, init_tracing, runtime, step, write_results, Args};
 use kafka_eos::bench::{
     copy, delete_topics, fmt_opt, median, table, unique_name, CopyOptions, CopyResult, Input, Subject, Tuning,
 };
@@ -69,8 +74,12 @@ fn main() {
     let cluster = broker();
     let bootstrap = cluster.bootstrap_servers();
     let rt = runtime();
-    let (partition_counts, records): (Vec<i32>, u64) =
+    let (mut partition_counts, mut records): (Vec<i32>, u64) =
         if args.quick { (vec![1, 4], 50_000) } else { (vec![1, 4, 16, 64], 300_000) };
+    if !args.partitions.is_empty() {
+        partition_counts = args.partitions.clone();
+    }
+    records = args.records.unwrap_or(records);
     let sweep_intervals = [10u64, 1_000];
     let peers = if args.with_peers() {
         match Peers::prepare() {
@@ -115,7 +124,14 @@ fn main() {
             }
         }
     }
-    let tv0_runs = peers.is_some() && tv.is_some_and(|v| v > 0);
+    // A narrowed matrix for experiments (--subjects, --intervals).
+    configs.retain(|c| {
+        (args.subjects.is_empty() || args.subjects.contains(&c.subject))
+            && (args.intervals.is_empty() || c.interval_ms.map_or(true, |ms| args.intervals.contains(&ms)))
+    });
+    let tv0_runs = peers.is_some()
+        && tv.is_some_and(|v| v > 0)
+        && (args.subjects.is_empty() || args.subjects.iter().any(|s| s == STREAMS_TV0));
     let reps = args.reps();
     println!(
         "batch_throughput ({} mode) on {bootstrap}: {records} records of {VALUE_SIZE} B per input, partitions {:?}, \
@@ -130,11 +146,16 @@ fn main() {
     );
 
     // Inputs: one per partition count, shared by every subject and repetition.
+    let broker_pids = broker_pids(&cluster, &args);
+    if broker_pids.is_empty() {
+        println!("the broker's CPU is not measured (an external cluster; --broker-pid names a local one)");
+    }
     let mut inputs = BTreeMap::new();
     for &p in &partition_counts {
         let topic = unique_name(&format!("tp-in-{p}"));
-        let input = Input::create(&bootstrap, &topic, p, 1, records, VALUE_SIZE, Properties::default())
+        let mut input = Input::create(&bootstrap, &topic, p, 1, records, VALUE_SIZE, Properties::default())
             .unwrap_or_else(|e| fail(&format!("producing the input {topic}: {e}")));
+        input.broker_pids = broker_pids.clone();
         inputs.insert(p, input);
     }
 
@@ -210,6 +231,7 @@ fn main() {
                 "megabytes_per_second_median": a.mbps,
                 "ratio_to_ceiling_median": a.ratio,
                 "cpu_seconds_per_million_records_median": a.cpu,
+                "broker_cpu_seconds_per_million_records_median": a.broker_cpu,
                 "peak_rss_mib_median": a.rss,
                 "peak_rss_added_mib_median": a.rss_added,
                 "end_to_end_seconds_median": a.e2e,
@@ -302,6 +324,8 @@ struct Agg {
     mbps: f64,
     ratio: f64,
     cpu: f64,
+    /// The broker's CPU seconds per million records (NaN: not measured).
+    broker_cpu: f64,
     rss: f64,
     rss_added: f64,
     e2e: f64,
@@ -331,6 +355,7 @@ fn aggregate(runs: &[(usize, Config, CopyResult)]) -> Vec<Agg> {
                     mbps: 0.0,
                     ratio: f64::NAN,
                     cpu: f64::NAN,
+                    broker_cpu: f64::NAN,
                     rss: f64::NAN,
                     rss_added: f64::NAN,
                     e2e: f64::NAN,
@@ -348,6 +373,7 @@ fn aggregate(runs: &[(usize, Config, CopyResult)]) -> Vec<Agg> {
         g.rps = median(&rs.iter().map(|r| r.records_per_second).collect::<Vec<_>>());
         g.mbps = median(&rs.iter().map(|r| r.megabytes_per_second).collect::<Vec<_>>());
         g.cpu = median(&rs.iter().filter_map(|r| r.cpu_seconds_per_million_records).collect::<Vec<_>>());
+        g.broker_cpu = median(&rs.iter().filter_map(|r| r.broker_cpu_seconds_per_million_records).collect::<Vec<_>>());
         g.rss = median(&rs.iter().filter_map(|r| r.peak_rss_bytes.map(mib)).collect::<Vec<_>>());
         g.rss_added = median(&rs.iter().filter_map(|r| r.peak_rss_above_baseline_bytes.map(mib)).collect::<Vec<_>>());
         g.e2e = median(&rs.iter().filter_map(|r| r.end_to_end_seconds).collect::<Vec<_>>());
@@ -384,6 +410,7 @@ fn print_tables(agg: &[Agg], reps: usize) {
                 format!("{:.2}", a.mbps),
                 fmt_opt(Some(100.0 * a.ratio), 1),
                 fmt_opt(Some(a.cpu), 2),
+                fmt_opt(Some(a.broker_cpu), 2),
                 fmt_opt(Some(a.rss), 0),
                 fmt_opt(Some(a.rss_added), 0),
                 fmt_opt(Some(a.e2e), 1),
@@ -403,6 +430,7 @@ fn print_tables(agg: &[Agg], reps: usize) {
                 "MB/s",
                 "% of ceiling",
                 "CPU s/M rec",
+                "broker CPU s/M",
                 "peak RSS MiB",
                 "added MiB",
                 "end-to-end s",
@@ -448,12 +476,24 @@ fn summary(agg: &[Agg]) -> serde_json::Value {
     let eos_alo = ratio(rps("exactly-once", p, at), rps("at-least-once", p, at));
     let eos_pc_alo = ratio(rps("exactly-once-per-consumer", p, at), rps("at-least-once", p, at));
     let eos_ceiling = find(agg, "exactly-once", p, at).map(|a| a.ratio);
+    let mut cpu = serde_json::Map::new();
+    for s in ["ceiling", "at-least-once", "exactly-once", "exactly-once-per-consumer", STREAMS] {
+        let interval = if s == "ceiling" { None } else { at };
+        if let Some(a) = find(agg, s, p, interval) {
+            let finite = |x: f64| x.is_finite().then_some(x);
+            cpu.insert(s.into(), serde_json::json!({"ours": finite(a.cpu), "broker": finite(a.broker_cpu)}));
+        }
+    }
     println!(
         "\nat {p} partitions, {BASE_INTERVAL_MS} ms commit interval (goal: exactly-once >= 90 % of at-least-once):"
     );
     println!("  exactly-once / at-least-once:              {}", pct(eos_alo));
     println!("  exactly-once-per-consumer / at-least-once: {}", pct(eos_pc_alo));
     println!("  exactly-once / ceiling:                    {}", pct(eos_ceiling));
+    for (s, v) in &cpu {
+        let (ours, broker) = (fmt_opt(v["ours"].as_f64(), 2), fmt_opt(v["broker"].as_f64(), 2));
+        println!("  CPU s per million records, {s:<26} subject {ours} + broker {broker}");
+    }
     let alo_state = ratio(rps("at-least-once+state", p, at), rps("at-least-once", p, at));
     let eos_state = ratio(rps("exactly-once+state", p, at), rps("exactly-once", p, at));
     let restore: Vec<f64> = ["at-least-once+state", "exactly-once+state"]
@@ -498,6 +538,7 @@ the cost of state (one changelog record per input record), same {p} partitions a
         "exactly_once_over_at_least_once_at_100ms": eos_alo,
         "exactly_once_per_consumer_over_at_least_once_at_100ms": eos_pc_alo,
         "exactly_once_over_ceiling_at_100ms": eos_ceiling,
+        "cpu_seconds_per_million_records_at_100ms": cpu,
         "partitions_of_those_ratios": p,
         "exactly_once_with_state_over_without": eos_state,
         "at_least_once_with_state_over_without": alo_state,

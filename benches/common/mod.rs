@@ -35,6 +35,24 @@ pub struct Args {
     /// `target/bench-results/img` in quick mode, so that CI never touches the docs.
     #[arg(long)]
     pub plots: Option<PathBuf>,
+    /// batch_throughput: only these partition counts (comma-separated), for experiments.
+    #[arg(long, value_delimiter = ',')]
+    pub partitions: Vec<i32>,
+    /// batch_throughput: only these subjects (comma-separated names, e.g.
+    /// `at-least-once,exactly-once`), for experiments.
+    #[arg(long, value_delimiter = ',')]
+    pub subjects: Vec<String>,
+    /// batch_throughput: only these commit intervals in ms (comma-separated; subjects without
+    /// an interval, the ceiling and the copier, are kept), for experiments.
+    #[arg(long, value_delimiter = ',')]
+    pub intervals: Vec<u64>,
+    /// batch_throughput: records per input instead of the mode's default.
+    #[arg(long)]
+    pub records: Option<u64>,
+    /// The broker JVM's process id, to measure its CPU when `KAFKA_BOOTSTRAP` names a broker
+    /// running on this machine (a local cluster started by the bench is measured anyway).
+    #[arg(long)]
+    pub broker_pid: Option<u32>,
     /// Set by `cargo bench`; ignored.
     #[arg(long, hide = true)]
     pub bench: bool,
@@ -97,6 +115,16 @@ pub fn init_tracing() {
         )
         .with_writer(std::io::stderr)
         .try_init();
+}
+
+/// The process ids of the broker JVMs whose CPU the benches measure: the local cluster's
+/// nodes, or `--broker-pid` for an external broker on this machine; none otherwise (a remote
+/// broker's CPU cannot be read from here).
+pub fn broker_pids(cluster: &Cluster, args: &Args) -> Vec<u32> {
+    match cluster {
+        Cluster::Local(local) => local.node_ids().into_iter().filter_map(|n| local.pid(n)).collect(),
+        Cluster::External { .. } => args.broker_pid.into_iter().collect(),
+    }
 }
 
 /// The broker: `KAFKA_BOOTSTRAP`, or a local one-node cluster that dies with this process.

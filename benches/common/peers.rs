@@ -186,7 +186,7 @@ impl Peers {
                 }
             }
         })?;
-        let tracker = Progress::new(input.records, CpuSource::Pid(child.id()));
+        let tracker = Progress::for_input(input, CpuSource::Pid(child.id()));
         let _ = progress.set(tracker.clone());
         let result = self.watch(child, tracker, input, &app, label, Some(commit_ms), false);
         let _ = fs::remove_dir_all(&state);
@@ -235,7 +235,7 @@ impl Peers {
         // Progress and CPU of the first copier stand for all: with one partition (the
         // configuration the docs compare) there is only one.
         let first = children.remove(0);
-        let tracker = Progress::new(input.records, CpuSource::Pid(first.id()));
+        let tracker = Progress::for_input(input, CpuSource::Pid(first.id()));
         let r = self.watch(first, tracker, input, &group, label, None, true);
         for mut c in children {
             let _ = c.wait();
@@ -316,6 +316,7 @@ impl Peers {
             records_per_second: 0.0,
             megabytes_per_second: 0.0,
             cpu_seconds_per_million_records: None,
+            broker_cpu_seconds_per_million_records: None,
             end_to_end_seconds: progress.end_to_end().map(|d| d.as_secs_f64()),
             peak_rss_bytes: peak,
             peak_rss_above_baseline_bytes: None,

@@ -28,6 +28,10 @@
 //!   not counted; producing the input and verifying the output happen outside the window.
 //!   A subject in another process (a JVM peer) is measured through `/proc/<pid>/stat`
 //!   instead ([`CpuSource::Pid`]).
+//! - **Broker CPU** — when the broker runs on this machine ([`Input::broker_pids`]), the
+//!   user + system CPU of its JVM(s) over the same window, from `/proc/<pid>/stat`: the
+//!   work a subject causes on the other side of the wire (produce and fetch requests,
+//!   transaction coordination, markers, offset commits), which competes for the same cores.
 //! - **Peak RSS** — the process's high-water mark (`VmHWM`), reset before each copy by
 //!   writing `5` to `/proc/self/clear_refs` after freed heap is given back to the kernel
 //!   (`malloc_trim`); reported whole and as the rise above the RSS at the copy's start
@@ -126,6 +130,12 @@ pub struct Input {
     pub value_size: usize,
     /// Client properties for every client (security settings), verbatim.
     pub client_properties: Properties,
+    /// Process ids of the broker JVMs, when they run on this machine (a local cluster):
+    /// their CPU over each copy's window is measured too ([`Window::broker_cpu_seconds`]),
+    /// because on a machine the broker shares with the subject, a mode that costs the
+    /// broker more (per-partition transactions, smaller produce requests) slows the copy
+    /// as surely as its own CPU does. Empty (not measured) for a remote cluster.
+    pub broker_pids: Vec<u32>,
 }
 
 impl Input {
@@ -147,6 +157,7 @@ impl Input {
             records,
             value_size,
             client_properties,
+            broker_pids: Vec::new(),
         };
         input.create_topic(topic, replication)?;
         input.admin().produce_sequence(topic, partitions, records, value_size)?;
@@ -195,6 +206,14 @@ impl CpuSource {
             CpuSource::Pid(pid) => pid_cpu(pid),
         }
     }
+}
+
+/// `CLOCK_MONOTONIC` now, in seconds.
+fn monotonic_seconds() -> f64 {
+    // SAFETY: clock_gettime writes into the zeroed struct we own.
+    let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9
 }
 
 /// User + system CPU time of this process so far.
@@ -266,6 +285,7 @@ struct Mark {
     at: Instant,
     count: u64,
     cpu: Option<Duration>,
+    broker_cpu: Option<Duration>,
 }
 
 /// Counts the committed records of one copy and takes the measurement window's two marks:
@@ -276,6 +296,8 @@ pub struct Progress {
     target: u64,
     done: AtomicU64,
     cpu: CpuSource,
+    /// The broker JVMs whose CPU is summed into [`Window::broker_cpu_seconds`].
+    broker: Vec<u32>,
     created: Instant,
     marks: Mutex<[Option<Mark>; 2]>,
 }
@@ -284,13 +306,37 @@ impl Progress {
     /// A tracker for `target` records whose CPU is read from `cpu`; the end-to-end clock
     /// starts now.
     pub fn new(target: u64, cpu: CpuSource) -> Arc<Progress> {
+        Self::with_broker(target, cpu, &[])
+    }
+
+    /// A tracker for copying all of `input`, which also measures the CPU of its broker
+    /// when it runs here ([`Input::broker_pids`]).
+    pub fn for_input(input: &Input, cpu: CpuSource) -> Arc<Progress> {
+        Self::with_broker(input.records, cpu, &input.broker_pids)
+    }
+
+    fn with_broker(target: u64, cpu: CpuSource, broker: &[u32]) -> Arc<Progress> {
         Arc::new(Progress {
             target,
             done: AtomicU64::new(0),
             cpu,
+            broker: broker.to_vec(),
             created: Instant::now(),
             marks: Mutex::new([None; 2]),
         })
+    }
+
+    /// A mark now, at `count` records. Logged at debug level with the `CLOCK_MONOTONIC`
+    /// time, the clock of `perf record -k CLOCK_MONOTONIC`, so that a profile of a whole
+    /// bench run can be cut to a copy's window (`perf report --time START,END`).
+    fn mark(&self, count: u64) -> Mark {
+        tracing::debug!(monotonic_seconds = format!("{:.6}", monotonic_seconds()), count, "measurement window mark");
+        let broker_cpu = if self.broker.is_empty() {
+            None
+        } else {
+            self.broker.iter().map(|pid| pid_cpu(*pid)).sum::<Option<Duration>>()
+        };
+        Mark { at: Instant::now(), count, cpu: self.cpu.cpu(), broker_cpu }
     }
 
     /// Opens the window (the first call counts): the subject has joined its group and
@@ -298,7 +344,7 @@ impl Progress {
     pub fn start(&self) {
         let mut marks = self.marks.lock().unwrap_or_else(|p| p.into_inner());
         if marks[0].is_none() {
-            marks[0] = Some(Mark { at: Instant::now(), count: self.count(), cpu: self.cpu.cpu() });
+            marks[0] = Some(self.mark(self.count()));
         }
     }
 
@@ -323,9 +369,9 @@ impl Progress {
 
     fn crossed(&self, before: u64, after: u64) {
         if before < self.target && after >= self.target {
-            let mark = Mark { at: Instant::now(), count: after, cpu: self.cpu.cpu() };
+            let mark = self.mark(after);
             let mut marks = self.marks.lock().unwrap_or_else(|p| p.into_inner());
-            marks[0].get_or_insert(Mark { at: self.created, count: 0, cpu: None });
+            marks[0].get_or_insert(Mark { at: self.created, count: 0, cpu: None, broker_cpu: None });
             marks[1].get_or_insert(mark);
         }
     }
@@ -335,7 +381,7 @@ impl Progress {
     pub fn close(&self) {
         let mut marks = self.marks.lock().unwrap_or_else(|p| p.into_inner());
         if marks[0].is_some() && marks[1].is_none() {
-            marks[1] = Some(Mark { at: Instant::now(), count: self.count(), cpu: self.cpu.cpu() });
+            marks[1] = Some(self.mark(self.count()));
         }
     }
 
@@ -356,10 +402,8 @@ impl Progress {
         Some(Window {
             records: hi.count.saturating_sub(lo.count),
             seconds: (hi.at - lo.at).as_secs_f64(),
-            cpu_seconds: match (lo.cpu, hi.cpu) {
-                (Some(a), Some(b)) => Some(b.saturating_sub(a).as_secs_f64()),
-                _ => None,
-            },
+            cpu_seconds: between(lo.cpu, hi.cpu),
+            broker_cpu_seconds: between(lo.broker_cpu, hi.broker_cpu),
             startup_seconds: (lo.at - self.created).as_secs_f64(),
         })
     }
@@ -368,6 +412,11 @@ impl Progress {
     pub fn end_to_end(&self) -> Option<Duration> {
         self.marks.lock().unwrap_or_else(|p| p.into_inner())[1].map(|m| m.at - self.created)
     }
+}
+
+/// CPU seconds between two readings, if both were taken.
+fn between(lo: Option<Duration>, hi: Option<Duration>) -> Option<f64> {
+    Some(hi?.saturating_sub(lo?).as_secs_f64())
 }
 
 /// The measurement window of a copy: from the moment the subject has its partitions to the
@@ -380,6 +429,8 @@ pub struct Window {
     pub seconds: f64,
     /// CPU seconds the subject used inside it (`None` if unreadable).
     pub cpu_seconds: Option<f64>,
+    /// CPU seconds the broker JVM(s) used inside it (`None`: a remote broker, not measured).
+    pub broker_cpu_seconds: Option<f64>,
     /// From starting the subject to the window's start (client creation, group join; a
     /// pipeline's producer initialisation happens inside the window, see the module doc).
     pub startup_seconds: f64,
@@ -397,7 +448,16 @@ impl Window {
 
     /// CPU seconds per million records.
     pub fn cpu_seconds_per_million_records(&self) -> Option<f64> {
-        self.cpu_seconds.filter(|_| self.records > 0).map(|c| c * 1e6 / self.records as f64)
+        self.per_million_records(self.cpu_seconds)
+    }
+
+    /// The broker's CPU seconds per million records (`None` if not measured).
+    pub fn broker_cpu_seconds_per_million_records(&self) -> Option<f64> {
+        self.per_million_records(self.broker_cpu_seconds)
+    }
+
+    fn per_million_records(&self, seconds: Option<f64>) -> Option<f64> {
+        seconds.filter(|_| self.records > 0).map(|c| c * 1e6 / self.records as f64)
     }
 }
 
@@ -440,6 +500,9 @@ pub struct CopyResult {
     pub megabytes_per_second: f64,
     /// CPU seconds per million records, in the window.
     pub cpu_seconds_per_million_records: Option<f64>,
+    /// The broker's CPU seconds per million records, in the same window (`None`: a remote
+    /// broker, not measured).
+    pub broker_cpu_seconds_per_million_records: Option<f64>,
     /// From starting the subject until every input record was committed (startup
     /// included), if it got there.
     pub end_to_end_seconds: Option<f64>,
@@ -477,6 +540,7 @@ impl CopyResult {
         self.records_per_second = self.window.records_per_second();
         self.megabytes_per_second = self.records_per_second * self.value_size_bytes as f64 / 1e6;
         self.cpu_seconds_per_million_records = self.window.cpu_seconds_per_million_records();
+        self.broker_cpu_seconds_per_million_records = self.window.broker_cpu_seconds_per_million_records();
         self
     }
 }
@@ -515,7 +579,7 @@ pub fn copy(
     trim_heap();
     let baseline = rss(None);
     let rss_reset = reset_peak_rss(None);
-    let progress = Progress::new(input.records, CpuSource::SelfProcess);
+    let progress = Progress::for_input(input, CpuSource::SelfProcess);
     let transactions = match subject {
         Subject::Ceiling => ceiling(input, output, &app_id, &progress, opts.time_limit)?,
         Subject::Pipeline(_) | Subject::Stateful(_) => {
@@ -546,6 +610,7 @@ pub fn copy(
         records_per_second: 0.0,
         megabytes_per_second: 0.0,
         cpu_seconds_per_million_records: None,
+        broker_cpu_seconds_per_million_records: None,
         end_to_end_seconds: progress.end_to_end().map(|d| d.as_secs_f64()),
         peak_rss_bytes: peak,
         peak_rss_above_baseline_bytes: match (peak, baseline) {

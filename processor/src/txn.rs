@@ -22,9 +22,12 @@
 //! - **The 100 ms commit floor.** rust-rdkafka 0.39's `commit_transaction` first flushes,
 //!   and its flush polls in 100 ms steps while anything is unacknowledged. We first wait for
 //!   every delivery report ([`TxnProducer::await_acks`]), so the flush inside commit finds
-//!   nothing outstanding and returns at once. The wait itself polls in 1 ms steps: 0.39's
-//!   `BaseProducer::poll(t)` keeps serving events until `t` has elapsed, so any longer step
-//!   would put the same floor back under every transaction.
+//!   nothing outstanding and returns at once. The wait serves one event at a time and
+//!   sleeps briefly when there was none (see [`ACK_POLL_PAUSE`]), because 0.39's
+//!   `BaseProducer::poll(t)` can neither wait cheaply nor return early: it keeps serving
+//!   events until `t` has elapsed (so a long `t` is a floor under every transaction), and
+//!   it hands librdkafka the remaining time in whole milliseconds, so every `t` below 1 ms,
+//!   and the last fraction of a millisecond of any `t`, is a busy loop.
 //! - **Commit after a timeout.** A commit that timed out is in an unknown state: only the
 //!   commit may be retried (Kafka's contract), never an abort. [`TxnProducer::commit`]
 //!   retries the commit alone until the deadline; if it still fails the error is returned
@@ -112,6 +115,17 @@ impl std::fmt::Display for StepError {
         write!(f, "{} failed ({}): {}", self.step.as_str(), self.class, self.err)
     }
 }
+
+/// How long a task waiting for delivery reports ([`TxnProducer::await_acks`], or an abort
+/// waiting for its outstanding messages) sleeps when a poll served nothing: the most it
+/// adds to a transaction's latency, against one wake-up per pause while a task waits
+/// (~10 ms per transaction on a local broker). Polling in 1 ms steps instead, as before,
+/// spun through the whole wait inside `BaseProducer::poll` (`clock_gettime` was a quarter
+/// of the pipeline's CPU samples), and during a broker outage an abort spun for up to the
+/// message timeout; a `ThreadedProducer` whose thread serves the reports and wakes the
+/// task through a `Condvar` cost more still (a wake-up and a context switch per
+/// delivery-report event). The A/B figures are in docs/benchmarks.md.
+const ACK_POLL_PAUSE: Duration = Duration::from_micros(500);
 
 /// Counts this cycle's delivery reports; runs inside `poll` on the task thread.
 #[derive(Default)]
@@ -288,26 +302,37 @@ impl TxnProducer {
     /// Waits until every output of this cycle has a delivery report; the first failed
     /// report is the cycle's error.
     pub(crate) fn await_acks(&mut self, deadline: Deadline<'_>) -> Result<(), StepError> {
-        loop {
-            let t = self.inner.context();
-            let done = t.acked.load(Ordering::Relaxed) + t.failed.load(Ordering::Relaxed);
-            if done >= self.sent {
-                break;
-            }
-            let remaining = deadline.remaining();
-            if remaining.is_zero() {
-                return Err(StepError::new(Step::AwaitAcks, KafkaError::Flush(RDKafkaErrorCode::OperationTimedOut)));
-            }
-            // rust-rdkafka's BaseProducer::poll serves events until its timeout has fully
-            // elapsed (not until the first event), so a long timeout here would be a floor
-            // under every transaction: wait in 1 ms steps, re-checking the counters (and
-            // the deadline, which an interrupt can bring forward).
-            self.inner.poll(remaining.min(Duration::from_millis(1)));
+        let unreported = |p: &Self| {
+            let t = p.inner.context();
+            p.sent.saturating_sub(t.acked.load(Ordering::Relaxed) + t.failed.load(Ordering::Relaxed))
+        };
+        if !self.serve_until_none(unreported, deadline) {
+            return Err(StepError::new(Step::AwaitAcks, KafkaError::Flush(RDKafkaErrorCode::OperationTimedOut)));
         }
         match self.inner.context().first_error.lock().unwrap_or_else(|p| p.into_inner()).take() {
             Some(e) => Err(StepError::new(Step::AwaitAcks, e)),
             None => Ok(()),
         }
+    }
+
+    /// Serves this producer's events on the calling thread until `left` counts nothing more
+    /// or `deadline` passes; returns whether nothing is left. A zero timeout makes `poll`
+    /// serve at most one event and return; when that changed nothing, the thread pauses
+    /// [`ACK_POLL_PAUSE`] instead of spinning.
+    fn serve_until_none(&self, left: impl Fn(&Self) -> u64, deadline: Deadline<'_>) -> bool {
+        let mut before = left(self);
+        while before > 0 {
+            if deadline.passed() {
+                return false;
+            }
+            self.inner.poll(Duration::ZERO);
+            let after = left(self);
+            if after == before {
+                std::thread::sleep(ACK_POLL_PAUSE);
+            }
+            before = after;
+        }
+        true
     }
 
     /// `send_offsets_to_transaction`, retried while retriable.
@@ -342,9 +367,7 @@ impl TxnProducer {
     /// the message timeout while brokers are down), and they are aborted with the rest.
     pub(crate) fn abort(&mut self, deadline: Deadline<'_>) -> Result<(), StepError> {
         if self.in_txn {
-            while self.inner.in_flight_count() > 0 && !deadline.passed() {
-                self.inner.poll(Duration::from_millis(1));
-            }
+            self.serve_until_none(|p| p.inner.in_flight_count().max(0) as u64, deadline);
             self.retrying(Step::Abort, deadline, |p, t| {
                 p.inner.poll(Duration::ZERO);
                 p.inner.abort_transaction(t)

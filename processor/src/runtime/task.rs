@@ -649,6 +649,9 @@ impl Work for BatchWork<'_> {
 
 /// The dead-letter copy of `r`, if it exhausted its retries under a dead-letter policy.
 fn dead_letter(shared: &Shared, dead: &HashMap<String, (String, u32)>, r: &InputRecord) -> Option<OutputRecord> {
+    if dead.is_empty() {
+        return None; // the usual case: no need to format the record's origin to look it up
+    }
     if let (Some((message, attempts)), Exhausted::DeadLetter(topic)) =
         (dead.get(&r.origin()), &shared.cfg.processor_error_policy.then)
     {
