@@ -71,6 +71,19 @@ fn total(summaries: &[Summary], f: impl Fn(&Summary) -> u64) -> u64 {
     summaries.iter().map(f).sum()
 }
 
+/// The operators' committed tallies add up to what the output shows. A producer given up
+/// with its commit in an unknown state (a commit timeout on a loaded machine) drops that
+/// batch's tallies although the batch may have committed: then the tallies may only fall
+/// short, never exceed.
+fn assert_tallies(summaries: &[Summary], f: impl Fn(&Summary) -> u64, actual: u64, what: &str) {
+    let counted = total(summaries, f);
+    if total(summaries, |s| s.producers_fenced) == 0 {
+        assert_eq!(counted, actual, "{what}: {summaries:?}");
+    } else {
+        assert!(counted <= actual, "{what}: counted {counted} > {actual}: {summaries:?}");
+    }
+}
+
 /// Partitions move from instance A to instance B mid-run (B joins, then A leaves): B
 /// restores A's state from the changelogs and carries on, and every merchant-day matches the
 /// batch recomputation to the cent, emitted once.
@@ -99,8 +112,9 @@ async fn state_moves_with_its_partition_and_totals_match_the_batch_recomputation
     println!("{rec}\nA: {sa:?}\nB: {sb:?}");
     assert!(rec.is_exact(), "{rec}");
     assert!(sb.restored_records > 0, "B took over A's partitions, so it must have restored A's state: {sb:?}");
-    assert_eq!(sa.duplicates_dropped + sb.duplicates_dropped, dups, "each redelivered payment dropped once");
-    assert_eq!(sa.late_records + sb.late_records, rec.late_payments as u64);
+    let summaries = [sa, sb];
+    assert_tallies(&summaries, |s| s.duplicates_dropped, dups, "redelivered payments dropped");
+    assert_tallies(&summaries, |s| s.late_records, rec.late_payments as u64, "late payments routed");
 }
 
 /// 10 % of payments redelivered, the pipeline stopped and restarted three times mid-run:
@@ -134,7 +148,7 @@ async fn restarts(guarantee: Guarantee) {
     assert_eq!(rec.emitted_twice, 0);
     assert!(dups >= 1_500, "about 10 % of 20,000 redelivered, got {dups}");
     assert_eq!(rec.input_duplicates, dups);
-    assert_eq!(total(&summaries, |s| s.duplicates_dropped), dups, "each id counted once");
+    assert_tallies(&summaries, |s| s.duplicates_dropped, dups, "each id counted once");
     assert!(total(&summaries, |s| s.restored_records) > 0, "restarts restore the state");
 }
 
