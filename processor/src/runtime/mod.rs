@@ -83,6 +83,11 @@ pub(crate) struct Stats {
 /// What a pipeline did, as counted when `run` returned (or so far, from
 /// [`ShutdownHandle::summary`]). New counters may be added, so it cannot be built with a
 /// struct literal outside this crate.
+///
+/// The counts are of batches this instance *knows* committed. A batch whose commit timed
+/// out in an unknown state gives its producer up (see `docs/semantics.md`) and is not
+/// counted, although the coordinator may still have committed it: then the outputs hold
+/// more than the counts say, never less.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Summary {
