@@ -305,27 +305,7 @@ impl Peers {
                 self.logs.display()
             ));
         }
-        Ok(CopyResult {
-            subject: label.to_string(),
-            partitions: input.partitions,
-            value_size_bytes: input.value_size,
-            commit_interval_ms: commit_ms,
-            input_records: input.records,
-            records_copied: progress.count(),
-            window: progress.window().unwrap_or_default(),
-            records_per_second: 0.0,
-            megabytes_per_second: 0.0,
-            cpu_seconds_per_million_records: None,
-            broker_cpu_seconds_per_million_records: None,
-            end_to_end_seconds: progress.end_to_end().map(|d| d.as_secs_f64()),
-            peak_rss_bytes: peak,
-            peak_rss_above_baseline_bytes: None,
-            peak_rss_reset: true,
-            transactions: 0,
-            verified: None,
-            restore: None,
-        }
-        .finish())
+        Ok(CopyResult::measured(label, input, commit_ms, &progress, peak))
     }
 }
 

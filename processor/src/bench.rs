@@ -535,13 +535,38 @@ pub struct Restore {
 }
 
 impl CopyResult {
-    /// Fills the derived rates from the window.
-    pub fn finish(mut self) -> CopyResult {
-        self.records_per_second = self.window.records_per_second();
-        self.megabytes_per_second = self.records_per_second * self.value_size_bytes as f64 / 1e6;
-        self.cpu_seconds_per_million_records = self.window.cpu_seconds_per_million_records();
-        self.broker_cpu_seconds_per_million_records = self.window.broker_cpu_seconds_per_million_records();
-        self
+    /// The figures of a copy `progress` watched, the rates derived from its window; the
+    /// caller sets what only it knows (the RSS baseline, transactions, verification, the
+    /// restore) with struct update syntax.
+    pub fn measured(
+        subject: impl Into<String>,
+        input: &Input,
+        commit_interval_ms: Option<u64>,
+        progress: &Progress,
+        peak_rss_bytes: Option<u64>,
+    ) -> CopyResult {
+        let window = progress.window().unwrap_or_default();
+        let records_per_second = window.records_per_second();
+        CopyResult {
+            subject: subject.into(),
+            partitions: input.partitions,
+            value_size_bytes: input.value_size,
+            commit_interval_ms,
+            input_records: input.records,
+            records_copied: progress.count(),
+            records_per_second,
+            megabytes_per_second: records_per_second * input.value_size as f64 / 1e6,
+            cpu_seconds_per_million_records: window.cpu_seconds_per_million_records(),
+            broker_cpu_seconds_per_million_records: window.broker_cpu_seconds_per_million_records(),
+            window,
+            end_to_end_seconds: progress.end_to_end().map(|d| d.as_secs_f64()),
+            peak_rss_bytes,
+            peak_rss_above_baseline_bytes: None,
+            peak_rss_reset: true,
+            transactions: 0,
+            verified: None,
+            restore: None,
+        }
     }
 }
 
@@ -596,23 +621,11 @@ pub fn copy(
         let changelog = crate::state::changelog_topic(&app_id, BENCH_STORE);
         delete_topics(&input.bootstrap, &input.client_properties, &[changelog]);
     }
+    let commit_interval_ms = match subject {
+        Subject::Ceiling => None,
+        Subject::Pipeline(_) | Subject::Stateful(_) => Some(opts.tuning.commit_interval.as_millis() as u64),
+    };
     Ok(CopyResult {
-        subject: subject.name().to_string(),
-        partitions: input.partitions,
-        value_size_bytes: input.value_size,
-        commit_interval_ms: match subject {
-            Subject::Ceiling => None,
-            Subject::Pipeline(_) | Subject::Stateful(_) => Some(opts.tuning.commit_interval.as_millis() as u64),
-        },
-        input_records: input.records,
-        records_copied: progress.count(),
-        window: progress.window().unwrap_or_default(),
-        records_per_second: 0.0,
-        megabytes_per_second: 0.0,
-        cpu_seconds_per_million_records: None,
-        broker_cpu_seconds_per_million_records: None,
-        end_to_end_seconds: progress.end_to_end().map(|d| d.as_secs_f64()),
-        peak_rss_bytes: peak,
         peak_rss_above_baseline_bytes: match (peak, baseline) {
             (Some(p), Some(b)) if rss_reset => Some(p.saturating_sub(b)),
             _ => None,
@@ -621,8 +634,8 @@ pub fn copy(
         transactions,
         verified,
         restore,
-    }
-    .finish())
+        ..CopyResult::measured(subject.name(), input, commit_interval_ms, &progress, peak)
+    })
 }
 
 /// Verifies `output` against `input`, with the promise of `subject`.
@@ -675,8 +688,7 @@ async fn pipeline(
             if let Some(h) = &extra {
                 h(e);
             }
-        })
-        .processor(|_| Ok(vec![]));
+        });
     let copy_of = move |r: &crate::InputRecord| {
         let mut o = OutputRecord::to(&out);
         o.key = r.key.clone();

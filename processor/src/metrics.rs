@@ -38,6 +38,7 @@ use metrics::{counter, gauge, histogram, Counter, Histogram};
 
 use crate::error::ErrorClass;
 use crate::runtime::TopicPartition;
+use crate::state::Tally;
 
 fn partition_label(tp: &TopicPartition) -> String {
     format!("{}-{}", tp.0, tp.1)
@@ -169,7 +170,17 @@ pub(crate) fn state_restored(pipeline: &str, store: &str, records: u64, elapsed:
     counter!("kafka_eos_state_restore_records_total", &labels).increment(records);
 }
 
-/// A committed transaction's state activity: changelog records written, operator tallies.
-pub(crate) fn state_committed(pipeline: &str, metric: &'static str, store: &str, n: u64) {
-    counter!(metric, "pipeline" => pipeline.to_string(), "store" => store.to_string()).increment(n);
+/// A committed transaction's changelog records of one store.
+pub(crate) fn changelog_committed(pipeline: &str, store: &str, n: u64) {
+    counter!("kafka_eos_changelog_records_total", "pipeline" => pipeline.to_string(), "store" => store.to_string())
+        .increment(n);
+}
+
+/// A committed transaction's operator tally of one store.
+pub(crate) fn tally_committed(pipeline: &str, tally: Tally, store: &str, n: u64) {
+    let name = match tally {
+        Tally::Duplicate => "kafka_eos_duplicates_dropped_total",
+        Tally::Late => "kafka_eos_late_records_total",
+    };
+    counter!(name, "pipeline" => pipeline.to_string(), "store" => store.to_string()).increment(n);
 }

@@ -513,16 +513,15 @@ impl Task {
         for st in self.states.values_mut() {
             let committed = st.commit();
             for (store, n) in committed.changes {
-                crate::metrics::state_committed(pipeline, "kafka_eos_changelog_records_total", &store, n);
+                crate::metrics::changelog_committed(pipeline, &store, n);
                 stats.changelog_records.add(n);
             }
             for ((tally, store), n) in committed.tallies {
-                let (metric, counter) = match tally {
-                    Tally::Duplicate => ("kafka_eos_duplicates_dropped_total", &stats.duplicates_dropped),
-                    Tally::Late => ("kafka_eos_late_records_total", &stats.late_records),
-                };
-                crate::metrics::state_committed(pipeline, metric, &store, n);
-                counter.add(n);
+                crate::metrics::tally_committed(pipeline, tally, &store, n);
+                match tally {
+                    Tally::Duplicate => stats.duplicates_dropped.add(n),
+                    Tally::Late => stats.late_records.add(n),
+                }
             }
         }
     }
