@@ -10,10 +10,10 @@
 //! # How
 //! One input topic per partition count is filled before anything runs (`records` values of
 //! [`VALUE_SIZE`] bytes). Every subject then copies the whole of it into its own new output
-//! topic, which is verified (`kafka_eos::verify`) and deleted. Subjects:
+//! topic, which is verified (`kafka_eos_testkit::verify`) and deleted. Subjects:
 //!
 //! - `ceiling`: plain rdkafka consume→produce, no transaction, no offset guarantee
-//!   (`kafka_eos::bench::Subject::Ceiling`);
+//!   (`kafka_eos_cli::bench::Subject::Ceiling`);
 //! - the pipeline under `at-least-once`, `exactly-once` (a producer per partition) and
 //!   `exactly-once-per-consumer`, with `max_records_per_transaction` raised to 1,000,000 so
 //!   that the commit interval alone decides the batch size;
@@ -25,7 +25,7 @@
 //!   `TransactionalMessageCopier` on the 1-partition input.
 //!
 //! Throughput and CPU are taken over the copy's window (from the partitions' assignment to
-//! the last commit; see `kafka_eos::bench`); each is also given as a ratio to the ceiling of the
+//! the last commit; see `kafka_eos_cli::bench`); each is also given as a ratio to the ceiling of the
 //! same partition count in the same repetition. The broker's CPU over the same window is
 //! measured too when it runs here (the local cluster, or `--broker-pid` with
 //! `KAFKA_BOOTSTRAP`): it shares the cores with the subject, so what a mode costs the broker
@@ -40,7 +40,7 @@ use std::time::{Duration, Instant};
 use common::peers::Peers;
 use common::plot::{log_x_chart, Legend, Series};
 use common::{bar, broker, broker_pids, init_tracing, runtime, step, write_results, Args};
-use kafka_eos::bench::{
+use kafka_eos_cli::bench::{
     copy, delete_topics, fmt_opt, median, table, unique_name, CopyOptions, CopyResult, Input, Subject, Tuning,
 };
 use kafka_eos::config::Properties;

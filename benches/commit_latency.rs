@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use common::plot::{log_x_chart, Legend, Series};
 use common::{bar, broker, init_tracing, runtime, step, write_results, Args};
 use hdrhistogram::Histogram;
-use kafka_eos::bench::{copy, delete_topics, fmt_opt, table, unique_name, CopyOptions, Input, Subject, Tuning};
+use kafka_eos_cli::bench::{copy, delete_topics, fmt_opt, table, unique_name, CopyOptions, Input, Subject, Tuning};
 use kafka_eos::config::Properties;
 use kafka_eos::observe::{Outcome, TransactionEvent};
 use kafka_eos::Guarantee;

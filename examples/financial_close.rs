@@ -8,7 +8,7 @@
 //! topic instead of being dropped. Each day's total is emitted once, keyed by
 //! `merchant/day`, so a downstream upsert is idempotent.
 //!
-//! The pipeline itself is [`kafka_eos::workloads::financial_close::pipeline`]: dedup →
+//! The pipeline itself is [`kafka_eos_cli::workloads::financial_close::pipeline`]: dedup →
 //! daily tumbling window → output. This example starts a broker (unless `KAFKA_BOOTSTRAP`
 //! is set), writes 50,000 payments (+5 % duplicates, ~1 % late) to 4 partitions, runs the
 //! pipeline until it has consumed everything, then recomputes every merchant-day in batch
@@ -20,10 +20,11 @@
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use kafka_eos::broker::{Cluster, ClusterConfig};
-use kafka_eos::verify::VerifyConfig;
-use kafka_eos::workloads::financial_close::{self, Generate, Topics};
-use kafka_eos::{admin, Guarantee, Pipeline};
+use kafka_eos_testkit::broker::{Cluster, ClusterConfig};
+use kafka_eos_testkit::verify::VerifyConfig;
+use kafka_eos_cli::workloads::financial_close::{self, Generate, Topics};
+use kafka_eos::{Guarantee, Pipeline};
+use kafka_eos_testkit::admin;
 
 const PARTITIONS: i32 = 4;
 

@@ -16,10 +16,11 @@
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use kafka_eos::broker::{Cluster, ClusterConfig};
+use kafka_eos_testkit::broker::{Cluster, ClusterConfig};
 use kafka_eos::codec::Json;
-use kafka_eos::verify::{verify, VerifyConfig};
-use kafka_eos::{admin, Guarantee, OutputRecord, Pipeline};
+use kafka_eos_testkit::verify::{verify, VerifyConfig};
+use kafka_eos::{Guarantee, OutputRecord, Pipeline};
+use kafka_eos_testkit::admin;
 use serde::{Deserialize, Serialize};
 
 const ORDERS: u64 = 100_000;
@@ -103,6 +104,7 @@ async fn run() -> Result<bool, Box<dyn std::error::Error>> {
         .input_topic(&orders)
         .guarantee(Guarantee::ExactlyOnce)
         .commit_interval(Duration::from_millis(100))
+        .handle_signals(true) // Ctrl-C stops it gracefully
         .ops_address(std::env::var("KAFKA_EOS_OPS_ADDR").unwrap_or_else(|_| "127.0.0.1:0".into()).parse()?)
         .processor(move |rec| {
             let order: Order = rec.value_as::<Json, _>()?;

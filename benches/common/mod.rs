@@ -1,5 +1,5 @@
 //! What both benchmarks share: arguments, the broker, result files, progress bars, plots,
-//! and the Java peers. The measuring itself lives in the library (`kafka_eos::bench`), so
+//! and the Java peers. The measuring itself lives in the library (`kafka_eos_cli::bench`), so
 //! `kafka-eos bench` measures the same way.
 
 // Each bench binary uses a different subset of these helpers.
@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressStyle};
-use kafka_eos::broker::{Cluster, ClusterConfig};
+use kafka_eos_testkit::broker::{Cluster, ClusterConfig};
 
 /// Command-line arguments of a bench binary. Cargo passes `--bench` (and a filter, when
 /// one is given) to every `harness = false` target; anything unknown is ignored.
@@ -164,7 +164,7 @@ pub fn write_results(name: &str, mode: &str, broker: &str, extra: serde_json::Va
     let doc = serde_json::json!({
         "bench": name,
         "mode": mode,
-        "kafka_version": kafka_eos::broker::KAFKA_VERSION,
+        "kafka_version": kafka_eos_testkit::broker::KAFKA_VERSION,
         "broker": broker,
         "machine": machine(),
         "unix_time": std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),

@@ -6,7 +6,7 @@
 //! - Kafka's own `TransactionalMessageCopier` (`kafka-tools`), one process per input
 //!   partition, as Kafka's system tests run it.
 //!
-//! Their jars come from Maven Central once, like the broker's (`kafka_eos::broker::install`):
+//! Their jars come from Maven Central once, like the broker's (`kafka_eos_testkit::broker::install`):
 //! `benches/streams/pom.xml` is copied into `<cache>/kafka-peers-<version>/` and Maven
 //! copies its runtime classpath into `libs/` next to it; a marker file written last makes
 //! an interrupted fetch start over. `CopyApp.java` is compiled with `javac` into
@@ -25,8 +25,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use kafka_eos::bench::{peak_rss, CopyResult, CpuSource, Input, Progress, Verified};
-use kafka_eos::broker::{cache_dir, copy_dependencies, KAFKA_VERSION};
+use kafka_eos_cli::bench::{peak_rss, CopyResult, CpuSource, Input, Progress, Verified};
+use kafka_eos_testkit::broker::{cache_dir, copy_dependencies, KAFKA_VERSION};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
@@ -165,7 +165,7 @@ impl Peers {
         label: &str,
     ) -> Res<CopyResult> {
         input.create_topic(output, 1).map_err(|e| e.to_string())?;
-        let app = kafka_eos::bench::unique_name("bench-streams");
+        let app = kafka_eos_cli::bench::unique_name("bench-streams");
         let state = std::env::temp_dir().join(&app);
         let args = vec![
             input.bootstrap.clone(),
@@ -193,7 +193,7 @@ impl Peers {
         let mut r = result?;
         if r.records_copied >= input.records {
             r.verified = Some(
-                kafka_eos::bench::check(input, output, kafka_eos::bench::Subject::Ceiling)
+                kafka_eos_cli::bench::check(input, output, kafka_eos_cli::bench::Subject::Ceiling)
                     .map_err(|e| e.to_string())?,
             );
         }
@@ -204,7 +204,7 @@ impl Peers {
     /// transaction, all started at once; progress is their group's committed offsets.
     pub fn copier(&self, input: &Input, output: &str, txn_size: u32, label: &str) -> Res<CopyResult> {
         input.create_topic(output, 1).map_err(|e| e.to_string())?;
-        let group = kafka_eos::bench::unique_name("bench-copier");
+        let group = kafka_eos_cli::bench::unique_name("bench-copier");
         let mut children = Vec::new();
         for p in 0..input.partitions {
             let args = vec![
@@ -245,8 +245,8 @@ impl Peers {
         // The copier writes no origin header: compare counts (read_committed) only.
         if r.records_copied >= input.records {
             let mut n = 0u64;
-            let cfg = kafka_eos::verify::VerifyConfig::new(&input.bootstrap, &input.topic, output);
-            kafka_eos::verify::read_to_end(&cfg, output, Instant::now() + Duration::from_secs(120), |_| n += 1)
+            let cfg = kafka_eos_testkit::verify::VerifyConfig::new(&input.bootstrap, &input.topic, output);
+            kafka_eos_testkit::verify::read_to_end(&cfg, output, Instant::now() + Duration::from_secs(120), |_| n += 1)
                 .map_err(|e| e.to_string())?;
             r.verified = Some(Verified {
                 input_records: input.records,

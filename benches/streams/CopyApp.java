@@ -4,7 +4,7 @@
 //
 // Every record is forwarded unchanged (key, value) to the output partition with the
 // input's number (input record i sits in partition i % n and has key "i"), with the
-// header kafka-eos.origin = topic/partition/offset that kafka_eos::verify joins on.
+// header kafka-eos.origin = topic/partition/offset that kafka_eos_testkit::verify joins on.
 // Everything else is Kafka Streams' defaults: one stream thread, its producer and
 // consumer settings, and, under exactly_once_v2, one transactional producer per thread.
 //

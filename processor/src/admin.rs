@@ -1,5 +1,6 @@
-//! Cluster chores for examples, tests, benchmarks and the CLI: creating topics, writing
-//! sample input, and waiting until a consumer group has committed everything.
+//! Topic administration: creating topics and reading their configuration. The pipeline uses
+//! it for its changelog topics; applications may use it for their own topics. (Writing
+//! sample data and watching a group's lag live in `kafka-eos-testkit`'s `admin`.)
 //!
 //! [`Client`] carries the bootstrap servers and any client properties (security settings:
 //! `security.protocol`, `sasl.*`, `ssl.*`) into every client it creates; the free functions
@@ -12,10 +13,10 @@ use std::time::{Duration, Instant};
 
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
 use rdkafka::client::DefaultClientContext;
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
+use rdkafka::error::KafkaError;
 use rdkafka::types::RDKafkaErrorCode;
-use rdkafka::{ClientConfig, TopicPartitionList};
+use rdkafka::{ClientConfig, ClientContext};
 
 use crate::config::{client_error, Properties};
 use crate::error::{Error, Result};
@@ -32,7 +33,6 @@ use crate::error::{Error, Result};
 ///     .property("sasl.username", "alice")
 ///     .property("sasl.password", "alice-secret");
 /// admin.create_topic("orders", 3, 1)?;
-/// admin.produce_sequence("orders", 3, 1000, 100)?;
 /// # Ok(()) }
 /// ```
 ///
@@ -64,8 +64,9 @@ impl Client {
     }
 
     /// `bootstrap.servers`, quiet logging, then the properties: the base of every client
-    /// created for this cluster (the chaos suite's readers and producers too).
-    pub(crate) fn config(&self) -> ClientConfig {
+    /// created for this cluster (the test kit's and the chaos suite's readers and producers
+    /// too).
+    pub fn config(&self) -> ClientConfig {
         let mut c = ClientConfig::new();
         c.set("bootstrap.servers", &self.bootstrap).set("log_level", "3");
         self.properties.apply(&mut c);
@@ -144,94 +145,6 @@ impl Client {
             None => Ok(None),
         }
     }
-
-    /// See [`produce_sequence`].
-    pub fn produce_sequence(&self, topic: &str, partitions: i32, count: u64, value_size: usize) -> Result<()> {
-        let mut value = vec![b'.'; value_size];
-        self.produce(
-            topic,
-            (0..count).map(|i| {
-                let key = i.to_string().into_bytes();
-                let n = key.len().min(value_size);
-                value[..n].copy_from_slice(&key[..n]);
-                (Some((i % partitions as u64) as i32), key, value.clone())
-            }),
-        )
-    }
-
-    /// See [`produce`].
-    pub fn produce(
-        &self,
-        topic: &str,
-        records: impl IntoIterator<Item = (Option<i32>, Vec<u8>, Vec<u8>)>,
-    ) -> Result<()> {
-        let producer: ThreadedProducer<DefaultProducerContext> = self
-            .config()
-            .set("enable.idempotence", "true")
-            .set("linger.ms", "20")
-            .set("batch.size", "1000000")
-            .create()
-            .map_err(|e| Error::Config(client_error(&e)))?;
-        for (partition, key, value) in records {
-            let mut rec = BaseRecord::to(topic).key(&key[..]).payload(&value[..]);
-            rec.partition = partition;
-            loop {
-                match producer.send(rec) {
-                    Ok(()) => break,
-                    Err((rdkafka::error::KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
-                        rec = r;
-                        std::thread::sleep(Duration::from_millis(5));
-                    }
-                    Err((e, _)) => return Err(Error::Config(format!("producing to {topic}: {e}"))),
-                }
-            }
-        }
-        producer.flush(Duration::from_secs(60)).map_err(|e| self.unreachable(Duration::from_secs(60), e))
-    }
-
-    /// See [`group_lag`].
-    pub fn group_lag(&self, group: &str, topics: &[String]) -> Result<i64> {
-        let timeout = Duration::from_secs(10);
-        let consumer: BaseConsumer = self
-            .config()
-            .set("group.id", group)
-            .set("enable.auto.commit", "false")
-            .set("isolation.level", "read_committed")
-            .create()
-            .map_err(|e| Error::Config(client_error(&e)))?;
-        let mut tpl = TopicPartitionList::new();
-        for t in topics {
-            let md = consumer.fetch_metadata(Some(t), timeout).map_err(|e| self.unreachable(timeout, e))?;
-            for p in md.topics().first().map(|t| t.partitions()).unwrap_or_default() {
-                tpl.add_partition(t, p.id());
-            }
-        }
-        let committed = consumer.committed_offsets(tpl, timeout).map_err(|e| self.unreachable(timeout, e))?;
-        let mut lag = 0;
-        for e in committed.elements() {
-            let (_, high) = consumer
-                .fetch_watermarks(e.topic(), e.partition(), timeout)
-                .map_err(|e| self.unreachable(timeout, e))?;
-            lag += high - e.offset().to_raw().unwrap_or(0).max(0);
-        }
-        Ok(lag)
-    }
-
-    /// See [`wait_for_catch_up`].
-    pub fn wait_for_catch_up(&self, group: &str, topics: &[String], timeout: Duration) -> Result<()> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let last = match self.group_lag(group, topics) {
-                Ok(0) => return Ok(()),
-                Ok(lag) => format!("lag {lag}"),
-                Err(e) => e.to_string(),
-            };
-            if Instant::now() > deadline {
-                return Err(Error::TaskTimeout { what: format!("group {group} catching up"), timeout, last });
-            }
-            std::thread::sleep(Duration::from_millis(200));
-        }
-    }
 }
 
 /// Creates `topic` with `partitions` partitions and replication factor `replication`, and
@@ -252,32 +165,22 @@ pub fn create_topic_with(
     Client::new(bootstrap).create_topic_with(topic, partitions, replication, configs)
 }
 
-/// Writes `count` records to `topic` with an idempotent producer, record `i` to partition
-/// `i % partitions` with key `i` (decimal) and a value of `value_size` bytes starting with
-/// `i`. Returns once every record is acknowledged.
-pub fn produce_sequence(bootstrap: &str, topic: &str, partitions: i32, count: u64, value_size: usize) -> Result<()> {
-    Client::new(bootstrap).produce_sequence(topic, partitions, count, value_size)
+
+/// A consumer context that does not report the end of a partition as an error: readers
+/// that ask for those events (`enable.partition.eof`: a restore, a verifier) would
+/// otherwise see librdkafka's default context log each one at ERROR level.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct QuietEof;
+
+impl ClientContext for QuietEof {
+    fn error(&self, error: KafkaError, reason: &str) {
+        match error {
+            KafkaError::PartitionEOF(_) | KafkaError::Global(RDKafkaErrorCode::PartitionEOF) => {
+                tracing::trace!(reason, "end of partition")
+            }
+            e => tracing::warn!(error = %e, reason, "consumer error"),
+        }
+    }
 }
 
-/// Writes `(partition, key, value)` records to `topic` with an idempotent producer (a
-/// `None` partition lets the partitioner choose by key) and waits until every one is
-/// acknowledged.
-pub fn produce(
-    bootstrap: &str,
-    topic: &str,
-    records: impl IntoIterator<Item = (Option<i32>, Vec<u8>, Vec<u8>)>,
-) -> Result<()> {
-    Client::new(bootstrap).produce(topic, records)
-}
-
-/// The group's lag: for every partition of `topics`, high watermark minus committed offset
-/// (a partition with no commit counts from 0). 0 means the group has committed everything.
-pub fn group_lag(bootstrap: &str, group: &str, topics: &[String]) -> Result<i64> {
-    Client::new(bootstrap).group_lag(group, topics)
-}
-
-/// Waits until [`group_lag`] is 0, or fails after `timeout` with the lag (or error) left.
-/// Errors such as `NOT_COORDINATOR` while the group coordinator loads are retried.
-pub fn wait_for_catch_up(bootstrap: &str, group: &str, topics: &[String], timeout: Duration) -> Result<()> {
-    Client::new(bootstrap).wait_for_catch_up(group, topics, timeout)
-}
+impl ConsumerContext for QuietEof {}

@@ -47,10 +47,12 @@ pub trait Codec<T> {
     fn decode(bytes: &[u8]) -> Result<T, DecodeError>;
 }
 
-/// JSON through `serde_json`.
+/// JSON through `serde_json` (feature `json`, on by default).
+#[cfg(feature = "json")]
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Json;
 
+#[cfg(feature = "json")]
 impl<T: Serialize + DeserializeOwned> Codec<T> for Json {
     fn encode(value: &T) -> Result<Vec<u8>, DecodeError> {
         serde_json::to_vec(value).map_err(|e| DecodeError { codec: "json", message: e.to_string() })

@@ -170,7 +170,7 @@ pub fn is_sensitive(key: &str) -> bool {
 
 /// A librdkafka client-creation error as text, without the value of a sensitive property
 /// (rust-rdkafka's `Display` of a rejected property includes its value).
-pub(crate) fn client_error(e: &rdkafka::error::KafkaError) -> String {
+pub fn client_error(e: &rdkafka::error::KafkaError) -> String {
     match e {
         rdkafka::error::KafkaError::ClientConfig(_, desc, key, _) if is_sensitive(key) => {
             format!("Client config error: {desc} {key} [redacted]")
@@ -206,7 +206,8 @@ impl Properties {
             .filter(|(k, v)| is_sensitive(k) && !v.is_empty())
             .fold(text.to_string(), |text, (_, v)| text.replace(v, "[redacted]"))
     }
-    pub(crate) fn apply(&self, cfg: &mut ClientConfig) {
+    /// Sets every property on `cfg` (after what it has: a later value wins).
+    pub fn apply(&self, cfg: &mut ClientConfig) {
         for (k, v) in self.iter() {
             cfg.set(k, v);
         }
@@ -537,10 +538,11 @@ impl PipelineBuilder {
         self
     }
 
-    /// Whether `run` installs SIGINT/SIGTERM handlers: the first signal shuts down
-    /// gracefully, a second exits the process at once (code 130). Default true; turn off
-    /// when the application handles signals itself (use the
-    /// [`ShutdownHandle`](crate::ShutdownHandle)).
+    /// Whether `run` installs SIGINT/SIGTERM handlers (Ctrl-C on Windows): every signal
+    /// asks for a graceful shutdown, as [`ShutdownHandle::shutdown`](crate::ShutdownHandle::shutdown)
+    /// does; the process never exits on its own. Default **false**: signals belong to the
+    /// application, which may stop the pipeline through the handle, or by dropping the
+    /// `run` future. `true` is the one call a small service needs.
     pub fn handle_signals(mut self, on: bool) -> Self {
         self.handle_signals = Some(on);
         self
@@ -555,9 +557,11 @@ impl PipelineBuilder {
     }
 
     /// Serves Prometheus `/metrics` and `/health` on this address while the pipeline runs
-    /// (see [`ops`](crate::ops)); port 0 picks a free port, which
+    /// (see [`ops`](crate::ops); feature `ops-server`); port 0 picks a free port, which
     /// [`ShutdownHandle::ops_address`](crate::ShutdownHandle::ops_address) then tells. Default:
-    /// no server (metrics still go to any recorder the application installed).
+    /// no server (metrics still go to any recorder the application installed). The first
+    /// pipeline with an address installs the process's global Prometheus recorder.
+    #[cfg(feature = "ops-server")]
     pub fn ops_address(mut self, addr: std::net::SocketAddr) -> Self {
         self.ops_address = Some(addr);
         self
@@ -600,7 +604,7 @@ impl PipelineBuilder {
 
     /// [`client_property`](Self::client_property) for each of `properties`: e.g. security
     /// settings kept in one [`Properties`] for the pipeline, the
-    /// [verifier](crate::verify::VerifyConfig) and the [admin client](crate::admin::Client).
+    /// [admin client](crate::admin::Client) and the test kit's verifier.
     pub fn client_properties(mut self, properties: &Properties) -> Self {
         for (k, v) in properties.iter() {
             self = self.client_property(k, v);
@@ -738,7 +742,7 @@ impl PipelineBuilder {
                 shutdown_timeout: self.shutdown_timeout.unwrap_or(Duration::from_secs(30)),
                 processor_error_policy: self.policy,
                 origin_header: self.origin_header.unwrap_or(true),
-                handle_signals: self.handle_signals.unwrap_or(true),
+                handle_signals: self.handle_signals.unwrap_or(false),
                 instance_id,
                 statistics_interval: self.statistics_interval.unwrap_or(if self.ops_address.is_some() {
                     Duration::from_secs(5)

@@ -29,8 +29,9 @@
 //!             let fee = Payment { merchant: p.merchant.clone(), cents: p.cents / 100 };
 //!             Ok(vec![OutputRecord::to("fees").key(&p.merchant).encode_value::<Json, _>(&fee)?])
 //!         })
+//!         .handle_signals(true) // SIGINT/SIGTERM stop it gracefully (off by default)
 //!         .build()?
-//!         .run() // until SIGINT/SIGTERM or the shutdown handle
+//!         .run() // until a signal, the shutdown handle, or the future is dropped
 //!         .await?;
 //!     println!("{} records in, {} out", summary.records_in, summary.records_out);
 //!     Ok(())
@@ -42,27 +43,40 @@
 //! |---|---|
 //! | [`config`] | the pipeline builder, every option's default and trade-off, validation |
 //! | [`record`], [`codec`], [`processor`] | what a processor sees and returns; serde codecs |
-//! | [`txn`](crate::txn) (private) | the transaction cycle, top to bottom, and its hazards |
+//! | `txn` (private) | the transaction cycle, top to bottom, and its hazards |
 //! | `runtime` (private) | the consumer thread, rebalance callbacks, partition tasks |
 //! | [`state`] | state stores with changelog topics, restored on assignment |
 //! | [`operators`] | dedup, tumbling event-time windows, keyed aggregates, built on stores |
 //! | [`observe`] | a hook called after every transaction, with its timings and outcome |
-//! | [`ops`] | Prometheus `/metrics`, `/health`, tracing set-up |
+//! | [`health`] | per-partition health (what `/health` serves) |
+//! | [`ops`] | Prometheus `/metrics` and `/health` (feature `ops-server`), tracing set-up (feature `logging`) |
 //! | [`error`] | typed errors and their classification (retriable / abortable / fenced / fatal) |
-//! | [`verify`] | the verifier that proves exactly-once on real topics |
-//! | [`admin`] | topic creation, test-data production, waiting for a group to catch up |
-//! | [`broker`] | a real local Apache Kafka cluster for tests, examples and benchmarks |
+//! | [`admin`] | topic creation and topic configuration |
+//!
+//! The local broker harness, the verifier and test-data helpers are in the
+//! `kafka-eos-testkit` crate; the `kafka-eos` command line, the benchmarks and the chaos
+//! suite in `kafka-eos-cli`.
+//!
+//! ## Features
+//! | feature | default | brings |
+//! |---|---|---|
+//! | `json` | on | `codec::Json` (`serde_json`) |
+//! | `ops-server` | off | `PipelineBuilder::ops_address`: Prometheus `/metrics` and `/health` over HTTP (`axum`, `metrics-exporter-prometheus`) |
+//! | `logging` | off | `ops::init_tracing`: a `tracing-subscriber` set-up, text or JSON lines |
+//! | `ssl` | off | TLS listeners and SASL/SCRAM (librdkafka built with OpenSSL) |
+//! | `cmake-build` | off | builds librdkafka with CMake (needed for Windows targets) |
+//!
+//! The library has no global side effects unless asked: no metrics recorder, no HTTP
+//! server, no signal handler, and it never exits the process.
 //!
 //! The guarantees and their costs are in `docs/semantics.md`.
 #![warn(missing_docs)]
 
 pub mod admin;
-pub mod bench;
-pub mod broker;
-pub mod chaos;
 pub mod codec;
 pub mod config;
 pub mod error;
+pub mod health;
 mod metrics;
 pub mod observe;
 pub mod operators;
@@ -72,8 +86,6 @@ pub mod record;
 mod runtime;
 pub mod state;
 mod txn;
-pub mod verify;
-pub mod workloads;
 
 pub use config::{Exhausted, Guarantee, PipelineBuilder, PipelineConfig, ProcessorErrorPolicy};
 pub use error::{BoxError, Error, ErrorClass, Result};

@@ -11,7 +11,7 @@ use rdkafka::message::{BorrowedMessage, Headers, Message};
 use crate::codec::{Codec, DecodeError};
 
 /// The header every output record carries, by default, naming the input record it came
-/// from as `topic/partition/offset`. The [verifier](crate::verify) joins on it to prove
+/// from as `topic/partition/offset`. The verifier (`kafka_eos_testkit::verify`) joins on it to prove
 /// exactly-once 1:1; turn it off with
 /// [`PipelineBuilder::origin_header`](crate::PipelineBuilder::origin_header).
 pub const ORIGIN_HEADER: &str = "kafka-eos.origin";

@@ -4,12 +4,11 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use kafka_eos::broker::{Cluster, ClusterConfig};
+use kafka_eos_testkit::broker::{Cluster, ClusterConfig};
 use kafka_eos::processor::ProcessResult;
-use kafka_eos::verify::{verify, Report, VerifyConfig};
-use kafka_eos::{
-    admin, Error, Guarantee, InputRecord, OutputRecord, Pipeline, PipelineBuilder, ShutdownHandle, Summary,
-};
+use kafka_eos_testkit::verify::{verify, Report, VerifyConfig};
+use kafka_eos::{Error, Guarantee, InputRecord, OutputRecord, Pipeline, PipelineBuilder, ShutdownHandle, Summary};
+use kafka_eos_testkit::admin;
 
 /// The bootstrap servers of the binary's shared cluster (started on first use). A test
 /// that cannot get a broker fails loudly: a skipped broker test would look green.
@@ -113,7 +112,7 @@ impl Topics {
         let topic = self.output.clone();
         tokio::task::spawn_blocking(move || {
             let mut n = 0u64;
-            kafka_eos::verify::read_to_end(&cfg, &topic, Instant::now() + Duration::from_secs(60), |_| n += 1)
+            kafka_eos_testkit::verify::read_to_end(&cfg, &topic, Instant::now() + Duration::from_secs(60), |_| n += 1)
                 .map(|()| n)
         })
         .await

@@ -8,7 +8,7 @@ use crate::common::{spawn, topics, unique};
 
 const RECORDS: u64 = 100_000;
 
-async fn copy_all(guarantee: Guarantee) -> kafka_eos::verify::Report {
+async fn copy_all(guarantee: Guarantee) -> kafka_eos_testkit::verify::Report {
     let t = topics(&format!("copy-{}", guarantee.as_str()), 4, RECORDS, 100).await;
     let app = unique("copy");
     let started = Instant::now();

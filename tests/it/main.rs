@@ -1,7 +1,7 @@
 //! Integration tests against a real Apache Kafka broker: one binary, one broker.
 //!
 //! The broker is started once for the whole binary (a 1-node KRaft cluster from Maven
-//! Central jars, see `kafka_eos::broker`), or taken from `KAFKA_BOOTSTRAP` when set. Each
+//! Central jars, see `kafka_eos_testkit::broker`), or taken from `KAFKA_BOOTSTRAP` when set. Each
 //! test uses its own topics and application id, so tests run in parallel.
 
 mod aborts;

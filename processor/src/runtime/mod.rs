@@ -33,7 +33,7 @@ use std::time::Duration;
 use crate::config::PipelineConfig;
 use crate::error::{Error, Result};
 use crate::observe::TransactionHook;
-use crate::ops::{Health, HealthReport};
+use crate::health::{Health, HealthReport};
 use crate::processor::Processor;
 
 /// `(topic, partition)`.
@@ -263,6 +263,11 @@ impl Pipeline {
             .await
             .map_err(|e| Error::Internal(format!("preflight task: {e}")))??;
 
+        // Dropping this future (a `select!` that lost, a cancelled task) stops the pipeline
+        // as `shutdown` does: the consumer thread and the tasks commit what they collected
+        // and leave the group, in the background.
+        let _stop_on_drop = StopOnDrop(self.handle.clone());
+        #[cfg(feature = "ops-server")]
         let ops = match self.cfg.ops_address {
             Some(addr) => {
                 let (bound, task) = crate::ops::serve(addr, self.handle.clone()).await?;
@@ -271,6 +276,8 @@ impl Pipeline {
             }
             None => None,
         };
+        #[cfg(not(feature = "ops-server"))]
+        let ops: Option<tokio::task::JoinHandle<()>> = None;
         let (control_tx, control_rx) = std::sync::mpsc::channel();
         let shared = Arc::new(Shared {
             cfg: self.cfg.clone(),
@@ -301,26 +308,48 @@ impl Pipeline {
     }
 }
 
-/// First SIGINT/SIGTERM: graceful shutdown; second: exit at once.
+/// Calls [`ShutdownHandle::shutdown`] when dropped: with [`Pipeline::run`]'s future.
+struct StopOnDrop(ShutdownHandle);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.shutdown();
+    }
+}
+
+/// Every SIGINT or SIGTERM (Ctrl-C, Ctrl-Break on Windows) asks for a graceful shutdown. A
+/// second signal does not exit the process: a library must not, and a supervisor such as
+/// GNU `timeout` may deliver its one SIGTERM twice (to the process and to its group). An
+/// application that wants a hard stop on a second signal installs its own handler.
 async fn watch_signals(handle: ShutdownHandle) {
-    use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut int), Ok(mut term)) = (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) else {
-        tracing::warn!("cannot install signal handlers; use the ShutdownHandle");
-        return;
-    };
-    for n in 0.. {
-        tokio::select! {
-            _ = int.recv() => {},
-            _ = term.recv() => {},
+    loop {
+        if let Err(e) = next_signal().await {
+            tracing::warn!(error = %e, "cannot install signal handlers; use the ShutdownHandle");
+            return;
         }
-        if n == 0 {
-            tracing::info!("signal received: shutting down gracefully (send it again to exit at once)");
-            handle.shutdown();
+        if handle.is_shutdown() {
+            tracing::info!("signal received: already shutting down gracefully");
         } else {
-            tracing::warn!("second signal: exiting now");
-            std::process::exit(130);
+            tracing::info!("signal received: shutting down gracefully");
+            handle.shutdown();
         }
     }
+}
+
+#[cfg(unix)]
+async fn next_signal() -> std::io::Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (mut int, mut term) = (signal(SignalKind::interrupt())?, signal(SignalKind::terminate())?);
+    tokio::select! {
+        _ = int.recv() => {},
+        _ = term.recv() => {},
+    }
+    Ok(())
+}
+
+#[cfg(not(unix))]
+async fn next_signal() -> std::io::Result<()> {
+    tokio::signal::ctrl_c().await
 }
 
 /// How often the consumer thread checks for shutdown and control messages.

@@ -12,7 +12,7 @@ use super::backend::Change;
 use super::{changelog_topic, PartitionState};
 use crate::config::PipelineConfig;
 use crate::error::{Error, Result};
-use crate::verify::QuietEof;
+use crate::admin::QuietEof;
 
 /// Creates every store's changelog topic if missing — compacted, one partition per input
 /// partition — and refuses to start if one exists with another partition count or without
@@ -268,11 +268,13 @@ mod mock_cluster_tests {
             .stateful_processor(|_, _| Ok(vec![]))
             .build()
             .expect("config");
-        let admin = crate::admin::Client::new(mock.bootstrap_servers());
-        let entries: Vec<_> = (0..2_000u32)
-            .map(|k| (Some(0), bincode::serialize(&k).unwrap(), bincode::serialize(&(k * 2)).unwrap()))
-            .collect();
-        admin.produce(&store, entries).expect("changelog records");
+        let producer: rdkafka::producer::BaseProducer =
+            crate::admin::Client::new(mock.bootstrap_servers()).config().create().expect("producer");
+        for k in 0..2_000u32 {
+            let (key, value) = (bincode::serialize(&k).unwrap(), bincode::serialize(&(k * 2)).unwrap());
+            producer.send(rdkafka::producer::BaseRecord::to(&store).partition(0).key(&key).payload(&value)).unwrap();
+        }
+        rdkafka::producer::Producer::flush(&producer, Duration::from_secs(30)).expect("changelog records");
         mock.broker_down(1).expect("broker down");
         let cfg = pipeline.config().clone();
         let restoring =

@@ -43,6 +43,17 @@
 pub mod backend;
 pub(crate) mod changelog;
 
+/// Restores the stores of input `partitions` from their changelogs exactly as an assignment
+/// would, then drops them, and returns the number of changelog records read: what a
+/// restore costs, for benchmarks and capacity planning. Blocks until done or `deadline`.
+pub fn measure_restore(
+    cfg: &crate::PipelineConfig,
+    partitions: &[i32],
+    deadline: std::time::Instant,
+) -> crate::Result<u64> {
+    changelog::restore(cfg, partitions, deadline).map(|(_, records)| records)
+}
+
 use std::collections::BTreeMap;
 use std::marker::PhantomData;
 

@@ -25,9 +25,9 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{BorrowedMessage, Headers, Message};
 use rdkafka::{Offset, TopicPartitionList};
 
-use crate::admin::Client;
-use crate::record::{parse_origin, ORIGIN_HEADER};
-use crate::verify::{read_to_end, VerifyConfig};
+use kafka_eos_testkit::admin::Client;
+use kafka_eos::record::{parse_origin, ORIGIN_HEADER};
+use kafka_eos_testkit::verify::{read_to_end, VerifyConfig};
 
 /// One output record: (output offset, origin partition, origin offset).
 pub(crate) type Seen = (i64, i32, i64);
@@ -244,7 +244,7 @@ pub(crate) fn read_final(
     partitions: i32,
     input: &str,
     timeout: Duration,
-) -> crate::Result<FinalRead> {
+) -> kafka_eos::Result<FinalRead> {
     let cfg = verify_config(client, input, output, timeout);
     let mut out =
         FinalRead { records: vec![Vec::new(); partitions as usize], timestamps: vec![Vec::new(); partitions as usize] };

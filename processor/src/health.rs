@@ -1,36 +1,22 @@
-//! Operations: the `/metrics` (Prometheus) and `/health` endpoints, and tracing set-up.
+//! Partition health: what `/health` serves, and what [`ShutdownHandle::health`](crate::ShutdownHandle::health)
+//! returns to applications that serve it themselves.
 //!
-//! Enabled by [`PipelineBuilder::ops_address`](crate::PipelineBuilder::ops_address). The
-//! server runs on the Tokio runtime that called `run`; it only reads shared state, so a
-//! stuck partition never stalls a scrape.
-//!
-//! **Health.** A partition is healthy while it has no input waiting, or while its last
-//! commit (or its assignment, before the first commit) is younger than the health
-//! threshold. An idle partition is healthy however old its last commit: there is nothing
-//! to commit. `/health` answers 200 with the report while every assigned partition is
-//! healthy, 503 otherwise:
+//! A partition is healthy while it has no input waiting, or while its last commit (or its
+//! assignment, before the first commit) is younger than the health threshold. An idle
+//! partition is healthy however old its last commit: there is nothing to commit. As JSON
+//! (the report is `serde::Serialize`):
 //!
 //! ```json
 //! {"healthy":true,"partitions":[{"topic":"orders","partition":0,"last_commit_age_ms":80,"uncommitted_records":12,"stalled_ms":0}]}
 //! ```
-//!
-//! **Metrics.** The first pipeline with an ops address installs a Prometheus recorder as
-//! the process's global `metrics` recorder; later pipelines share it. If the application
-//! already installed its own recorder, the metrics go there and `/metrics` says so (503).
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock, RwLock};
+use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
-use axum::http::StatusCode;
-use axum::routing::get;
-use axum::{Json, Router};
-use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use serde::Serialize;
 
-use crate::error::{Error, Result};
 use crate::runtime::TopicPartition;
 
 /// The health of one assigned partition.
@@ -149,64 +135,4 @@ impl Health {
         let threshold = self.threshold.as_millis() as u64;
         HealthReport { healthy: partitions.iter().all(|p| p.stalled_ms < threshold), partitions }
     }
-}
-
-/// The process-wide Prometheus handle, or why there is none.
-fn prometheus() -> &'static std::result::Result<PrometheusHandle, String> {
-    static HANDLE: OnceLock<std::result::Result<PrometheusHandle, String>> = OnceLock::new();
-    HANDLE.get_or_init(|| {
-        PrometheusBuilder::new()
-            .install_recorder()
-            .map_err(|e| format!("another metrics recorder is installed ({e}); read kafka-eos metrics from it"))
-    })
-}
-
-/// Binds `addr` and serves `/metrics` and `/health` until the returned task is aborted.
-pub(crate) async fn serve(
-    addr: SocketAddr,
-    handle: crate::ShutdownHandle,
-) -> Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
-    let prom = prometheus();
-    let app = Router::new()
-        .route(
-            "/metrics",
-            get(move || async move {
-                match prom {
-                    Ok(h) => {
-                        h.run_upkeep();
-                        (StatusCode::OK, h.render())
-                    }
-                    Err(why) => (StatusCode::SERVICE_UNAVAILABLE, why.clone()),
-                }
-            }),
-        )
-        .route(
-            "/health",
-            get(move || async move {
-                let report = handle.health();
-                (if report.healthy { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE }, Json(report))
-            }),
-        );
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .map_err(|e| Error::Config(format!("cannot listen on the ops address {addr}: {e}")))?;
-    let bound = listener.local_addr().map_err(|e| Error::Internal(e.to_string()))?;
-    let task = tokio::spawn(async move {
-        if let Err(e) = axum::serve(listener, app).await {
-            tracing::error!(error = %e, "ops server stopped");
-        }
-    });
-    tracing::info!(address = %bound, "serving /metrics and /health");
-    Ok((bound, task))
-}
-
-/// Installs a `tracing` subscriber for applications that have none: filtered by `RUST_LOG`
-/// (default `kafka_eos=info`), human-readable or, with `json`, one JSON object per line with
-/// the current span (pipeline, partition, transactional.id) on every event. Keys and values
-/// of records are never logged above TRACE.
-pub fn init_tracing(json: bool) {
-    use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("kafka_eos=info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter);
-    let _ = if json { builder.json().with_current_span(true).try_init() } else { builder.try_init() };
 }

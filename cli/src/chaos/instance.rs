@@ -1,5 +1,5 @@
 //! One instance process of the suite: `kafka-eos chaos instance ...` runs a
-//! [`Pipeline`](crate::Pipeline) until SIGTERM.
+//! [`Pipeline`](kafka_eos::Pipeline) until SIGTERM.
 //!
 //! Instances are separate OS processes so that the suite can do to them what a machine or
 //! an orchestrator does: SIGKILL (a crash: nothing runs after it, not even a destructor),
@@ -40,8 +40,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::rng::Rng;
-use crate::observe::TransactionEvent;
-use crate::{Guarantee, OutputRecord, Pipeline, ProcessorErrorPolicy, Summary};
+use kafka_eos::observe::TransactionEvent;
+use kafka_eos::{Guarantee, OutputRecord, Pipeline, ProcessorErrorPolicy, Summary};
 
 /// How to run one instance.
 #[derive(Debug, Clone)]
@@ -73,7 +73,7 @@ pub struct InstanceConfig {
     /// Client properties (security settings) for the pipeline's clients. Never put on the
     /// instance's command line: the suite hands them over in a private file
     /// (`--client-config`).
-    pub client_properties: crate::config::Properties,
+    pub client_properties: kafka_eos::config::Properties,
 }
 
 impl InstanceConfig {
@@ -187,21 +187,21 @@ pub(crate) fn parse_status(line: &str) -> Option<(bool, Summary)> {
 }
 
 /// Runs the instance until SIGTERM (graceful) and returns its summary; prints status lines.
-pub fn run_instance(cfg: InstanceConfig) -> crate::Result<Summary> {
+pub fn run_instance(cfg: InstanceConfig) -> kafka_eos::Result<Summary> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
-        .map_err(|e| crate::Error::Internal(format!("tokio runtime: {e}")))?;
+        .map_err(|e| kafka_eos::Error::Internal(format!("tokio runtime: {e}")))?;
     rt.block_on(run(cfg))
 }
 
-async fn run(cfg: InstanceConfig) -> crate::Result<Summary> {
+async fn run(cfg: InstanceConfig) -> kafka_eos::Result<Summary> {
     use tokio::signal::unix::{signal, SignalKind};
 
     let stall = Arc::new(AtomicBool::new(false));
     let mut usr1 = signal(SignalKind::user_defined1())
-        .map_err(|e| crate::Error::Internal(format!("cannot install the SIGUSR1 handler: {e}")))?;
+        .map_err(|e| kafka_eos::Error::Internal(format!("cannot install the SIGUSR1 handler: {e}")))?;
     let flag = stall.clone();
     tokio::spawn(async move {
         while usr1.recv().await.is_some() {
@@ -221,6 +221,8 @@ async fn run(cfg: InstanceConfig) -> crate::Result<Summary> {
         .consumer_property("heartbeat.interval.ms", heartbeat.as_millis().to_string())
         .client_properties(&cfg.client_properties)
         .startup_timeout(Duration::from_secs(60))
+        // SIGTERM is how the suite stops an instance gracefully.
+        .handle_signals(true)
         // Deliberate failures are replayed until they pass: never stop, never dead-letter.
         .on_processor_error(ProcessorErrorPolicy::retry(u32::MAX).backoff(Duration::from_millis(10)))
         .on_transaction(move |e: &TransactionEvent| d.observe(e.records));
@@ -277,15 +279,9 @@ mod tests {
 
     #[test]
     fn status_lines_round_trip() {
-        let s = Summary {
-            records_in: 1,
-            records_out: 2,
-            transactions_committed: 3,
-            transactions_aborted: 4,
-            producers_fenced: 5,
-            rebalances: 6,
-            ..Summary::default()
-        };
+        let mut s = Summary::default();
+        (s.records_in, s.records_out, s.transactions_committed) = (1, 2, 3);
+        (s.transactions_aborted, s.producers_fenced, s.rebalances) = (4, 5, 6);
         assert_eq!(parse_status(&status_line("chaos-final", &s)), Some((true, s)));
         assert_eq!(parse_status(&status_line("chaos-status", &s)), Some((false, s)));
         assert_eq!(parse_status("something else"), None);

@@ -3,7 +3,7 @@
 //! It reads the input and output topics with `isolation.level=read_committed` from the
 //! beginning to their end (the last stable offset: an open transaction's records are not
 //! read) and joins every output record to its input through the
-//! [`ORIGIN_HEADER`](crate::record::ORIGIN_HEADER) (`topic/partition/offset`) that the
+//! [`ORIGIN_HEADER`](kafka_eos::record::ORIGIN_HEADER) (`topic/partition/offset`) that the
 //! runtime writes. For a transform with `k` outputs per input (default 1) it counts:
 //!
 //! - **duplicates**: outputs beyond `k` for one input record;
@@ -19,14 +19,15 @@
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
-use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
+use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::message::{BorrowedMessage, Headers, Message};
-use rdkafka::{ClientConfig, ClientContext, Offset, TopicPartitionList};
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
-use crate::config::Properties;
-use crate::error::{Error, Result};
-use crate::record::{parse_origin, ORIGIN_HEADER};
+use kafka_eos::admin::QuietEof;
+use kafka_eos::config::Properties;
+use kafka_eos::error::{Error, Result};
+use kafka_eos::record::{parse_origin, ORIGIN_HEADER};
 
 /// What to verify.
 #[derive(Debug, Clone)]
@@ -169,7 +170,7 @@ pub fn read_to_end(
     cfg.client_properties.apply(&mut cc);
     let consumer: BaseConsumer<QuietEof> = cc
         .create_with_context(QuietEof)
-        .map_err(|e| Error::Config(format!("verifier consumer: {}", crate::config::client_error(&e))))?;
+        .map_err(|e| Error::Config(format!("verifier consumer: {}", kafka_eos::config::client_error(&e))))?;
     let remaining = deadline.saturating_duration_since(Instant::now());
     let md = consumer.fetch_metadata(Some(topic), remaining).map_err(|e| Error::Unreachable {
         servers: cfg.bootstrap_servers.clone(),
@@ -209,21 +210,3 @@ pub fn read_to_end(
     }
     Ok(())
 }
-
-/// A consumer context that does not report the end of a partition as an error: the
-/// verifier asks for those events (`enable.partition.eof`), and librdkafka's default
-/// context would log each one at ERROR level.
-pub struct QuietEof;
-
-impl ClientContext for QuietEof {
-    fn error(&self, error: KafkaError, reason: &str) {
-        match error {
-            KafkaError::PartitionEOF(_) | KafkaError::Global(rdkafka::types::RDKafkaErrorCode::PartitionEOF) => {
-                tracing::trace!(reason, "end of partition")
-            }
-            e => tracing::warn!(error = %e, reason, "verifier consumer error"),
-        }
-    }
-}
-
-impl ConsumerContext for QuietEof {}

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use super::instance::parse_status;
 use super::rng::Rng;
-use crate::Summary;
+use kafka_eos::Summary;
 
 /// The latest status an instance printed.
 #[derive(Debug, Default, Clone, Copy)]

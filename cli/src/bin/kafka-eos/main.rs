@@ -15,9 +15,9 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use kafka_eos::broker::{self, ClusterConfig};
+use kafka_eos_testkit::broker::{self, ClusterConfig};
 use kafka_eos::config::Properties;
-use kafka_eos::verify::{verify, VerifyConfig};
+use kafka_eos_testkit::verify::{verify, VerifyConfig};
 
 #[derive(Parser)]
 #[command(name = "kafka-eos", version, about = "Exactly-once stream processing on Apache Kafka")]

@@ -1,4 +1,4 @@
-//! `kafka-eos chaos`: exactly-once under injected faults (see `kafka_eos::chaos` and
+//! `kafka-eos chaos`: exactly-once under injected faults (see `kafka_eos_cli::chaos` and
 //! `docs/reliability.md`).
 //!
 //! `kafka-eos chaos [--records N] [--scenario NAME]... [--soak] [--seed S]
@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use kafka_eos::chaos::{self, InstanceConfig, Progress, Scenario, ScenarioResult, SuiteConfig};
+use kafka_eos_cli::chaos::{self, InstanceConfig, Progress, Scenario, ScenarioResult, SuiteConfig};
 use kafka_eos::Guarantee;
 
 /// Arguments of `kafka-eos chaos`.

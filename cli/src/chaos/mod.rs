@@ -5,7 +5,7 @@
 //! like a supervisor would — against a real 3-node Kafka cluster, injects one class of fault
 //! per [`Scenario`], and checks the outcome three ways:
 //!
-//! 1. the **verifier** ([`crate::verify`]) over the read_committed output once everything
+//! 1. the **verifier** ([`kafka_eos_testkit::verify`]) over the read_committed output once everything
 //!    has caught up: 0 duplicates, exactly the input set, per-partition order kept;
 //! 2. a **concurrent read_committed reader** that runs through the whole scenario, as a
 //!    downstream consumer would: it must never see an output twice (an origin already seen),

@@ -95,7 +95,7 @@ pub(crate) struct Input {
 /// Where and how much input to write.
 pub(crate) struct InputSpec {
     /// The cluster, with the user's client properties.
-    pub client: crate::admin::Client,
+    pub client: kafka_eos_testkit::admin::Client,
     pub topic: String,
     pub partitions: i32,
     pub records: u64,

@@ -40,7 +40,7 @@
 //!   kernel refuses the reset, the figure is the peak since the process started (flagged
 //!   in [`CopyResult::peak_rss_reset`]).
 //!
-//! Afterwards the output is read back with [`crate::verify`] (read_committed) and checked
+//! Afterwards the output is read back with [`kafka_eos_testkit::verify`] (read_committed) and checked
 //! against the guarantee: exactly-once for the transactional modes and the ceiling (which
 //! in a fault-free run copies exactly, though it promises nothing), at-least-once for
 //! [`Guarantee::AtLeastOnce`].
@@ -55,13 +55,14 @@ use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
 use rdkafka::{ClientConfig, ClientContext};
 
-use crate::config::Properties;
-use crate::error::{Error, Result};
-use crate::observe::{Outcome, TransactionEvent};
-use crate::record::ORIGIN_HEADER;
-use crate::state::StoreSpec;
-use crate::verify::{verify, Report, VerifyConfig};
-use crate::{Guarantee, OutputRecord, Pipeline};
+use kafka_eos::config::Properties;
+use kafka_eos::error::{Error, Result};
+use kafka_eos::observe::{Outcome, TransactionEvent};
+use kafka_eos::record::ORIGIN_HEADER;
+use kafka_eos::state::StoreSpec;
+use kafka_eos_testkit::admin::ClientExt;
+use kafka_eos_testkit::verify::{verify, Report, VerifyConfig};
+use kafka_eos::{Guarantee, OutputRecord, Pipeline};
 
 /// Who copies the records.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -140,7 +141,7 @@ pub struct Input {
 
 impl Input {
     /// Creates `topic` (replication factor `replication`) and fills it with
-    /// [`admin::produce_sequence`](crate::admin::produce_sequence). Blocking.
+    /// [`admin::produce_sequence`](kafka_eos_testkit::admin::produce_sequence). Blocking.
     pub fn create(
         bootstrap: &str,
         topic: &str,
@@ -169,17 +170,17 @@ impl Input {
         self.admin().create_topic(topic, self.partitions, replication)
     }
 
-    fn admin(&self) -> crate::admin::Client {
-        crate::admin::Client::new(&self.bootstrap).properties(self.client_properties.clone())
+    fn admin(&self) -> kafka_eos_testkit::admin::Client {
+        kafka_eos_testkit::admin::Client::new(&self.bootstrap).properties(self.client_properties.clone())
     }
 }
 
 /// How a pipeline subject is configured (ignored by the ceiling).
 #[derive(Debug, Clone, Copy)]
 pub struct Tuning {
-    /// [`PipelineBuilder::commit_interval`](crate::PipelineBuilder::commit_interval).
+    /// [`PipelineBuilder::commit_interval`](kafka_eos::PipelineBuilder::commit_interval).
     pub commit_interval: Duration,
-    /// [`PipelineBuilder::max_records_per_transaction`](crate::PipelineBuilder::max_records_per_transaction).
+    /// [`PipelineBuilder::max_records_per_transaction`](kafka_eos::PipelineBuilder::max_records_per_transaction).
     pub max_records_per_transaction: usize,
 }
 
@@ -618,7 +619,7 @@ pub fn copy(
         _ => None,
     };
     if let Subject::Stateful(_) = subject {
-        let changelog = crate::state::changelog_topic(&app_id, BENCH_STORE);
+        let changelog = kafka_eos::state::changelog_topic(&app_id, BENCH_STORE);
         delete_topics(&input.bootstrap, &input.client_properties, &[changelog]);
     }
     let commit_interval_ms = match subject {
@@ -689,7 +690,7 @@ async fn pipeline(
                 h(e);
             }
         });
-    let copy_of = move |r: &crate::InputRecord| {
+    let copy_of = move |r: &kafka_eos::InputRecord| {
         let mut o = OutputRecord::to(&out);
         o.key = r.key.clone();
         o.value = r.value.clone();
@@ -751,7 +752,7 @@ fn restore(input: &Input, app_id: &str, guarantee: Guarantee) -> Result<Restore>
     let started = Instant::now();
     let partitions: Vec<i32> = (0..input.partitions).collect();
     let deadline = Instant::now() + Duration::from_secs(300);
-    let records = crate::state::changelog::restore(pipeline.config(), &partitions, deadline)?.1;
+    let records = kafka_eos::state::measure_restore(pipeline.config(), &partitions, deadline)?;
     let seconds = started.elapsed().as_secs_f64();
     Ok(Restore { records, seconds, records_per_second: records as f64 / seconds.max(1e-9) })
 }
@@ -842,7 +843,7 @@ pub fn delete_topics(bootstrap: &str, props: &Properties, topics: &[String]) {
     if topics.is_empty() {
         return;
     }
-    let cc = crate::admin::Client::new(bootstrap).properties(props.clone()).config();
+    let cc = kafka_eos_testkit::admin::Client::new(bootstrap).properties(props.clone()).config();
     let Ok(admin) = cc.create::<AdminClient<rdkafka::client::DefaultClientContext>>() else { return };
     let names: Vec<&str> = topics.iter().map(String::as_str).collect();
     let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
@@ -866,37 +867,18 @@ pub fn median(xs: &[f64]) -> f64 {
     }
 }
 
-/// A plain-text table: a header row, then rows, columns padded to their widest cell
-/// (first column left-aligned, the others right-aligned).
+/// A Markdown table (what `docs/benchmarks.md` holds): a header row, then rows, numbers
+/// right-aligned. A row with more cells than the header gets extra columns, not a panic.
 pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
-    let cols = header.len();
-    let mut width: Vec<usize> = header.iter().map(|h| h.len()).collect();
+    let mut t = comfy_table::Table::new();
+    t.load_preset(comfy_table::presets::ASCII_MARKDOWN).set_header(header.iter().copied());
     for r in rows {
-        for (i, c) in r.iter().enumerate().take(cols) {
-            width[i] = width[i].max(c.chars().count());
-        }
+        t.add_row(r.iter().map(String::as_str));
     }
-    let line = |cells: Vec<&str>| {
-        let mut s = String::new();
-        for (i, c) in cells.iter().enumerate() {
-            let pad = width[i].saturating_sub(c.chars().count());
-            if i == 0 {
-                s.push_str(c);
-                s.push_str(&" ".repeat(pad));
-            } else {
-                s.push_str("  ");
-                s.push_str(&" ".repeat(pad));
-                s.push_str(c);
-            }
-        }
-        s.trim_end().to_string() + "\n"
-    };
-    let mut out = line(header.to_vec());
-    out.push_str(&line(width.iter().map(|w| "-".repeat(*w)).collect::<Vec<_>>().iter().map(String::as_str).collect()));
-    for r in rows {
-        out.push_str(&line(r.iter().map(String::as_str).collect()));
+    for column in t.column_iter_mut().skip(1) {
+        column.set_cell_alignment(comfy_table::CellAlignment::Right);
     }
-    out
+    t.to_string() + "\n"
 }
 
 /// Formats an optional number with `digits` decimals, `-` when absent.
@@ -932,7 +914,17 @@ pub fn overhead_table(results: &[CopyResult]) -> String {
         })
         .collect();
     table(
-        &["subject", "commit ms", "records/s", "MB/s", "% of ceiling", "CPU s/M rec", "peak RSS MiB", "verified"],
+        &[
+            "subject",
+            "commit ms",
+            "records/s",
+            "MB/s",
+            "% of ceiling",
+            "CPU s/M rec",
+            "peak RSS MiB",
+            "RSS over baseline MiB",
+            "verified",
+        ],
         &rows,
     )
 }
@@ -969,8 +961,27 @@ mod tests {
     }
 
     #[test]
-    fn table_aligns() {
+    fn table_is_markdown_with_numbers_right_aligned() {
         let t = table(&["a", "bb"], &[vec!["xyz".into(), "1".into()]]);
-        assert_eq!(t, "a    bb\n---  --\nxyz   1\n");
+        assert_eq!(t, "| a   | bb |\n|-----|----|\n| xyz |  1 |\n");
+    }
+
+    /// `kafka-eos bench` used to panic here: the rows had a cell more than the header.
+    #[test]
+    fn overhead_table_has_a_header_per_cell() {
+        let input = Input {
+            bootstrap: "127.0.0.1:9092".into(),
+            topic: "in".into(),
+            partitions: 1,
+            records: 10,
+            value_size: 100,
+            client_properties: Properties::default(),
+            broker_pids: vec![],
+        };
+        let progress = Progress::new(10, CpuSource::SelfProcess);
+        let r = CopyResult::measured(Subject::Ceiling.name(), &input, None, &progress, Some(1 << 20));
+        let t = overhead_table(&[r]);
+        let bars: Vec<usize> = t.lines().map(|l| l.matches('|').count()).collect();
+        assert!(bars.iter().all(|&n| n == bars[0] && n == 10), "{t}");
     }
 }

@@ -2,7 +2,7 @@
 //!
 //! The benchmark suite (`cargo bench`) measures on a local one-node broker; a production
 //! cluster has other round-trip times, replication and security, and the transaction cost
-//! moves with all of them. This command runs the same measurement (`kafka_eos::bench`, one
+//! moves with all of them. This command runs the same measurement (`kafka_eos_cli::bench`, one
 //! implementation for both) against any cluster: it writes an input topic, copies it with
 //! the no-transaction ceiling and then with every guarantee, verifies each copy
 //! (read_committed) and prints each guarantee's throughput, CPU and memory against the
@@ -12,7 +12,7 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use kafka_eos::bench::{copy, delete_topics, overhead_table, unique_name, CopyOptions, Input, Subject, Tuning};
+use kafka_eos_cli::bench::{copy, delete_topics, overhead_table, unique_name, CopyOptions, Input, Subject, Tuning};
 
 /// Arguments of `kafka-eos bench`.
 #[derive(clap::Args)]

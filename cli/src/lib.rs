@@ -1,0 +1,15 @@
+//! # kafka-eos-cli: the tooling around kafka-eos
+//!
+//! The library half of the `kafka-eos` command line, shared with the benchmarks
+//! (`benches/`) and the integration tests (`tests/it`):
+//!
+//! - [`bench`]: what each guarantee costs (`kafka-eos bench`, `cargo bench`);
+//! - [`chaos`]: exactly-once under injected faults (`kafka-eos chaos`);
+//! - [`workloads`]: the financial-close workload shared by the chaos suite and the tests.
+//!
+//! It runs processes and sends them POSIX signals: it builds on Unix only.
+#![warn(missing_docs)]
+
+pub mod bench;
+pub mod chaos;
+pub mod workloads;

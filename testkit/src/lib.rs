@@ -1,0 +1,16 @@
+//! # kafka-eos-testkit: test support for kafka-eos pipelines
+//!
+//! - [`broker`]: a real local Apache Kafka cluster (KRaft, jars fetched once from Maven
+//!   Central with Maven and cached), started on free ports and stopped with the process;
+//!   or your own cluster through `KAFKA_BOOTSTRAP`. Needs Java 17 and Maven.
+//! - [`verify`]: reads an input and an output topic `read_committed` and proves
+//!   exactly-once: every input has exactly its outputs, none twice, in order.
+//! - [`admin`]: topics, writing test data, waiting until a group has caught up.
+//!
+//! The broker harness controls processes through POSIX signals: it builds on Unix only.
+#![warn(missing_docs)]
+
+pub mod admin;
+#[cfg(unix)]
+pub mod broker;
+pub mod verify;
