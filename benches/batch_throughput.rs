@@ -40,11 +40,11 @@ use std::time::{Duration, Instant};
 use common::peers::Peers;
 use common::plot::{log_x_chart, Legend, Series};
 use common::{bar, broker, broker_pids, init_tracing, runtime, step, write_results, Args};
+use kafka_eos::config::Properties;
+use kafka_eos::Guarantee;
 use kafka_eos_cli::bench::{
     copy, delete_topics, fmt_opt, median, table, unique_name, CopyOptions, CopyResult, Input, Subject, Tuning,
 };
-use kafka_eos::config::Properties;
-use kafka_eos::Guarantee;
 
 /// Bytes per value.
 const VALUE_SIZE: usize = 100;

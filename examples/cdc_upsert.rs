@@ -18,12 +18,12 @@ use std::collections::BTreeMap;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use kafka_eos_testkit::broker::{Cluster, ClusterConfig};
 use kafka_eos::codec::Json;
 use kafka_eos::state::StoreSpec;
-use kafka_eos_testkit::verify::{read_to_end, VerifyConfig};
 use kafka_eos::{Guarantee, OutputRecord, Pipeline};
 use kafka_eos_testkit::admin::{self, ClientExt};
+use kafka_eos_testkit::broker::{Cluster, ClusterConfig};
+use kafka_eos_testkit::verify::{read_to_end, VerifyConfig};
 use rdkafka::Message;
 use serde::{Deserialize, Serialize};
 

@@ -16,11 +16,11 @@
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use kafka_eos_testkit::broker::{Cluster, ClusterConfig};
 use kafka_eos::codec::Json;
-use kafka_eos_testkit::verify::{verify, VerifyConfig};
 use kafka_eos::{Guarantee, OutputRecord, Pipeline};
 use kafka_eos_testkit::admin;
+use kafka_eos_testkit::broker::{Cluster, ClusterConfig};
+use kafka_eos_testkit::verify::{verify, VerifyConfig};
 use serde::{Deserialize, Serialize};
 
 const ORDERS: u64 = 100_000;

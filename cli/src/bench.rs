@@ -60,9 +60,9 @@ use kafka_eos::error::{Error, Result};
 use kafka_eos::observe::{Outcome, TransactionEvent};
 use kafka_eos::record::ORIGIN_HEADER;
 use kafka_eos::state::StoreSpec;
+use kafka_eos::{Guarantee, OutputRecord, Pipeline};
 use kafka_eos_testkit::admin::ClientExt;
 use kafka_eos_testkit::verify::{verify, Report, VerifyConfig};
-use kafka_eos::{Guarantee, OutputRecord, Pipeline};
 
 /// Who copies the records.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

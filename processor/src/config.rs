@@ -689,6 +689,14 @@ impl PipelineBuilder {
                     .into(),
             );
         }
+        // The KIP-848 consumer protocol rebalances incrementally too (the broker revokes
+        // only what moves); the runtime's rebalance handling assumes eager revocation.
+        if c.get("group.protocol").is_some_and(|v| !v.trim().eq_ignore_ascii_case("classic")) {
+            return cfg_err(
+                "group.protocol=consumer (KIP-848) is not supported yet: leave group.protocol unset or classic (eager rebalancing)"
+                    .into(),
+            );
+        }
         let p = &self.producer_properties;
         if p.get("transactional.id").is_some() {
             return cfg_err("do not set transactional.id: the runtime derives one per partition (or per instance) from the application_id".into());
@@ -801,6 +809,8 @@ mod tests {
         assert!(err(base().application_id("bad id!")).contains("application_id"));
         assert!(err(base().consumer_property("partition.assignment.strategy", "cooperative-sticky"))
             .contains("cooperative"));
+        assert!(err(base().consumer_property("group.protocol", "consumer")).contains("KIP-848"));
+        assert!(err(base().client_property("group.protocol", "CONSUMER")).contains("KIP-848"));
         assert!(
             err(Pipeline::builder().bootstrap_servers("x").application_id("a").input_topic("t")).contains("processor")
         );

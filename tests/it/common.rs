@@ -4,11 +4,11 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use kafka_eos_testkit::broker::{Cluster, ClusterConfig};
 use kafka_eos::processor::ProcessResult;
-use kafka_eos_testkit::verify::{verify, Report, VerifyConfig};
 use kafka_eos::{Error, Guarantee, InputRecord, OutputRecord, Pipeline, PipelineBuilder, ShutdownHandle, Summary};
 use kafka_eos_testkit::admin;
+use kafka_eos_testkit::broker::{Cluster, ClusterConfig};
+use kafka_eos_testkit::verify::{verify, Report, VerifyConfig};
 
 /// The bootstrap servers of the binary's shared cluster (started on first use). A test
 /// that cannot get a broker fails loudly: a skipped broker test would look green.

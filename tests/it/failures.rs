@@ -4,9 +4,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use kafka_eos_testkit::verify::VerifyConfig;
 use kafka_eos::{Error, Guarantee, OutputRecord, ProcessorErrorPolicy};
 use kafka_eos_testkit::admin;
+use kafka_eos_testkit::verify::VerifyConfig;
 
 use crate::common::{reversed, spawn, topics, unique};
 

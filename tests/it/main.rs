@@ -5,6 +5,7 @@
 //! test uses its own topics and application id, so tests run in parallel.
 
 mod aborts;
+mod cli;
 mod common;
 mod eos;
 mod failures;

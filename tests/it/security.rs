@@ -10,11 +10,11 @@
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+use kafka_eos::config::Properties;
+use kafka_eos::{Error, Guarantee, Pipeline};
 use kafka_eos_testkit::admin::{self, ClientExt};
 use kafka_eos_testkit::broker::{ClusterConfig, LocalCluster, SaslConfig, BOOTSTRAP_ENV};
-use kafka_eos::config::Properties;
 use kafka_eos_testkit::verify::{verify, VerifyConfig};
-use kafka_eos::{Error, Guarantee, Pipeline};
 
 use crate::common::{noop, reversed, run_expecting_error, spawn, unique};
 

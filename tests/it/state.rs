@@ -4,10 +4,10 @@
 use std::time::{Duration, Instant};
 
 use kafka_eos::state::{changelog_topic, StoreSpec};
-use kafka_eos_testkit::verify::VerifyConfig;
-use kafka_eos_cli::workloads::financial_close::{self, Generate, Generated, Reconciliation, Topics};
 use kafka_eos::{Guarantee, Pipeline, PipelineBuilder, Summary};
+use kafka_eos_cli::workloads::financial_close::{self, Generate, Generated, Reconciliation, Topics};
 use kafka_eos_testkit::admin;
+use kafka_eos_testkit::verify::VerifyConfig;
 
 use crate::common::{bootstrap, run_expecting_error, spawn, unique, Running};
 

@@ -20,12 +20,12 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use kafka_eos_testkit::admin::{self, ClientExt};
 use kafka_eos::codec::Json;
 use kafka_eos::operators::{Dedup, TumblingWindows};
 use kafka_eos::record::OutputRecord;
-use kafka_eos_testkit::verify::{read_to_end, VerifyConfig};
 use kafka_eos::{PipelineBuilder, Result};
+use kafka_eos_testkit::admin::{self, ClientExt};
+use kafka_eos_testkit::verify::{read_to_end, VerifyConfig};
 
 const DAY_MS: i64 = 86_400_000;
 /// 2026-01-01T00:00:00Z: the first simulated day.

@@ -32,8 +32,8 @@ use std::time::Duration;
 
 use crate::config::PipelineConfig;
 use crate::error::{Error, Result};
-use crate::observe::TransactionHook;
 use crate::health::{Health, HealthReport};
+use crate::observe::TransactionHook;
 use crate::processor::Processor;
 
 /// `(topic, partition)`.

@@ -10,9 +10,9 @@ use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
 use super::backend::Change;
 use super::{changelog_topic, PartitionState};
+use crate::admin::QuietEof;
 use crate::config::PipelineConfig;
 use crate::error::{Error, Result};
-use crate::admin::QuietEof;
 
 /// Creates every store's changelog topic if missing — compacted, one partition per input
 /// partition — and refuses to start if one exists with another partition count or without

@@ -1,0 +1,112 @@
+//! The `kafka-eos` command line, end to end: every subcommand is run as a user runs it (the
+//! built binary, a real broker) and its output and exit code are checked. (`kafka-eos chaos`
+//! is run end to end by `security::chaos_command_passes_client_properties_to_every_client`,
+//! and at CI size by `.ci/run`.)
+
+use std::process::Output;
+use std::time::Duration;
+
+use kafka_eos::Guarantee;
+
+use crate::common::{spawn, topics, unique};
+
+async fn kafka_eos(args: &[&str]) -> Output {
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_kafka-eos"))
+        .args(args)
+        .kill_on_drop(true)
+        .output()
+        .await
+        .unwrap_or_else(|e| panic!("cannot run kafka-eos {args:?}: {e}"))
+}
+
+fn text(out: &Output) -> (String, String) {
+    (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+/// `broker start` leaves a cluster running after the command returns; `status` finds it
+/// and `stop` stops it, after which `status` says so with exit code 1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn broker_start_status_stop() {
+    let dir = std::env::temp_dir().join(unique("cli-broker"));
+    let dir_arg = dir.to_str().unwrap();
+    let out = kafka_eos(&["broker", "start", "--dir", dir_arg]).await;
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "broker start: {}\n{stdout}\n{stderr}", out.status);
+    let bootstrap = stdout.trim().to_string();
+    assert!(bootstrap.starts_with("127.0.0.1:"), "start prints the bootstrap servers: {stdout:?}");
+
+    let out = kafka_eos(&["broker", "status", "--dir", dir_arg]).await;
+    let (stdout, stderr) = text(&out);
+    let still_running = out.status.success() && stdout.trim() == format!("running: {bootstrap}");
+
+    let stop = kafka_eos(&["broker", "stop", "--dir", dir_arg]).await;
+    let (stop_out, stop_err) = text(&stop);
+    assert!(still_running, "status after start: {}\n{stdout}\n{stderr}", out.status);
+    assert!(
+        stop.status.success() && stop_out.trim() == "stopped",
+        "broker stop: {}\n{stop_out}\n{stop_err}",
+        stop.status
+    );
+
+    let out = kafka_eos(&["broker", "status", "--dir", dir_arg]).await;
+    let (stdout, _) = text(&out);
+    assert_eq!((out.status.code(), stdout.trim()), (Some(1), "not running"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `verify` passes an exactly-once copy (exit 0) and fails, with exit code 1 and the count
+/// of missing records, when outputs are missing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verify_passes_a_copy_and_fails_a_partial_one() {
+    const RECORDS: u64 = 2_000;
+    let t = topics("cli-verify", 2, RECORDS, 50).await;
+    let app = unique("cli-verify");
+    let run = spawn(t.pipeline(&app, Guarantee::ExactlyOnce));
+    t.wait_caught_up(&app, Duration::from_secs(120)).await;
+    run.stop().await;
+
+    let args = ["verify", "--bootstrap", &t.bootstrap, "--input", &t.input, "--output", &t.output];
+    let out = kafka_eos(&[&args[..], &["--timeout-secs", "60"]].concat()).await;
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "verify of a good copy: {}\n{stdout}\n{stderr}", out.status);
+    assert!(stdout.contains(&format!("verified: {RECORDS} in, {RECORDS} out, 0 duplicates, 0 missing")), "{stdout}");
+
+    // More input that nothing copied: the same output now misses 500 records.
+    t.produce(500).await;
+    let out = kafka_eos(&[&args[..], &["--timeout-secs", "60"]].concat()).await;
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "verify must fail: {stdout}\n{stderr}");
+    assert!(stdout.contains("0 duplicates, 500 missing"), "{stdout}");
+}
+
+/// `bench` copies with every subject, verifies each copy and prints one table row per
+/// subject, every cell under a header (it used to panic on a row longer than its header).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_prints_a_verified_row_per_subject() {
+    let bootstrap = crate::common::bootstrap();
+    let out = kafka_eos(&[
+        "bench",
+        "--bootstrap",
+        &bootstrap,
+        "--partitions",
+        "2",
+        "--records",
+        "5000",
+        "--duration-secs",
+        "60",
+    ])
+    .await;
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "bench: {}\n{stdout}\n{stderr}", out.status);
+    let rows: Vec<&str> = stdout.lines().filter(|l| l.starts_with('|')).collect();
+    assert!(rows.first().is_some_and(|h| h.contains("records/s") && h.contains("verified")), "{stdout}");
+    let bars = rows[0].matches('|').count();
+    assert!(rows.iter().all(|r| r.matches('|').count() == bars), "ragged table:\n{stdout}");
+    for subject in ["ceiling", "at-least-once", "exactly-once", "exactly-once-per-consumer"] {
+        let row = rows.iter().find(|r| r.split('|').nth(1).is_some_and(|c| c.trim() == subject));
+        let row = row.unwrap_or_else(|| panic!("no row for {subject}:\n{stdout}"));
+        let verified = row.trim_end_matches('|').rsplit('|').next().unwrap().trim();
+        let expected = if subject == "ceiling" { ["ok", "-"].contains(&verified) } else { verified == "ok" };
+        assert!(expected, "{subject} copy not verified ok: {row}");
+    }
+}
