@@ -170,6 +170,15 @@ pub enum Error {
 /// Shorthand for results whose error is [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+impl Error {
+    /// A failed Kafka operation `op` (e.g. `"producing to orders"`), classified, with the
+    /// hint of its class: for tools built on the library that call librdkafka themselves.
+    pub fn kafka(op: impl Into<String>, err: KafkaError) -> Error {
+        let class = classify(&err);
+        Error::Kafka { op: op.into(), class, source: Box::new(err), hint: hint(class) }
+    }
+}
+
 /// A hint for the user, per class, appended to [`Error::Kafka`] messages.
 pub(crate) fn hint(class: ErrorClass) -> &'static str {
     match class {

@@ -39,7 +39,9 @@ pub struct InputRecord {
 }
 
 impl InputRecord {
-    pub(crate) fn from_message(m: &BorrowedMessage<'_>) -> InputRecord {
+    /// An owned copy of a message as rdkafka delivers it (for readers outside the runtime,
+    /// such as the test kit's).
+    pub fn from_message(m: &BorrowedMessage<'_>) -> InputRecord {
         let headers = m
             .headers()
             .map(|hs| hs.iter().map(|h| (h.key.to_string(), h.value.map(<[u8]>::to_vec))).collect())

@@ -14,9 +14,9 @@ use std::time::{Duration, Instant};
 use kafka_eos::config::client_error;
 use kafka_eos::error::{Error, Result};
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
-use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::TopicPartitionList;
+
+use crate::write::Writer;
 
 pub use kafka_eos::admin::*;
 
@@ -26,6 +26,8 @@ pub trait ClientExt {
     fn produce_sequence(&self, topic: &str, partitions: i32, count: u64, value_size: usize) -> Result<()>;
     /// See [`produce`].
     fn produce(&self, topic: &str, records: impl IntoIterator<Item = (Option<i32>, Vec<u8>, Vec<u8>)>) -> Result<()>;
+    /// Every committed record of `topic` (see [`crate::read::read_all`]).
+    fn read_all(&self, topic: &str, timeout: Duration) -> Result<Vec<kafka_eos::InputRecord>>;
     /// See [`group_lag`].
     fn group_lag(&self, group: &str, topics: &[String]) -> Result<i64>;
     /// See [`wait_for_catch_up`].
@@ -51,28 +53,13 @@ impl ClientExt for Client {
     }
 
     fn produce(&self, topic: &str, records: impl IntoIterator<Item = (Option<i32>, Vec<u8>, Vec<u8>)>) -> Result<()> {
-        let producer: ThreadedProducer<DefaultProducerContext> = self
-            .config()
-            .set("enable.idempotence", "true")
-            .set("linger.ms", "20")
-            .set("batch.size", "1000000")
-            .create()
-            .map_err(|e| Error::Config(client_error(&e)))?;
-        for (partition, key, value) in records {
-            let mut rec = BaseRecord::to(topic).key(&key[..]).payload(&value[..]);
-            rec.partition = partition;
-            loop {
-                match producer.send(rec) {
-                    Ok(()) => break,
-                    Err((rdkafka::error::KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
-                        rec = r;
-                        std::thread::sleep(Duration::from_millis(5));
-                    }
-                    Err((e, _)) => return Err(Error::Config(format!("producing to {topic}: {e}"))),
-                }
-            }
-        }
-        producer.flush(Duration::from_secs(60)).map_err(|e| unreachable(self, Duration::from_secs(60), e))
+        let writer = Writer::new(self)?;
+        writer.send_all(topic, records)?;
+        writer.flush_all_delivered(Duration::from_secs(60)).map(|_| ())
+    }
+
+    fn read_all(&self, topic: &str, timeout: Duration) -> Result<Vec<kafka_eos::InputRecord>> {
+        crate::read::read_all(self, topic, timeout)
     }
 
     fn group_lag(&self, group: &str, topics: &[String]) -> Result<i64> {
@@ -127,7 +114,8 @@ pub fn produce_sequence(bootstrap: &str, topic: &str, partitions: i32, count: u6
 
 /// Writes `(partition, key, value)` records to `topic` with an idempotent producer (a
 /// `None` partition lets the partitioner choose by key) and waits until every one is
-/// acknowledged.
+/// acknowledged. Each call creates and closes a producer: to write often, keep a
+/// [`Writer`] instead.
 pub fn produce(
     bootstrap: &str,
     topic: &str,

@@ -6,6 +6,8 @@
 //! - [`verify`]: reads an input and an output topic `read_committed` and proves
 //!   exactly-once: every input has exactly its outputs, none twice, in order.
 //! - [`admin`]: topics, writing test data, waiting until a group has caught up.
+//! - [`write::Writer`]: a producer for test data kept open across calls (keys, values,
+//!   tombstones, headers); [`read`]: a topic's committed records read back.
 //!
 //! The broker harness controls processes through POSIX signals: it builds on Unix only.
 #![warn(missing_docs)]
@@ -13,4 +15,6 @@
 pub mod admin;
 #[cfg(unix)]
 pub mod broker;
+pub mod read;
 pub mod verify;
+pub mod write;

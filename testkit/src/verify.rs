@@ -19,14 +19,11 @@
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::error::KafkaError;
 use rdkafka::message::{BorrowedMessage, Headers, Message};
-use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
-use kafka_eos::admin::QuietEof;
+use kafka_eos::admin::Client;
 use kafka_eos::config::Properties;
-use kafka_eos::error::{Error, Result};
+use kafka_eos::error::Result;
 use kafka_eos::record::{parse_origin, ORIGIN_HEADER};
 
 /// What to verify.
@@ -153,60 +150,13 @@ pub fn verify(cfg: &VerifyConfig) -> Result<Report> {
 }
 
 /// Reads `topic` with read_committed from the beginning until every partition reports its
-/// end, calling `f` for each record.
+/// end, calling `f` for each record (see [`crate::read::read_to_end`]).
 pub fn read_to_end(
     cfg: &VerifyConfig,
     topic: &str,
     deadline: Instant,
-    mut f: impl FnMut(&BorrowedMessage<'_>),
+    f: impl FnMut(&BorrowedMessage<'_>),
 ) -> Result<()> {
-    let mut cc = ClientConfig::new();
-    cc.set("bootstrap.servers", &cfg.bootstrap_servers)
-        .set("group.id", "kafka-eos-verifier")
-        .set("enable.auto.commit", "false")
-        .set("isolation.level", "read_committed")
-        .set("enable.partition.eof", "true")
-        .set("log_level", "3");
-    cfg.client_properties.apply(&mut cc);
-    let consumer: BaseConsumer<QuietEof> = cc
-        .create_with_context(QuietEof)
-        .map_err(|e| Error::Config(format!("verifier consumer: {}", kafka_eos::config::client_error(&e))))?;
-    let remaining = deadline.saturating_duration_since(Instant::now());
-    let md = consumer.fetch_metadata(Some(topic), remaining).map_err(|e| Error::Unreachable {
-        servers: cfg.bootstrap_servers.clone(),
-        timeout: remaining,
-        detail: e.to_string(),
-    })?;
-    let partitions: Vec<i32> =
-        md.topics().first().map(|t| t.partitions().iter().map(|p| p.id()).collect()).unwrap_or_default();
-    if partitions.is_empty() {
-        return Err(Error::UnknownTopics { topics: vec![topic.to_string()], servers: cfg.bootstrap_servers.clone() });
-    }
-    let mut tpl = TopicPartitionList::new();
-    for p in &partitions {
-        let _ = tpl.add_partition_offset(topic, *p, Offset::Beginning);
-    }
-    consumer.assign(&tpl).map_err(|e| Error::Internal(format!("verifier assign: {e}")))?;
-    let mut at_end: HashSet<i32> = HashSet::new();
-    while at_end.len() < partitions.len() {
-        if Instant::now() >= deadline {
-            return Err(Error::TaskTimeout {
-                what: format!("reading {topic} to its end"),
-                timeout: cfg.timeout,
-                last: format!("{} of {} partitions at their end", at_end.len(), partitions.len()),
-            });
-        }
-        match consumer.poll(Duration::from_millis(200)) {
-            Some(Ok(m)) => {
-                at_end.remove(&m.partition());
-                f(&m);
-            }
-            Some(Err(KafkaError::PartitionEOF(p))) => {
-                at_end.insert(p);
-            }
-            Some(Err(e)) => tracing::debug!(error = %e, "verifier consumer error"),
-            None => {}
-        }
-    }
-    Ok(())
+    let client = Client::new(&cfg.bootstrap_servers).properties(cfg.client_properties.clone());
+    crate::read::read_to_end(&client, topic, deadline, f)
 }

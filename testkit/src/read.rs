@@ -1,0 +1,89 @@
+//! Reading topics back as a read_committed consumer sees them: what a test (or the
+//! verifier) needs to check a pipeline's outputs.
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+use kafka_eos::admin::{Client, QuietEof};
+use kafka_eos::config::client_error;
+use kafka_eos::error::{Error, Result};
+use kafka_eos::InputRecord;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError;
+use rdkafka::message::{BorrowedMessage, Message};
+use rdkafka::{Offset, TopicPartitionList};
+
+/// Reads `topic` with `read_committed` from the beginning until every partition reports
+/// its end, calling `f` for each record; fails with [`Error::TaskTimeout`] at `deadline`.
+/// The end is the last stable offset when the read reaches it: records of transactions
+/// still open then are not read.
+pub fn read_to_end(
+    client: &Client,
+    topic: &str,
+    deadline: Instant,
+    mut f: impl FnMut(&BorrowedMessage<'_>),
+) -> Result<()> {
+    let started = Instant::now();
+    let consumer: BaseConsumer<QuietEof> = client
+        .config()
+        .set("group.id", "kafka-eos-reader")
+        .set("enable.auto.commit", "false")
+        .set("isolation.level", "read_committed")
+        .set("enable.partition.eof", "true")
+        .create_with_context(QuietEof)
+        .map_err(|e| Error::Config(format!("reader consumer: {}", client_error(&e))))?;
+    let remaining = deadline.saturating_duration_since(Instant::now());
+    let md = consumer.fetch_metadata(Some(topic), remaining).map_err(|e| Error::Unreachable {
+        servers: client.bootstrap.clone(),
+        timeout: remaining,
+        detail: e.to_string(),
+    })?;
+    let partitions: Vec<i32> =
+        md.topics().first().map(|t| t.partitions().iter().map(|p| p.id()).collect()).unwrap_or_default();
+    if partitions.is_empty() {
+        return Err(Error::UnknownTopics { topics: vec![topic.to_string()], servers: client.bootstrap.clone() });
+    }
+    let mut tpl = TopicPartitionList::new();
+    for p in &partitions {
+        let _ = tpl.add_partition_offset(topic, *p, Offset::Beginning);
+    }
+    consumer.assign(&tpl).map_err(|e| Error::kafka(format!("assigning {topic} to a reader"), e))?;
+    let mut at_end: HashSet<i32> = HashSet::new();
+    while at_end.len() < partitions.len() {
+        if Instant::now() >= deadline {
+            return Err(Error::TaskTimeout {
+                what: format!("reading {topic} to its end"),
+                timeout: deadline.saturating_duration_since(started),
+                last: format!("{} of {} partitions at their end", at_end.len(), partitions.len()),
+            });
+        }
+        match consumer.poll(Duration::from_millis(200)) {
+            Some(Ok(m)) => {
+                at_end.remove(&m.partition());
+                f(&m);
+            }
+            Some(Err(KafkaError::PartitionEOF(p))) => {
+                at_end.insert(p);
+            }
+            Some(Err(e)) => tracing::debug!(error = %e, "reader consumer error"),
+            None => {}
+        }
+    }
+    Ok(())
+}
+
+/// Every committed record of `topic`, in offset order per partition (partitions one after
+/// another by partition number); fails after `timeout`.
+pub fn read_all(client: &Client, topic: &str, timeout: Duration) -> Result<Vec<InputRecord>> {
+    let mut records = Vec::new();
+    read_to_end(client, topic, Instant::now() + timeout, |m| records.push(InputRecord::from_message(m)))?;
+    records.sort_by_key(|r| (r.partition, r.offset));
+    Ok(records)
+}
+
+/// The `topic`'s records as `m` shows them: `partition/offset key value` with lossy UTF-8
+/// and `∅` for a missing key or a tombstone, as `kafka-eos tail` prints them.
+pub fn describe(m: &BorrowedMessage<'_>) -> String {
+    let text = |b: Option<&[u8]>| b.map_or_else(|| "∅".to_string(), |b| String::from_utf8_lossy(b).into_owned());
+    format!("{}/{} {} {}", m.partition(), m.offset(), text(m.key()), text(m.payload()))
+}
