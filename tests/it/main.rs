@@ -15,3 +15,4 @@ mod rebalance;
 mod security;
 mod startup;
 mod state;
+mod unknown_outcome;
