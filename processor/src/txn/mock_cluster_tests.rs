@@ -23,6 +23,7 @@ fn setup() -> (MockCluster<'static, DefaultProducerContext>, TxnProducer) {
 fn setup_with_config() -> (MockCluster<'static, DefaultProducerContext>, TxnProducer, PipelineConfig) {
     let mock = MockCluster::new(1).expect("mock cluster");
     mock.create_topic("out", 1, 1).expect("topic");
+    mock.create_topic("in", 1, 1).expect("topic");
     let pipeline = Pipeline::builder()
         .bootstrap_servers(mock.bootstrap_servers())
         .application_id("mock")
