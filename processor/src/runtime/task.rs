@@ -50,10 +50,11 @@ use crate::record::InputRecord;
 use crate::runtime::interrupt::{Deadline, Interrupt, ABORT_GRACE};
 use crate::runtime::reconcile::{self, Verdict};
 use crate::runtime::{Control, Shared, TopicPartition};
-use crate::state::{changelog, PartitionState, Tally};
+use crate::state::PartitionState;
 use crate::txn::{next_offsets, run_cycle, CommitTo, CycleError, CycleStats, Step, StepError, TxnProducer};
 
 mod report;
+mod state;
 mod work;
 
 use work::BatchWork;
@@ -570,46 +571,6 @@ impl Task {
                 self.discard_states();
                 self.shared.shutdown.stats().transactions_aborted.inc();
                 (outcome, Next::Retry(Duration::ZERO))
-            }
-        }
-    }
-
-    /// The transaction aborted: every partition's state overlay is forgotten.
-    fn discard_states(&mut self) {
-        self.states.values_mut().for_each(PartitionState::abort);
-    }
-
-    /// Rebuilds the stores of every owned partition that has none yet from their changelogs
-    /// (see [`crate::state`]): called before a partition's first record is processed, it
-    /// restores the whole assignment of an instance task in one pass.
-    fn restore(&mut self) -> Result<(), Error> {
-        let mut partitions: Vec<i32> =
-            self.owned.iter().map(|tp| tp.1).filter(|p| !self.states.contains_key(p)).collect();
-        partitions.sort_unstable();
-        let deadline = Instant::now() + self.shared.cfg.task_timeout;
-        let (states, records) = changelog::restore(&self.shared.cfg, &partitions, deadline)?;
-        self.shared.shutdown.stats().restored_records.add(records);
-        self.states.extend(states.into_iter().map(|s| (s.partition(), s)));
-        Ok(())
-    }
-
-    /// The transaction committed: every partition's state overlay becomes committed state,
-    /// and the operators' tallies are counted.
-    fn commit_states(&mut self) {
-        let pipeline = &self.shared.cfg.application_id;
-        let stats = self.shared.shutdown.stats();
-        for st in self.states.values_mut() {
-            let committed = st.commit();
-            for (store, n) in committed.changes {
-                crate::metrics::changelog_committed(pipeline, &store, n);
-                stats.changelog_records.add(n);
-            }
-            for ((tally, store), n) in committed.tallies {
-                crate::metrics::tally_committed(pipeline, tally, &store, n);
-                match tally {
-                    Tally::Duplicate => stats.duplicates_dropped.add(n),
-                    Tally::Late => stats.late_records.add(n),
-                }
             }
         }
     }
