@@ -40,7 +40,7 @@ use crate::state::StoreSpec;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Guarantee {
     /// One transactional producer per assigned input partition, with
-    /// `transactional.id = <application-id>-<topic>-<partition>`. Its `init_transactions` on
+    /// `transactional.id = <application-id>:<topic>:<partition>`. Its `init_transactions` on
     /// assignment fences the partition's previous owner and resolves its open transaction
     /// before this instance reads the committed offset. Isolates failures per partition
     /// (one partition's abort does not touch the others); costs one librdkafka producer
@@ -49,7 +49,7 @@ pub enum Guarantee {
     ExactlyOnce,
     /// One transactional producer per instance, committing all its partitions' offsets in
     /// one transaction and fenced by consumer-group generation (KIP-447,
-    /// `transactional.id = <application-id>-<instance-id>`). Fewer producers and
+    /// `transactional.id = <application-id>:<instance-id>`). Fewer producers and
     /// transactions; an abort replays every partition's batch.
     ExactlyOncePerConsumer,
     /// An idempotent producer and no transaction: a batch's offsets are committed only after
@@ -317,6 +317,9 @@ pub struct PipelineConfig {
     /// Replication factor of changelog topics this pipeline creates (-1: the broker's
     /// `default.replication.factor`).
     pub changelog_replication: i32,
+    /// Test-only fault injection ([`PipelineBuilder::inject_unknown_outcome`]); `None` in
+    /// every real pipeline.
+    pub(crate) fault: Option<std::sync::Arc<FaultInjection>>,
 }
 
 impl PipelineConfig {
@@ -355,9 +358,27 @@ impl PipelineConfig {
         c
     }
 
-    /// The transactional.id of an input partition in [`Guarantee::ExactlyOnce`].
+    /// The transactional.id of an input partition in [`Guarantee::ExactlyOnce`]:
+    /// `<application-id>:<topic>:<partition>`.
+    ///
+    /// # Why `:`
+    /// Application ids, instance ids and Kafka topic names are all limited to letters,
+    /// digits, `.`, `_` and `-`, so `:` can never occur inside a part: an id splits back into
+    /// its parts in exactly one way, and two pipelines can only share an id if they share the
+    /// application id (the old `-` separator let `a-b` + topic `c` and `a` + topic `b-c` both
+    /// give `a-b-c-0`, and the two pipelines fenced each other forever). A per-partition id
+    /// has two `:`, a [per-consumer](Self::instance_transactional_id) one has one, so the two
+    /// modes never share an id either. Changing the format changes every id: see
+    /// `docs/operations.md` ("Upgrading across a transactional.id change").
     pub fn partition_transactional_id(&self, topic: &str, partition: i32) -> String {
-        format!("{}-{}-{}", self.application_id, topic, partition)
+        format!("{}:{}:{}", self.application_id, topic, partition)
+    }
+
+    /// The transactional.id of this instance in [`Guarantee::ExactlyOncePerConsumer`]:
+    /// `<application-id>:<instance-id>` (unambiguous for the reason given on
+    /// [`partition_transactional_id`](Self::partition_transactional_id)).
+    pub fn instance_transactional_id(&self) -> String {
+        format!("{}:{}", self.application_id, self.instance_id)
     }
 }
 
@@ -388,6 +409,38 @@ pub struct PipelineBuilder {
     hooks: Vec<TransactionHook>,
     stores: Vec<StoreSpec>,
     changelog_replication: Option<i32>,
+    fault: Option<std::sync::Arc<FaultInjection>>,
+}
+
+/// **Test-only fault injection** ([`PipelineBuilder::inject_unknown_outcome`]): how a commit
+/// is made to end with an outcome unknown to the runtime. Either way the commit step
+/// reports a timeout (`KafkaError::Flush(OperationTimedOut)`, retriable).
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UnknownOutcome {
+    /// `commit_transaction` is called and succeeds; the task is told it timed out. The
+    /// transaction is committed.
+    CommittedButTimedOut,
+    /// `commit_transaction` is not called (the offsets are already in the transaction, which
+    /// stays open); the task is told it timed out. The transaction is never committed.
+    TimedOutBeforeCommit,
+}
+
+/// The state of one [`UnknownOutcome`] injection: which commit, and how many so far.
+#[doc(hidden)]
+#[derive(Debug)]
+pub struct FaultInjection {
+    nth: u64,
+    fault: UnknownOutcome,
+    commits: std::sync::atomic::AtomicU64,
+}
+
+impl FaultInjection {
+    /// Counts one commit; the fault to inject into it, if it is the chosen one.
+    pub(crate) fn on_commit(&self) -> Option<UnknownOutcome> {
+        let n = self.commits.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        (n == self.nth).then_some(self.fault)
+    }
 }
 
 impl PipelineBuilder {
@@ -549,7 +602,8 @@ impl PipelineBuilder {
     }
 
     /// Names this instance in the per-consumer transactional.id
-    /// (`<application-id>-<instance-id>`). Default: a random id per process. Only used by
+    /// (`<application-id>:<instance-id>`). Letters, digits, `.`, `_` and `-` only (a pod or
+    /// host name fits). Default: a random id per process. Only used by
     /// [`Guarantee::ExactlyOncePerConsumer`].
     pub fn instance_id(mut self, id: impl Into<String>) -> Self {
         self.instance_id = Some(id.into());
@@ -609,6 +663,17 @@ impl PipelineBuilder {
         for (k, v) in properties.iter() {
             self = self.client_property(k, v);
         }
+        self
+    }
+
+    /// **Test-only fault injection; not part of the API.** Makes the `nth` transaction commit
+    /// of this pipeline (counted from 1 across all its producers) end with an outcome the
+    /// runtime does not know, as a commit that times out does: see [`UnknownOutcome`]. The
+    /// integration tests use it to drive the fence-and-reconcile path on a real broker.
+    /// Costs one branch per commit when unset.
+    #[doc(hidden)]
+    pub fn inject_unknown_outcome(mut self, nth: u64, fault: UnknownOutcome) -> Self {
+        self.fault = Some(std::sync::Arc::new(FaultInjection { nth, fault, commits: Default::default() }));
         self
     }
 
@@ -736,6 +801,11 @@ impl PipelineBuilder {
             }
         }
         let instance_id = self.instance_id.unwrap_or_else(random_instance_id);
+        if instance_id.is_empty() || !instance_id.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c)) {
+            return cfg_err(format!(
+                "instance_id {instance_id:?} must be non-empty and use only letters, digits, '.', '_' and '-' (it is part of the transactional.id)"
+            ));
+        }
         Ok((
             PipelineConfig {
                 bootstrap_servers,
@@ -763,6 +833,7 @@ impl PipelineBuilder {
                 producer_properties: self.producer_properties,
                 stores: self.stores,
                 changelog_replication: self.changelog_replication.unwrap_or(-1),
+                fault: self.fault,
             },
             processor,
             self.hooks,
@@ -823,6 +894,29 @@ mod tests {
             .transaction_timeout(Duration::from_millis(50))
             .build()
             .is_ok());
+    }
+
+    /// Item 7 of issue 10: `a-b` + topic `c` and `a` + topic `b-c` used to share
+    /// `a-b-c-0`, so two pipelines fenced each other forever.
+    #[test]
+    fn transactional_ids_are_unambiguous() {
+        let cfg = |app: &str| base().application_id(app).instance_id("c-0").build().unwrap().config().clone();
+        let (ab, a) = (cfg("a-b"), cfg("a"));
+        assert_ne!(ab.partition_transactional_id("c", 0), a.partition_transactional_id("b-c", 0));
+        assert_eq!(ab.partition_transactional_id("c", 0), "a-b:c:0", "readable: application, topic, partition");
+        assert_eq!(a.partition_transactional_id("b-c", 0), "a:b-c:0");
+        // Per-consumer ids: neither across application ids nor against per-partition ids.
+        assert_ne!(ab.instance_transactional_id(), a.instance_transactional_id());
+        assert_eq!(cfg("a-b").instance_transactional_id(), "a-b:c-0");
+        let other = base().application_id("a").instance_id("b-c-0").build().unwrap();
+        assert_ne!(other.config().instance_transactional_id(), ab.instance_transactional_id());
+        assert_ne!(a.instance_transactional_id(), cfg("a").partition_transactional_id("c", 0));
+        // Every id splits back into its parts in one way only.
+        for (id, parts) in [(ab.partition_transactional_id("c", 0), 3), (a.instance_transactional_id(), 2)] {
+            assert_eq!(id.split(':').count(), parts, "{id}");
+        }
+        assert!(err(base().instance_id("host:8080")).contains("instance_id"));
+        assert!(err(base().instance_id("")).contains("instance_id"));
     }
 
     #[test]

@@ -6,10 +6,10 @@
 //!
 //! | class | examples | what the runtime does |
 //! |---|---|---|
-//! | [`Retriable`](ErrorClass::Retriable) | request timed out, coordinator moving, brokers briefly down | repeats the same call (after a commit timeout: only the commit, never an abort — Kafka's contract) with backoff, until the task timeout |
+//! | [`Retriable`](ErrorClass::Retriable) | request timed out, coordinator moving, brokers briefly down | repeats the same call with backoff, until the task timeout — except in the commit step (`send_offsets_to_transaction`, `commit_transaction`), whose outcome is then unknown: fenced and reconciled with a fresh producer (`runtime/reconcile.rs`) |
 //! | [`Abortable`](ErrorClass::Abortable) | a produce failed inside the transaction, offsets rejected for an old generation, anything unknown | aborts, replays the batch from the last committed offset, retries with backoff, until the task timeout |
 //! | [`Fenced`](ErrorClass::Fenced) | `PRODUCER_FENCED`, `_FENCED`, `INVALID_PRODUCER_EPOCH` (also what a transaction timeout turns into) | drops the producer and gives the partitions up: the consumer rejoins the group, and whoever is assigned the partition fences the zombie and resumes from the committed offset |
-//! | [`Fatal`](ErrorClass::Fatal) | any other error librdkafka marks fatal | as fenced: the producer is unusable |
+//! | [`Fatal`](ErrorClass::Fatal) | any other error librdkafka marks fatal | the producer is unusable and the outcome unknown: fenced and reconciled with a fresh producer (at-least-once: as fenced) |
 //!
 //! Why "unknown" is abortable and not retriable: reporting a transaction as committed when
 //! it was not would lose data silently, while aborting a transaction that could have

@@ -7,7 +7,7 @@
 //! begin -> process -> produce outputs -> await acks -> send_offsets_to_transaction -> commit
 //! ```
 //!
-//! with one `transactional.id` per input partition (`<application-id>-<topic>-<partition>`),
+//! with one `transactional.id` per input partition (`<application-id>:<topic>:<partition>`),
 //! initialised when the partition is assigned, which fences its previous owner. The effect
 //! of every input record lands in the output topics exactly once, across crashes, restarts
 //! and rebalances, for readers with `isolation.level=read_committed`.

@@ -22,7 +22,8 @@
 //! | `kafka_eos_txn_time_ns_total{call}` | counter | time blocked in `init`, `begin`, `send_offsets`, `commit`, `abort` |
 //! | `kafka_eos_txn_init_latency_seconds` | histogram | `init_transactions` (per producer creation) |
 //! | `kafka_eos_rebalances_total` | counter | assignments received |
-//! | `kafka_eos_producers_fenced_total` | counter | producers given up (fenced, fatal, poisoned) |
+//! | `kafka_eos_transaction_reconciled_total{outcome}` | counter | transactions whose outcome was unknown to the task (a commit step without a definite answer, a fatal producer, a refused abort), fenced with a fresh producer and reconciled from the stable committed offsets: `outcome` = `committed` or `aborted` (then replayed) |
+//! | `kafka_eos_producers_fenced_total` | counter | producers given up: fenced by a newer owner, or an unknown outcome that could not be reconciled (the partitions go back to the group) |
 //! | `kafka_eos_consumer_lag` | gauge | librdkafka's consumer lag per partition (statistics) |
 //! | `kafka_eos_producer_epoch{transactional_id}` | gauge | librdkafka's `eos.producer_epoch` (statistics) |
 //! | `kafka_eos_state_restore_seconds{store}` | histogram | time to rebuild a partition's stores from their changelogs |
@@ -37,6 +38,7 @@ use std::time::Duration;
 use metrics::{counter, gauge, histogram, Counter, Histogram};
 
 use crate::error::ErrorClass;
+use crate::observe::Reconciliation;
 use crate::runtime::TopicPartition;
 use crate::state::Tally;
 
@@ -81,6 +83,8 @@ pub(crate) struct TaskMetrics {
     process_latency: Histogram,
     commits: Counter,
     aborts: HashMap<&'static str, Counter>,
+    /// Indexed by [`Reconciliation`]: committed, aborted.
+    reconciled: [Counter; 2],
     per_partition: HashMap<TopicPartition, (Counter, Counter, Counter)>,
 }
 
@@ -94,7 +98,11 @@ impl TaskMetrics {
                 (r, counter!("kafka_eos_abort_total", "pipeline" => p.clone(), "partition" => q.clone(), "reason" => r))
             })
             .collect();
+        let reconciled = [Reconciliation::Committed, Reconciliation::Aborted].map(|r| {
+            counter!("kafka_eos_transaction_reconciled_total", "pipeline" => p.clone(), "partition" => q.clone(), "outcome" => r.as_str())
+        });
         TaskMetrics {
+            reconciled,
             commit_latency: histogram!("kafka_eos_commit_latency_seconds", "pipeline" => p.clone(), "partition" => q.clone()),
             transaction_latency: histogram!("kafka_eos_transaction_latency_seconds", "pipeline" => p.clone(), "partition" => q.clone()),
             records_per_transaction: histogram!("kafka_eos_records_per_transaction", "pipeline" => p.clone(), "partition" => q.clone()),
@@ -137,6 +145,11 @@ impl TaskMetrics {
             Some(_) => "abortable",
         };
         self.aborts[reason].increment(1);
+    }
+
+    /// A transaction of unknown outcome, reconciled (see `runtime/reconcile.rs`).
+    pub(crate) fn reconciled(&self, found: Reconciliation) {
+        self.reconciled[found as usize].increment(1);
     }
 
     /// A failing batch's last abort, after which it was dropped because the task was

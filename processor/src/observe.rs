@@ -57,6 +57,46 @@ pub enum Outcome {
         /// The last error, for humans.
         reason: String,
     },
+    /// The transaction's outcome was unknown to the task — its commit step failed without a
+    /// definite answer (a timeout), the producer turned fatal, or an abort was refused — so
+    /// the task fenced that producer with a fresh one of the same transactional.id and read
+    /// the outcome from the group's committed offsets, fetched as stable. No rebalance
+    /// either way: on [`Reconciliation::Committed`] the batch counts as committed (it is
+    /// not processed again); on [`Reconciliation::Aborted`] it is replayed with the fresh
+    /// producer, and the replay is reported as a cycle of its own. See `docs/semantics.md`.
+    Reconciled {
+        /// What the committed offsets showed.
+        found: Reconciliation,
+        /// The error that left the outcome unknown, for humans.
+        reason: String,
+    },
+}
+
+/// What fence-and-reconcile found a transaction of unknown outcome to have become.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Reconciliation {
+    /// The group's committed offsets are the batch's next offsets: it committed.
+    Committed,
+    /// The committed offsets are still where the batch began: it aborted (or never
+    /// committed, and the fresh producer's `init_transactions` aborted it).
+    Aborted,
+}
+
+impl Reconciliation {
+    /// `committed` or `aborted`: the `outcome` label of
+    /// `kafka_eos_transaction_reconciled_total`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reconciliation::Committed => "committed",
+            Reconciliation::Aborted => "aborted",
+        }
+    }
+}
+
+impl std::fmt::Display for Reconciliation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// Why a task stopped working on a batch before it could commit it.

@@ -28,10 +28,18 @@
 //!   events until `t` has elapsed (so a long `t` is a floor under every transaction), and
 //!   it hands librdkafka the remaining time in whole milliseconds, so every `t` below 1 ms,
 //!   and the last fraction of a millisecond of any `t`, is a busy loop.
-//! - **Commit after a timeout.** A commit that timed out is in an unknown state: only the
-//!   commit may be retried (Kafka's contract), never an abort. [`TxnProducer::commit`]
-//!   retries the commit alone until the deadline; if it still fails the error is returned
-//!   and the task treats the producer as poisoned (dropped, the partitions given up).
+//! - **No second try on the same epoch after an indefinite answer.** A
+//!   `send_offsets_to_transaction` or `commit_transaction` that fails without a definite
+//!   answer (it timed out after librdkafka's own retries inside the call) may still land at
+//!   the coordinator later — and under the classic transaction protocol (librdkafka has no
+//!   KIP-890) it can land in a *later* transaction of the same producer epoch (KAFKA-17754):
+//!   a delayed `EndTxn` commits that transaction half-done, a delayed `TxnOffsetCommit`
+//!   moves the committed offset back. So [`TxnProducer::send_offsets`] and
+//!   [`TxnProducer::commit`] make one call each (librdkafka already retries retriable
+//!   errors inside it, for the whole call timeout) and the task never reuses a producer
+//!   whose commit step failed: it fences it with a fresh producer of the same
+//!   transactional.id and learns the outcome from the stable committed offsets
+//!   ([`crate::runtime::reconcile`]).
 //! - **Stale delivery reports.** Reports of an aborted transaction can arrive after the
 //!   abort; each cycle tags its messages with a cycle number and the tracker ignores other
 //!   cycles' reports, so an old failure never fails a new transaction.
@@ -53,7 +61,7 @@ use rdkafka::message::{Header as RdHeader, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
-use crate::config::PipelineConfig;
+use crate::config::{FaultInjection, PipelineConfig, UnknownOutcome};
 use crate::error::{classify, ErrorClass};
 use crate::metrics::{add_ns, TxnTimers};
 use crate::record::{InputRecord, OutputRecord, ORIGIN_HEADER};
@@ -96,7 +104,7 @@ pub(crate) struct StepError {
 }
 
 impl StepError {
-    fn new(step: Step, err: KafkaError) -> StepError {
+    pub(crate) fn new(step: Step, err: KafkaError) -> StepError {
         StepError { step, class: classify(&err), err }
     }
 
@@ -187,6 +195,8 @@ pub(crate) struct TxnProducer {
     /// Upper bound of one blocking librdkafka call; a step retries within its deadline.
     call_timeout: Duration,
     timers: TxnTimers,
+    /// Test-only fault injection (see [`PipelineBuilder::inject_unknown_outcome`](crate::PipelineBuilder::inject_unknown_outcome)).
+    fault: Option<std::sync::Arc<FaultInjection>>,
 }
 
 impl TxnProducer {
@@ -216,6 +226,7 @@ impl TxnProducer {
             in_txn: false,
             call_timeout: cfg.transaction_timeout.max(Duration::from_secs(5)),
             timers: TxnTimers::new(&cfg.application_id, partition),
+            fault: cfg.fault.clone(),
         })
     }
 
@@ -335,7 +346,8 @@ impl TxnProducer {
         true
     }
 
-    /// `send_offsets_to_transaction`, retried while retriable.
+    /// `send_offsets_to_transaction`, once (see the module docs: no second try on the same
+    /// epoch after an indefinite answer).
     pub(crate) fn send_offsets(
         &mut self,
         offsets: &TopicPartitionList,
@@ -345,10 +357,20 @@ impl TxnProducer {
         self.retrying(Step::SendOffsets, deadline, |p, t| p.inner.send_offsets_to_transaction(offsets, group, t))
     }
 
-    /// `commit_transaction`, retried (alone) while retriable.
+    /// `commit_transaction`, once: any failure but fencing leaves the outcome unknown to the
+    /// task, which then fences this producer and reconciles (see the module docs).
     pub(crate) fn commit(&mut self, deadline: Deadline<'_>) -> Result<(), StepError> {
+        let injected = self.fault.as_ref().and_then(|f| f.on_commit());
+        if injected == Some(UnknownOutcome::TimedOutBeforeCommit) {
+            tracing::warn!(transactional_id = ?self.transactional_id, "fault injection: commit not made, reported as timed out");
+            return Err(StepError::new(Step::Commit, KafkaError::Flush(RDKafkaErrorCode::OperationTimedOut)));
+        }
         self.retrying(Step::Commit, deadline, |p, t| p.inner.commit_transaction(t))?;
         self.in_txn = false;
+        if injected == Some(UnknownOutcome::CommittedButTimedOut) {
+            tracing::warn!(transactional_id = ?self.transactional_id, "fault injection: commit made, reported as timed out");
+            return Err(StepError::new(Step::Commit, KafkaError::Flush(RDKafkaErrorCode::OperationTimedOut)));
+        }
         Ok(())
     }
 
@@ -409,7 +431,9 @@ impl TxnProducer {
                 Ok(()) => return Ok(()),
                 Err(e) => {
                     let err = StepError::new(step, e);
-                    if err.class != ErrorClass::Retriable || backoff >= deadline.remaining() {
+                    // The commit step is never tried twice on one epoch (see the module docs).
+                    let once = matches!(step, Step::SendOffsets | Step::Commit);
+                    if once || err.class != ErrorClass::Retriable || backoff >= deadline.remaining() {
                         return Err(err);
                     }
                     tracing::warn!(transactional_id = ?self.transactional_id, error = %err, "retrying");
@@ -520,10 +544,10 @@ fn lap(since: &mut Instant) -> Duration {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    pub(super) fn rec(t: &str, p: i32, o: i64) -> InputRecord {
+    pub(crate) fn rec(t: &str, p: i32, o: i64) -> InputRecord {
         InputRecord {
             topic: t.into(),
             partition: p,
@@ -550,133 +574,6 @@ mod tests {
     }
 }
 
-/// Error paths a real broker rarely produces, driven by librdkafka's mock cluster. The mock
-/// does not implement transactions faithfully (no markers, no fencing by epoch), so these
-/// tests prove only that each injected error is classified and surfaced at the right step
-/// — never exactly-once itself (the integration tests do that on a real broker).
+/// Error paths a real broker rarely produces, driven by librdkafka's mock cluster.
 #[cfg(test)]
-mod mock_cluster_tests {
-    use std::time::{Duration, Instant};
-
-    use rdkafka::mocking::MockCluster;
-    use rdkafka::producer::DefaultProducerContext;
-    use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
-
-    use super::tests::rec;
-    use super::*;
-    use crate::Pipeline;
-
-    fn setup() -> (MockCluster<'static, DefaultProducerContext>, TxnProducer) {
-        let mock = MockCluster::new(1).expect("mock cluster");
-        mock.create_topic("out", 1, 1).expect("topic");
-        let pipeline = Pipeline::builder()
-            .bootstrap_servers(mock.bootstrap_servers())
-            .application_id("mock")
-            .input_topic("in")
-            .processor(|_| Ok(vec![]))
-            .build()
-            .expect("config");
-        let mut p = TxnProducer::create(pipeline.config(), Some("mock-in-0".into()), "in-0").expect("producer");
-        p.init(soon(30)).expect("init_transactions");
-        (mock, p)
-    }
-
-    fn soon(secs: u64) -> Deadline<'static> {
-        (Instant::now() + Duration::from_secs(secs)).into()
-    }
-
-    fn produce_one(p: &mut TxnProducer) -> Result<(), StepError> {
-        p.begin()?;
-        p.send(&OutputRecord::to("out").value("v"), Some(&rec("in", 0, 0)), soon(30))?;
-        p.await_acks(soon(30))
-    }
-
-    #[test]
-    fn producer_fenced_on_end_txn_is_classified_fenced() {
-        let (mock, mut p) = setup();
-        produce_one(&mut p).expect("produce");
-        mock.request_errors(RDKafkaApiKey::EndTxn, &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_PRODUCER_FENCED]);
-        let err = p.commit(soon(30)).expect_err("commit must fail");
-        assert_eq!((err.step, err.class), (Step::Commit, ErrorClass::Fenced), "{err}");
-    }
-
-    #[test]
-    fn failed_produce_is_abortable_and_the_next_transaction_commits() {
-        let (mock, mut p) = setup();
-        mock.request_errors(RDKafkaApiKey::Produce, &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE]);
-        let err = produce_one(&mut p).expect_err("the delivery report carries the error");
-        assert_eq!((err.step, err.class), (Step::AwaitAcks, ErrorClass::Abortable), "{err}");
-        p.abort(soon(30)).expect("abort");
-        // As the task does: abort and replay while abortable. (After an abortable error
-        // librdkafka bumps the producer epoch and may purge the first replay's message.)
-        for attempt in 1.. {
-            match produce_one(&mut p).and_then(|()| p.commit(soon(30))) {
-                Ok(()) => break,
-                Err(e) if e.class == ErrorClass::Abortable && attempt < 5 => p.abort(soon(30)).expect("abort"),
-                Err(e) => panic!("replay {attempt} failed: {e}"),
-            }
-        }
-    }
-
-    /// `send_offsets_to_transaction` refused because this consumer is no longer the group
-    /// member its metadata names gives the producer up at once (replaying with the same
-    /// group metadata can never succeed); an abortable refusal for another reason does not.
-    #[test]
-    fn offsets_refused_for_a_member_that_left_the_group_give_the_producer_up() {
-        use rdkafka::consumer::{BaseConsumer, Consumer};
-        use RDKafkaRespErr as E;
-
-        let refuse = |code: E| {
-            let (mock, mut p) = setup();
-            let consumer: BaseConsumer = rdkafka::ClientConfig::new()
-                .set("bootstrap.servers", mock.bootstrap_servers())
-                .set("group.id", "mock")
-                .create()
-                .expect("consumer");
-            let group = consumer.group_metadata().expect("group metadata");
-            produce_one(&mut p).expect("produce");
-            mock.request_errors(RDKafkaApiKey::TxnOffsetCommit, &[code]);
-            let offsets = next_offsets(&[rec("in", 0, 0)]);
-            let err = p.send_offsets(&offsets, &group, soon(30)).expect_err("the offsets are refused");
-            assert_eq!(err.step, Step::SendOffsets, "{err}");
-            err
-        };
-        for code in [
-            E::RD_KAFKA_RESP_ERR_UNKNOWN_MEMBER_ID,
-            E::RD_KAFKA_RESP_ERR_ILLEGAL_GENERATION,
-            E::RD_KAFKA_RESP_ERR_FENCED_INSTANCE_ID,
-        ] {
-            let err = refuse(code);
-            assert!(crate::runtime::task::gives_up(&err), "{code:?} must give the producer up: {err}");
-        }
-        let err = refuse(E::RD_KAFKA_RESP_ERR_GROUP_AUTHORIZATION_FAILED);
-        assert_eq!(err.class, ErrorClass::Abortable, "{err}");
-        assert!(!crate::runtime::task::gives_up(&err), "an ordinary abortable error is replayed: {err}");
-    }
-
-    /// An abort refused with `INVALID_TXN_STATE` leaves the producer in librdkafka's fatal
-    /// state (`rd_kafka_txn_handle_EndTxn` marks it fatal): every later call fails, so the
-    /// task can only give the producer up (see `Task::abort` for why that is also the
-    /// only *safe* answer).
-    #[test]
-    fn abort_refused_with_invalid_txn_state_leaves_the_producer_unusable() {
-        let (mock, mut p) = setup();
-        produce_one(&mut p).expect("produce");
-        mock.request_errors(RDKafkaApiKey::EndTxn, &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_INVALID_TXN_STATE]);
-        let err = p.abort(soon(30)).expect_err("the abort is refused");
-        assert_eq!((err.step, err.class), (Step::Abort, ErrorClass::Fatal), "{err}");
-        let next = p.begin().expect_err("a fatal producer cannot begin another transaction");
-        assert_eq!(next.class, ErrorClass::Fatal, "{next}");
-    }
-
-    #[test]
-    fn commit_timeout_is_retriable_and_only_the_commit_is_retried() {
-        let (mock, mut p) = setup();
-        produce_one(&mut p).expect("produce");
-        mock.broker_down(1).expect("broker down");
-        let err = p.commit((Instant::now() + Duration::from_secs(2)).into()).expect_err("no broker, no commit");
-        assert_eq!((err.step, err.class), (Step::Commit, ErrorClass::Retriable), "{err}");
-        mock.broker_up(1).expect("broker up");
-        p.commit(soon(30)).expect("retrying the commit once the broker is back succeeds");
-    }
-}
+mod mock_cluster_tests;

@@ -16,3 +16,4 @@ mod rebalance;
 mod security;
 mod startup;
 mod state;
+mod unknown_outcome;

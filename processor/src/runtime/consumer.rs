@@ -137,8 +137,7 @@ pub(crate) fn run(shared: Arc<Shared>, control: Receiver<Control>) -> Result<()>
     })?;
     if cfg.guarantee != Guarantee::ExactlyOnce {
         // One long-lived task (and producer) for the whole instance, ready before joining.
-        let txn_id = (cfg.guarantee == Guarantee::ExactlyOncePerConsumer)
-            .then(|| format!("{}-{}", cfg.application_id, cfg.instance_id));
+        let txn_id = (cfg.guarantee == Guarantee::ExactlyOncePerConsumer).then(|| cfg.instance_transactional_id());
         let ctx = consumer.context();
         let id = ctx.registry().next_id();
         let (handle, ready) = spawn_task(&shared, id, txn_id, Vec::new(), None)?;

@@ -17,12 +17,14 @@
 //!   rebalance) waits for it.
 //! - Each **task** ([`task`]) owns a producer and runs the transaction cycle
 //!   ([`crate::txn`]) on its own OS thread: blocking librdkafka calls never run on an async
-//!   worker thread.
+//!   worker thread. A transaction whose outcome is unknown is fenced and reconciled by the
+//!   task itself ([`reconcile`]), without a rebalance.
 //! - Deadlock freedom: tasks never wait for the consumer thread (they write to an unbounded
 //!   control channel), so the consumer thread may wait for them; every wait has a timeout.
 
 pub(crate) mod consumer;
 pub(crate) mod interrupt;
+pub(crate) mod reconcile;
 pub(crate) mod task;
 
 use std::net::SocketAddr;
@@ -84,10 +86,11 @@ pub(crate) struct Stats {
 /// [`ShutdownHandle::summary`]). New counters may be added, so it cannot be built with a
 /// struct literal outside this crate.
 ///
-/// The counts are of batches this instance *knows* committed. A batch whose commit timed
-/// out in an unknown state gives its producer up (see `docs/semantics.md`) and is not
-/// counted, although the coordinator may still have committed it: then the outputs hold
-/// more than the counts say, never less.
+/// The counts are of batches this instance *knows* committed. A batch whose commit ended
+/// in an unknown state is fenced and reconciled (see `docs/semantics.md`): counted once if
+/// the committed offsets show it committed. Only if that reconcile cannot finish is the
+/// producer given up and the batch not counted, although the coordinator may still have
+/// committed it: then the outputs hold more than the counts say, never less.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Summary {
@@ -101,7 +104,8 @@ pub struct Summary {
     pub transactions_aborted: u64,
     /// Input records routed to the dead-letter topic.
     pub dead_lettered: u64,
-    /// Producers given up because they were fenced or became unusable.
+    /// Producers given up (partitions sent back to the group): fenced by a newer owner, or
+    /// an unknown outcome that could not be reconciled.
     pub producers_fenced: u64,
     /// Rebalances (assignments) this instance went through.
     pub rebalances: u64,

@@ -25,6 +25,12 @@
 //! wait of the cycle) end by the interrupt's deadline — the batch is then aborted and
 //! dropped ([`Outcome::Dropped`]). See [`interrupt`](super::interrupt) for why and by when.
 //!
+//! A failed cycle goes where [`reconcile::verdict`] says: a definite failure is aborted and
+//! the batch replayed on the same producer; a transaction whose outcome is unknown is
+//! fenced with a fresh producer and reconciled from the committed offsets
+//! ([`Task::fence_and_reconcile`], no rebalance); a fenced producer is given up (the
+//! partitions go back to the group).
+//!
 //! The task never waits for the consumer thread (it only sends on the unbounded control
 //! channel, and only reads the interrupt), so the consumer thread may block on it, bounded,
 //! inside a rebalance callback.
@@ -39,12 +45,19 @@ use rdkafka::consumer::ConsumerGroupMetadata;
 use crate::config::{Exhausted, Guarantee};
 use crate::error::{Error, ErrorClass};
 use crate::metrics::TaskMetrics;
-use crate::observe::{Interruption, Outcome, TransactionEvent};
-use crate::record::{InputRecord, OutputRecord, ORIGIN_HEADER};
+use crate::observe::{Interruption, Outcome, Reconciliation};
+use crate::record::InputRecord;
 use crate::runtime::interrupt::{Deadline, Interrupt, ABORT_GRACE};
+use crate::runtime::reconcile::{self, Verdict};
 use crate::runtime::{Control, Shared, TopicPartition};
-use crate::state::{changelog, PartitionState, Tally};
-use crate::txn::{next_offsets, run_cycle, CommitTo, CycleError, CycleStats, Step, StepError, TxnProducer, Work};
+use crate::state::PartitionState;
+use crate::txn::{next_offsets, run_cycle, CommitTo, CycleError, CycleStats, Step, StepError, TxnProducer};
+
+mod report;
+mod state;
+mod work;
+
+use work::BatchWork;
 
 /// What the consumer thread sends a task.
 pub(crate) enum TaskMsg {
@@ -67,7 +80,8 @@ pub(crate) struct RevokeReply {
 
 enum Flush {
     Committed,
-    /// The producer was fenced or is unusable: it is dropped, the batch with it.
+    /// The producer was fenced (or its unknown outcome could not be reconciled): it is
+    /// dropped, the batch with it, and the partitions go back to the group.
     GaveUp(StepError),
     /// The task was interrupted (see [`interrupt`](super::interrupt)): the batch's
     /// transaction is aborted and the batch dropped; the producer stays.
@@ -340,22 +354,24 @@ impl Task {
             };
             let result = run_cycle(producer, batch, &mut work, commit_to, deadline);
             let outputs_per_partition = std::mem::take(&mut work.outputs_per_partition);
-            if result.is_ok() {
-                self.commit_states();
-            } else {
-                self.states.values_mut().for_each(PartitionState::abort);
-            }
             let elapsed = started.elapsed();
-            let stats = result.as_ref().map(|s| *s).unwrap_or_default();
+            // The state overlays follow the transaction: merged once it is known committed,
+            // discarded once it is known aborted (after a Kafka error that may be later).
+            let mut stats = result.as_ref().map(|s| *s).unwrap_or_default();
             let (outcome, next) = match result {
-                Ok(stats) => (Outcome::Committed, Next::Done(self.committed(batch, stats))),
+                Ok(stats) => {
+                    self.commit_states();
+                    (Outcome::Committed, Next::Done(self.committed(batch, stats)))
+                }
                 Err(CycleError::Processor { index, message }) => {
+                    self.discard_states();
                     last_error = Some(message.clone());
                     self.processor_failed(batch, index, message, deadline)
                 }
                 Err(CycleError::Kafka(e)) => {
                     last_error = Some(e.to_string());
-                    self.kafka_failed(batch, e, deadline, task_deadline, &mut backoff)
+                    stats.outputs = outputs_per_partition.values().sum();
+                    self.kafka_failed(batch, e, deadline, task_deadline, &mut backoff, stats)
                 }
             };
             self.report(batch, &outputs_per_partition, elapsed, stats, &outcome);
@@ -389,32 +405,23 @@ impl Task {
     }
 
     /// Aborts the open transaction after a failed cycle. Once the task is interrupted the
-    /// abort still gets [`ABORT_GRACE`]: refused for lack of time, it would give the
-    /// producer up for nothing. `Err` when the abort itself failed (the producer is given up).
-    ///
-    /// # Why a failed abort gives the producer up, whatever the error
-    /// Including `INVALID_TXN_STATE` (the coordinator holds the transaction in a state that
-    /// cannot be aborted — completing a commit, or an abort of its own after a timeout or an
-    /// epoch bump):
-    /// - librdkafka itself marks the producer *fatal* when `EndTxn` fails with
-    ///   `INVALID_TXN_STATE`, `PRODUCER_FENCED` or `INVALID_PRODUCER_EPOCH`: every later call
-    ///   fails, so there is nothing to retry with (the mock-cluster test
-    ///   `abort_refused_with_invalid_txn_state_leaves_the_producer_unusable` shows it);
-    /// - whatever the error, the transaction's fate is then unknown to the task: it may yet
-    ///   commit. Replaying the batch with a fresh producer would duplicate it if it did, and
-    ///   dropping it would lose it if it did not; only the committed offsets tell, and only
-    ///   once the transaction is resolved. Giving the partitions back to the group gets
-    ///   exactly that: the next owner's `init_transactions` fences this producer and
-    ///   completes the transaction, then the offsets are fetched (stable) and processing
-    ///   resumes after whatever committed. The price is one rebalance.
-    fn abort(&mut self, deadline: Deadline<'_>) -> Result<(), (Outcome, Next)> {
+    /// abort still gets [`ABORT_GRACE`]: refused for lack of time, it would cost a reconcile
+    /// (or a rebalance) for nothing. `Err` when the abort itself failed: the transaction's
+    /// fate is then unknown (the coordinator refuses to abort a transaction it is
+    /// completing: `INVALID_TXN_STATE`, after which librdkafka marks the producer fatal), so
+    /// the batch goes to [`fence_and_reconcile`](Self::fence_and_reconcile) — or, if the
+    /// producer was fenced, is given up.
+    fn abort(&mut self, batch: &[InputRecord], deadline: Deadline<'_>) -> Result<(), (Outcome, Next)> {
         let producer = self.producer.as_mut().expect("a cycle just ran on it");
         match producer.abort(deadline.with_grace(ABORT_GRACE)) {
             Ok(()) => {
                 self.shared.shutdown.stats().transactions_aborted.inc();
                 Ok(())
             }
-            Err(e) => Err((Outcome::GaveUp { reason: e.to_string() }, Next::Done(Flush::GaveUp(e)))),
+            Err(e) => Err(match reconcile::verdict(&e, self.transactional_id.is_some()) {
+                Verdict::Reconcile => self.fence_and_reconcile(batch, e, deadline, CycleStats::default()),
+                Verdict::GiveUp | Verdict::Replay => give_up(e, None),
+            }),
         }
     }
 
@@ -427,7 +434,7 @@ impl Task {
         message: String,
         deadline: Deadline<'_>,
     ) -> (Outcome, Next) {
-        if let Err(gave_up) = self.abort(deadline) {
+        if let Err(gave_up) = self.abort(batch, deadline) {
             return gave_up;
         }
         if let Some(because) = self.interrupt.expired() {
@@ -453,8 +460,9 @@ impl Task {
         (outcome, Next::Retry(policy.backoff))
     }
 
-    /// A Kafka call failed: give the producer up, or abort and replay with backoff until
-    /// the task timeout — or drop the batch if the task was interrupted.
+    /// A Kafka call failed ([`reconcile::verdict`]): reconcile an unknown outcome, give a
+    /// fenced producer up, or abort and replay with backoff until the task timeout — or drop
+    /// the batch if the task was interrupted.
     fn kafka_failed(
         &mut self,
         batch: &[InputRecord],
@@ -462,11 +470,17 @@ impl Task {
         deadline: Deadline<'_>,
         task_deadline: Instant,
         backoff: &mut Duration,
+        stats: CycleStats,
     ) -> (Outcome, Next) {
-        if gives_up(&e) {
-            return (Outcome::GaveUp { reason: e.to_string() }, Next::Done(Flush::GaveUp(e)));
+        match reconcile::verdict(&e, self.transactional_id.is_some()) {
+            Verdict::Reconcile => return self.fence_and_reconcile(batch, e, deadline, stats),
+            Verdict::GiveUp => {
+                self.discard_states();
+                return give_up(e, None);
+            }
+            Verdict::Replay => self.discard_states(),
         }
-        if let Err(gave_up) = self.abort(deadline) {
+        if let Err(gave_up) = self.abort(batch, deadline) {
             return gave_up;
         }
         if let Some(because) = self.interrupt.expired() {
@@ -485,183 +499,81 @@ impl Task {
     }
 }
 
+/// The producer is given up: the batch is dropped and the partitions go back to the group.
+/// `not_reconciled` says why an unknown outcome could not be reconciled instead.
+fn give_up(e: StepError, not_reconciled: Option<String>) -> (Outcome, Next) {
+    let reason = match not_reconciled {
+        Some(why) => format!("{e}; the outcome could not be reconciled: {why}"),
+        None => e.to_string(),
+    };
+    (Outcome::GaveUp { reason }, Next::Done(Flush::GaveUp(e)))
+}
+
 /// An interrupted batch's end: its transaction is aborted, the batch is dropped.
 fn dropped(because: Interruption, reason: String) -> (Outcome, Next) {
     (Outcome::Dropped { because, reason: reason.clone() }, Next::Done(Flush::Dropped { because, reason }))
 }
 
 impl Task {
-    /// Rebuilds the stores of every owned partition that has none yet from their changelogs
-    /// (see [`crate::state`]): called before a partition's first record is processed, it
-    /// restores the whole assignment of an instance task in one pass.
-    fn restore(&mut self) -> Result<(), Error> {
-        let mut partitions: Vec<i32> =
-            self.owned.iter().map(|tp| tp.1).filter(|p| !self.states.contains_key(p)).collect();
-        partitions.sort_unstable();
-        let deadline = Instant::now() + self.shared.cfg.task_timeout;
-        let (states, records) = changelog::restore(&self.shared.cfg, &partitions, deadline)?;
-        self.shared.shutdown.stats().restored_records.add(records);
-        self.states.extend(states.into_iter().map(|s| (s.partition(), s)));
-        Ok(())
-    }
-
-    /// The transaction committed: every partition's state overlay becomes committed state,
-    /// and the operators' tallies are counted.
-    fn commit_states(&mut self) {
-        let pipeline = &self.shared.cfg.application_id;
-        let stats = self.shared.shutdown.stats();
-        for st in self.states.values_mut() {
-            let committed = st.commit();
-            for (store, n) in committed.changes {
-                crate::metrics::changelog_committed(pipeline, &store, n);
-                stats.changelog_records.add(n);
-            }
-            for ((tally, store), n) in committed.tallies {
-                crate::metrics::tally_committed(pipeline, tally, &store, n);
-                match tally {
-                    Tally::Duplicate => stats.duplicates_dropped.add(n),
-                    Tally::Late => stats.late_records.add(n),
-                }
-            }
-        }
-    }
-
-    /// Tells the hooks, the metrics, the span and the debug log how a cycle went.
-    fn report(
+    /// The batch's transaction has an unknown outcome: the producer is dropped, never to be
+    /// used again, and [`reconcile::reconcile`] fences it with a fresh producer of the same
+    /// transactional.id and reads the outcome from the stable committed offsets (see
+    /// [`reconcile`] for the hazard and why this is safe). Committed: the batch's state
+    /// overlays are merged and it is counted, like any committed batch. Aborted: they are
+    /// discarded and the batch is replayed with the fresh producer. No rebalance.
+    ///
+    /// Only while the task owns the partitions and has time left: partitions reported lost
+    /// are someone else's (our `init_transactions` would fence the new owner), so then — or
+    /// if the reconcile cannot finish by the deadline — the producer is given up as before
+    /// fence-and-reconcile existed: the partitions go back to the group, whose next owner
+    /// resolves the transaction.
+    fn fence_and_reconcile(
         &mut self,
         batch: &[InputRecord],
-        outputs_per_partition: &HashMap<TopicPartition, u64>,
-        total: Duration,
+        e: StepError,
+        deadline: Deadline<'_>,
         stats: CycleStats,
-        outcome: &Outcome,
-    ) {
-        let records = batch.len();
-        let span = tracing::Span::current();
-        span.record("duration_us", total.as_micros() as u64);
-        match outcome {
-            Outcome::Committed => {
-                span.record("outcome", "committed");
-                self.metrics.committed(records, stats.process, stats.commit, total);
-                let mut inputs: HashMap<TopicPartition, u64> = HashMap::new();
-                for r in batch {
-                    *inputs.entry((r.topic.clone(), r.partition)).or_default() += 1;
-                }
-                let mut dead: HashMap<TopicPartition, u64> = HashMap::new();
-                for (origin, _) in self.dead.iter() {
-                    if let Some((t, p, _)) = crate::record::parse_origin(origin.as_bytes()) {
-                        *dead.entry((t, p)).or_default() += 1;
-                    }
-                }
-                for (tp, n) in &inputs {
-                    let out = outputs_per_partition.get(tp).copied().unwrap_or(0);
-                    self.metrics.partition_records(tp, *n, out, dead.get(tp).copied().unwrap_or(0));
-                }
-                tracing::debug!(
-                    task = self.id,
-                    records,
-                    outputs = stats.outputs,
-                    commit_us = stats.commit.as_micros() as u64,
-                    "transaction committed"
-                );
-            }
-            Outcome::Aborted { class, .. } => {
-                span.record("outcome", "aborted");
-                self.metrics.aborted(*class);
-            }
-            Outcome::GaveUp { .. } => {
-                span.record("outcome", "gave_up");
-            }
-            Outcome::Dropped { .. } => {
-                span.record("outcome", "dropped");
-                self.metrics.interrupted();
-            }
-        }
-        if self.shared.hooks.is_empty() {
-            return;
-        }
-        let event = TransactionEvent {
-            transactional_id: self.transactional_id.clone(),
-            records,
-            outputs: stats.outputs,
-            process: stats.process,
-            await_acks: stats.await_acks,
-            commit: stats.commit,
-            total,
-            outcome: outcome.clone(),
+    ) -> (Outcome, Next) {
+        self.producer = None;
+        let not_owner = matches!(self.interrupt.current(), Some((Interruption::PartitionsLost, _)));
+        let (Some(id), false, false) = (self.transactional_id.clone(), not_owner, deadline.passed()) else {
+            self.discard_states();
+            let why = if not_owner { "the partitions were lost" } else { "no time left" };
+            return give_up(e, Some(why.into()));
         };
-        for hook in &self.shared.hooks {
-            hook(&event);
+        tracing::warn!(task = self.id, error = %e, "transaction outcome unknown: fencing the producer and reconciling");
+        let started = Instant::now();
+        let found = match reconcile::reconcile(&self.shared.cfg, &id, &self.label, batch, deadline) {
+            Ok((fresh, found)) => {
+                self.producer = Some(fresh);
+                found
+            }
+            Err(why) => {
+                self.discard_states();
+                return give_up(e, Some(why));
+            }
+        };
+        self.metrics.reconciled(found);
+        tracing::warn!(
+            task = self.id,
+            outcome = %found,
+            records = batch.len(),
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "transaction reconciled"
+        );
+        let outcome = Outcome::Reconciled { found, reason: e.to_string() };
+        match found {
+            Reconciliation::Committed => {
+                self.commit_states();
+                (outcome, Next::Done(self.committed(batch, stats)))
+            }
+            Reconciliation::Aborted => {
+                self.discard_states();
+                self.shared.shutdown.stats().transactions_aborted.inc();
+                (outcome, Next::Retry(Duration::ZERO))
+            }
         }
     }
-}
-
-/// Whether a Kafka error means the producer must be dropped: fenced, fatal, a commit still
-/// failing after its retries — in an unknown state that the producer may not abort — or
-/// offsets refused because this consumer is no longer the group member the task's group
-/// metadata names.
-pub(crate) fn gives_up(e: &StepError) -> bool {
-    matches!(e.class, ErrorClass::Fenced | ErrorClass::Fatal)
-        || (e.step == Step::Commit && e.class == ErrorClass::Retriable)
-        || (e.step == Step::SendOffsets && left_the_group(&e.err))
-}
-
-/// `send_offsets_to_transaction` refused with UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION or
-/// FENCED_INSTANCE_ID: the group expired this member (its session timed out: a stall, a
-/// partition) or moved to a newer generation. The task's group metadata is fixed at
-/// assignment, so no replay can ever succeed with it: replaying until the task timeout
-/// (as an abortable error would) livelocks the partition, and the revocation that waits
-/// for this task blocks the consumer from rejoining. Giving the producer up ends the cycle
-/// at once; the group reassigns the partition, whose next owner resumes from the committed
-/// offset. (Found by the chaos suite's stall scenario.)
-fn left_the_group(e: &rdkafka::error::KafkaError) -> bool {
-    use rdkafka::error::RDKafkaErrorCode as C;
-    matches!(e, rdkafka::error::KafkaError::Transaction(rd)
-        if matches!(rd.code(), C::UnknownMemberId | C::IllegalGeneration | C::FencedInstanceId))
-}
-
-/// One cycle's work for [`run_cycle`]: the processor (with the record's partition state),
-/// or the dead-letter route; then the state changes.
-struct BatchWork<'a> {
-    shared: &'a Shared,
-    /// Records that exhausted their retries under a dead-letter policy, with their error.
-    dead: &'a HashMap<String, (String, u32)>,
-    states: &'a mut HashMap<i32, PartitionState>,
-    outputs_per_partition: HashMap<TopicPartition, u64>,
-}
-
-impl Work for BatchWork<'_> {
-    /// A record's outputs: the processor's, or — once it exhausted its retries under a
-    /// dead-letter policy — the record itself, to the dead-letter topic.
-    fn process(&mut self, r: &InputRecord) -> Result<Vec<OutputRecord>, String> {
-        let outputs = match dead_letter(self.shared, self.dead, r) {
-            Some(out) => vec![out],
-            None => self.shared.processor.call(&self.shared.rt, r, self.states.get_mut(&r.partition))?,
-        };
-        *self.outputs_per_partition.entry((r.topic.clone(), r.partition)).or_default() += outputs.len() as u64;
-        Ok(outputs)
-    }
-
-    fn state_changes(&mut self) -> Vec<OutputRecord> {
-        self.states.values().flat_map(PartitionState::changelog_records).collect()
-    }
-}
-
-/// The dead-letter copy of `r`, if it exhausted its retries under a dead-letter policy.
-fn dead_letter(shared: &Shared, dead: &HashMap<String, (String, u32)>, r: &InputRecord) -> Option<OutputRecord> {
-    if dead.is_empty() {
-        return None; // the usual case: no need to format the record's origin to look it up
-    }
-    if let (Some((message, attempts)), Exhausted::DeadLetter(topic)) =
-        (dead.get(&r.origin()), &shared.cfg.processor_error_policy.then)
-    {
-        let mut out = OutputRecord::to(topic.clone());
-        out.key = r.key.clone();
-        out.value = r.value.clone();
-        out.timestamp = r.timestamp;
-        out.headers = r.headers.iter().filter(|(k, _)| k != ORIGIN_HEADER).cloned().collect();
-        return Some(out.header("kafka-eos.error", message).header("kafka-eos.attempts", attempts.to_string()));
-    }
-    None
 }
 
 impl StepError {

@@ -75,19 +75,13 @@ pub(crate) fn restore(
     let started = Instant::now();
     let mut states: Vec<PartitionState> =
         partitions.iter().map(|p| PartitionState::new(&cfg.application_id, &cfg.stores, *p)).collect();
-    let mut cc = ClientConfig::new();
-    cc.set("bootstrap.servers", &cfg.bootstrap_servers);
-    cfg.consumer_properties.apply(&mut cc);
-    cc.set("group.id", &cfg.application_id)
-        .set("enable.auto.commit", "false")
-        .set("isolation.level", "read_committed")
-        .set("enable.partition.eof", "true")
+    let mut cc = group_reader_config(cfg);
+    cc.set("enable.partition.eof", "true")
         .set("auto.offset.reset", "earliest")
         // The end of a changelog is usually a transaction marker, which is never delivered:
         // the read ends on the end-of-partition event, which comes with an empty fetch, so
         // keep the broker from holding that fetch for the default 500 ms.
-        .set("fetch.wait.max.ms", "10")
-        .set("log_level", "3");
+        .set("fetch.wait.max.ms", "10");
     let consumer: BaseConsumer<QuietEof> = cc
         .create_with_context(QuietEof)
         .map_err(|e| Error::Config(format!("state restore consumer: {}", crate::config::client_error(&e))))?;
@@ -98,22 +92,14 @@ pub(crate) fn restore(
     for p in partitions {
         let _ = input.add_partition(input_topic, *p);
     }
-    loop {
-        let remaining = deadline.saturating_duration_since(Instant::now());
-        match consumer.committed_offsets(input.clone(), remaining.min(Duration::from_secs(10))) {
-            Ok(_) => break,
-            Err(e) if Instant::now() >= deadline => {
-                return Err(timeout(
-                    format!("fetching the stable committed offsets of {input_topic} {partitions:?} before restoring their state"),
-                    e.to_string(),
-                ))
-            }
-            Err(e) => {
-                tracing::debug!(error = %e, ?partitions, "committed offsets not stable yet");
-                std::thread::sleep(Duration::from_millis(100));
-            }
-        }
-    }
+    stable_committed_offsets(&consumer, &input, deadline).map_err(|e| {
+        timeout(
+            format!(
+                "fetching the stable committed offsets of {input_topic} {partitions:?} before restoring their state"
+            ),
+            e.to_string(),
+        )
+    })?;
 
     let mut records = vec![vec![0u64; cfg.stores.len()]; partitions.len()];
     let index_of = |p: i32| partitions.iter().position(|q| *q == p);
@@ -211,6 +197,52 @@ pub(crate) fn restore(
         }
     }
     Ok((states, records.iter().flatten().sum()))
+}
+
+/// The configuration of a client that reads the pipeline's committed offsets (and, for a
+/// restore, its changelogs) without joining its group: the group's `group.id` (no
+/// subscription, so it never takes part in a rebalance), no auto-commit, and
+/// `read_committed`, which makes librdkafka send its offset fetches with `require_stable`
+/// (KIP-447).
+pub(crate) fn group_reader_config(cfg: &PipelineConfig) -> ClientConfig {
+    let mut cc = ClientConfig::new();
+    cc.set("bootstrap.servers", &cfg.bootstrap_servers);
+    cfg.consumer_properties.apply(&mut cc);
+    cc.set("group.id", &cfg.application_id)
+        .set("enable.auto.commit", "false")
+        .set("isolation.level", "read_committed")
+        .set("log_level", "3");
+    cc
+}
+
+/// The group's committed offsets of `partitions`, fetched as *stable*: the broker answers
+/// `UNSTABLE_OFFSET_COMMIT` while a transaction that carries offsets of these partitions is
+/// still open or completing, and the fetch is asked again until it is not (or `deadline`
+/// passes; the last error is returned). So the answer never reflects a transaction whose
+/// fate is still open. `consumer` must be built from [`group_reader_config`].
+pub(crate) fn stable_committed_offsets<C: rdkafka::consumer::ConsumerContext>(
+    consumer: &BaseConsumer<C>,
+    partitions: &TopicPartitionList,
+    deadline: Instant,
+) -> rdkafka::error::KafkaResult<TopicPartitionList> {
+    loop {
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        // An error of one partition (e.g. UNSTABLE_OFFSET_COMMIT) fails the fetch.
+        let fetched = consumer.committed_offsets(partitions.clone(), remaining.min(Duration::from_secs(10))).and_then(
+            |offsets| match offsets.elements().iter().find_map(|e| e.error().err()) {
+                Some(e) => Err(e),
+                None => Ok(offsets),
+            },
+        );
+        match fetched {
+            Ok(offsets) => return Ok(offsets),
+            Err(e) if Instant::now() >= deadline => return Err(e),
+            Err(e) => {
+                tracing::debug!(error = %e, "committed offsets not stable yet");
+                std::thread::sleep(Duration::from_millis(100).min(deadline.saturating_duration_since(Instant::now())));
+            }
+        }
+    }
 }
 
 /// Whether a consumer error will not go away by retrying: the changelog is gone or this

@@ -1,0 +1,243 @@
+//! Fence-and-reconcile: what a task does when its transaction's outcome is unknown.
+//!
+//! # The hazard
+//! A transaction's outcome is *unknown* to the task when the coordinator may or may not have
+//! acted on what the task asked: `commit_transaction` failed without a definite answer (it
+//! timed out after librdkafka's retries inside the call, or failed otherwise), the producer
+//! turned fatal, `send_offsets_to_transaction` timed out, or an abort was refused
+//! (`INVALID_TXN_STATE`: the coordinator holds the transaction in a state that cannot be
+//! aborted). Two wrong answers are at hand:
+//! - *reuse the producer* (retry the commit, or abort and replay on the same epoch): under
+//!   the classic transaction protocol, the only one librdkafka 2.12 speaks (no KIP-890), a
+//!   delayed `EndTxn` or `TxnOffsetCommit` of the old transaction can land in a *later*
+//!   transaction of the same producer epoch (KAFKA-17754, found by Jepsen): it commits that
+//!   transaction half-done, or moves the committed offset back;
+//! - *guess*: replaying a batch that committed duplicates it; dropping one that did not loses
+//!   it.
+//!
+//! Until now the task gave the producer up and the partitions went back to the group (a
+//! rebalance), whose next owner's `init_transactions` resolved the transaction. That is
+//! safe but costs every member of the group a rebalance, and it still retried a timed-out
+//! commit on the same epoch for up to the task timeout first.
+//!
+//! # What the task does ([`reconcile`])
+//! 1. It drops the producer: it is never used again.
+//! 2. It creates a new producer with the same transactional.id (the partition's, or the
+//!    instance's in per-consumer mode) and runs `init_transactions`. The coordinator first
+//!    completes the old transaction if its commit was already decided (`PrepareCommit`), or
+//!    aborts it otherwise, then bumps the epoch: every request of the old producer still in
+//!    flight is refused from then on (`PRODUCER_FENCED` / `INVALID_PRODUCER_EPOCH`), so none
+//!    can land in a later transaction.
+//! 3. It fetches the group's committed offsets of the batch's partitions *as stable*
+//!    (KIP-447, [`stable_committed_offsets`]): the broker withholds offsets that a
+//!    transaction still completing carries, so the answer is final.
+//! 4. It compares them with the batch's next offsets ([`decide`]): all equal — the batch
+//!    committed: its state overlays are merged and it is counted; all at or before the
+//!    batch's first records — it aborted: the overlays are discarded and the batch replayed
+//!    with the fresh producer. Anything else means another owner has moved the offsets: the
+//!    task is no longer the owner, and gives up.
+//!
+//! No leaving the group, no rebalance.
+//!
+//! # Why it is safe
+//! - **Zero same-epoch retries.** The commit step is called once ([`crate::txn`]):
+//!   librdkafka already retries retriable errors *inside* the call for its whole timeout, and
+//!   each further call on the same epoch is one more request that may arrive late. Whatever
+//!   is still in flight is fenced by step 2 before anything else is written.
+//! - **The fresh producer cannot wrongly fence a newer legitimate owner.** In per-partition
+//!   mode the transactional.id is shared with whoever owns the partition next, and
+//!   `init_transactions` fences whoever held the id last — a newer owner included. So the
+//!   task reconciles only while it still owns the partitions: not once they are reported
+//!   *lost* (the group gave them away: the task gives up, and the new owner's own
+//!   `init_transactions` resolves the transaction), and only before the task's deadline,
+//!   which a revocation or shutdown brings forward to well before the consumer thread stops
+//!   waiting for the task ([`super::interrupt`]) — and the group cannot hand the partitions
+//!   to anyone before that wait ends. What is left is the window in which the group expired
+//!   this member and librdkafka has not told us yet: there our `init_transactions` can fence
+//!   the new owner. That is a loss of liveness, never of exactly-once: the new owner's open
+//!   transaction is aborted (it replays it after giving its producer up), and our own replay
+//!   cannot commit, because its `send_offsets_to_transaction` carries this member's group
+//!   metadata, whose generation the group has left behind (`ILLEGAL_GENERATION` /
+//!   `UNKNOWN_MEMBER_ID`: the task gives up). If the new owner has already committed past
+//!   the batch, step 4 sees offsets it did not write and gives up.
+//! - **Per-consumer mode.** The instance's transactional.id is its own (`<app>:<instance>`):
+//!   no other member uses it, so re-initialising it fences only this instance's old
+//!   producer. Zombies of other members are fenced by the group generation, as always.
+//! - **The answer is final.** After `init_transactions` returns, the old transaction is
+//!   complete or aborted for good, and the stable fetch waits for its offsets' markers.
+//!
+//! # Bounds
+//! Everything runs on the task's own thread, within the batch's deadline (the task timeout,
+//! brought forward by an interrupt). If the producer cannot be created or initialised, or
+//! the offsets cannot be fetched, by then — or the outcome is not this task's to decide — the
+//! task falls back to giving the producer up: the partitions go back to the group, whose
+//! next owner resolves the transaction (the behaviour before fence-and-reconcile).
+
+use std::collections::BTreeMap;
+
+use rdkafka::consumer::BaseConsumer;
+use rdkafka::TopicPartitionList;
+
+use crate::config::PipelineConfig;
+use crate::error::ErrorClass;
+use crate::observe::Reconciliation;
+use crate::record::InputRecord;
+use crate::runtime::interrupt::Deadline;
+use crate::state::changelog::{group_reader_config, stable_committed_offsets};
+use crate::txn::{next_offsets, Step, StepError, TxnProducer};
+
+/// What a failed cycle's Kafka error leads to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    /// A definite failure inside an open transaction: abort it and replay the batch on the
+    /// same producer.
+    Replay,
+    /// The transaction's outcome is unknown, or the producer unusable: [`reconcile`].
+    Reconcile,
+    /// This producer or member has been replaced (fenced by a newer owner, or offsets
+    /// refused for a group member that left): drop it and give the partitions back.
+    GiveUp,
+}
+
+/// Decides what a failed step leads to (`transactional`: the producer has a
+/// transactional.id; at-least-once has no transaction to reconcile).
+///
+/// Every error of the commit step itself (`commit_transaction`) leaves the outcome unknown
+/// except fencing: the `EndTxn` may have been sent and acted on. So does a
+/// `send_offsets_to_transaction` without a definite answer (retriable: it timed out), a
+/// producer turned fatal, and an abort that failed for any reason but fencing.
+pub(crate) fn verdict(e: &StepError, transactional: bool) -> Verdict {
+    if e.class == ErrorClass::Fenced || (e.step == Step::SendOffsets && left_the_group(&e.err)) {
+        return Verdict::GiveUp;
+    }
+    if !transactional {
+        return if e.class == ErrorClass::Fatal { Verdict::GiveUp } else { Verdict::Replay };
+    }
+    match (e.step, e.class) {
+        (Step::Commit | Step::Abort, _) | (_, ErrorClass::Fatal) | (Step::SendOffsets, ErrorClass::Retriable) => {
+            Verdict::Reconcile
+        }
+        _ => Verdict::Replay,
+    }
+}
+
+/// `send_offsets_to_transaction` refused with UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION or
+/// FENCED_INSTANCE_ID: the group expired this member (its session timed out: a stall, a
+/// partition) or moved to a newer generation. The task's group metadata is fixed at
+/// assignment, so no replay can ever succeed with it: replaying until the task timeout
+/// (as an abortable error would) livelocks the partition, and the revocation that waits
+/// for this task blocks the consumer from rejoining. Giving the producer up ends the cycle
+/// at once; the group reassigns the partition, whose next owner resumes from the committed
+/// offset. (Found by the chaos suite's stall scenario.)
+fn left_the_group(e: &rdkafka::error::KafkaError) -> bool {
+    use rdkafka::error::RDKafkaErrorCode as C;
+    matches!(e, rdkafka::error::KafkaError::Transaction(rd)
+        if matches!(rd.code(), C::UnknownMemberId | C::IllegalGeneration | C::FencedInstanceId))
+}
+
+/// Steps 2–4 of the [module docs](self), after the caller dropped the old producer and
+/// checked that it still owns the partitions: a fresh, initialised producer for
+/// `transactional_id` and what the batch's transaction became. `Err` says why the outcome
+/// could not be learned (the caller falls back to giving the partitions up).
+pub(crate) fn reconcile(
+    cfg: &PipelineConfig,
+    transactional_id: &str,
+    label: &str,
+    batch: &[InputRecord],
+    deadline: Deadline<'_>,
+) -> Result<(TxnProducer, Reconciliation), String> {
+    let mut producer = TxnProducer::create(cfg, Some(transactional_id.to_string()), label)
+        .map_err(|e| format!("cannot create a fresh producer: {e}"))?;
+    producer.init(deadline).map_err(|e| format!("fencing the old producer: {e}"))?;
+    let reader: BaseConsumer =
+        group_reader_config(cfg).create().map_err(|e| format!("offset reader: {}", crate::config::client_error(&e)))?;
+    let mut partitions = TopicPartitionList::new();
+    for e in next_offsets(batch).elements() {
+        partitions.add_partition(e.topic(), e.partition());
+    }
+    let committed = stable_committed_offsets(&reader, &partitions, deadline.instant())
+        .map_err(|e| format!("fetching the stable committed offsets: {e}"))?;
+    Ok((producer, decide(&committed, batch)?))
+}
+
+/// What the group's committed offsets say about `batch`'s transaction: committed if every
+/// partition of the batch is committed at the batch's next offset, aborted if every one is
+/// still at or before the batch's first record (or has no committed offset). Anything else
+/// — an offset past the batch, inside it, or a mix — was not written by this transaction
+/// alone (transactions are atomic): another owner has moved it, and the outcome is not ours
+/// to decide.
+pub(crate) fn decide(committed: &TopicPartitionList, batch: &[InputRecord]) -> Result<Reconciliation, String> {
+    let mut span: BTreeMap<(&str, i32), (i64, i64)> = BTreeMap::new();
+    for r in batch {
+        let e = span.entry((r.topic.as_str(), r.partition)).or_insert((r.offset, r.offset + 1));
+        *e = (e.0.min(r.offset), e.1.max(r.offset + 1));
+    }
+    let (mut done, mut not_done) = (0, 0);
+    for ((topic, partition), (first, next)) in &span {
+        let at = committed.find_partition(topic, *partition).and_then(|e| e.offset().to_raw()).filter(|o| *o >= 0);
+        match at {
+            Some(o) if o == *next => done += 1,
+            None => not_done += 1,
+            Some(o) if o <= *first => not_done += 1,
+            Some(o) => {
+                return Err(format!(
+                    "{topic} [{partition}] is committed at {o}, but this batch spans {first}..{next}: another owner moved it"
+                ))
+            }
+        }
+    }
+    match (done, not_done) {
+        (_, 0) => Ok(Reconciliation::Committed),
+        (0, _) => Ok(Reconciliation::Aborted),
+        _ => Err(format!(
+            "{done} of the batch's partitions are committed past it, {not_done} not: not this transaction's doing"
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::txn::tests::rec;
+    use rdkafka::error::{KafkaError, RDKafkaErrorCode as C};
+    use rdkafka::Offset;
+
+    fn committed(at: &[(&str, i32, Option<i64>)]) -> TopicPartitionList {
+        let mut tpl = TopicPartitionList::new();
+        for (t, p, o) in at {
+            let _ = tpl.add_partition_offset(t, *p, o.map_or(Offset::Invalid, Offset::Offset));
+        }
+        tpl
+    }
+
+    #[test]
+    fn the_committed_offsets_tell_committed_from_aborted_and_refuse_anything_else() {
+        let batch = [rec("a", 0, 10), rec("a", 0, 11), rec("a", 1, 5)];
+        let decide = |at| decide(&committed(at), &batch);
+        assert_eq!(decide(&[("a", 0, Some(12)), ("a", 1, Some(6))]), Ok(Reconciliation::Committed));
+        assert_eq!(decide(&[("a", 0, Some(10)), ("a", 1, Some(5))]), Ok(Reconciliation::Aborted));
+        // Before the first record (transaction markers take offsets), or never committed.
+        assert_eq!(decide(&[("a", 0, Some(8)), ("a", 1, None)]), Ok(Reconciliation::Aborted));
+        assert!(decide(&[("a", 0, Some(15)), ("a", 1, Some(6))]).unwrap_err().contains("another owner"));
+        assert!(decide(&[("a", 0, Some(11)), ("a", 1, Some(5))]).unwrap_err().contains("another owner"));
+        assert!(decide(&[("a", 0, Some(12)), ("a", 1, Some(5))]).unwrap_err().contains("not this transaction"));
+    }
+
+    #[test]
+    fn every_unknown_outcome_is_reconciled_and_only_fencing_gives_up() {
+        let e = |step, err| StepError::new(step, err);
+        let timeout = || KafkaError::Flush(C::OperationTimedOut);
+        let v = |err: StepError| verdict(&err, true);
+        assert_eq!(v(e(Step::Commit, timeout())), Verdict::Reconcile, "a commit without an answer");
+        assert_eq!(v(e(Step::Commit, KafkaError::Canceled)), Verdict::Reconcile, "any commit failure");
+        assert_eq!(v(e(Step::Abort, KafkaError::Canceled)), Verdict::Reconcile, "a refused abort");
+        assert_eq!(v(e(Step::SendOffsets, timeout())), Verdict::Reconcile, "offsets without an answer");
+        assert_eq!(v(e(Step::Produce, KafkaError::MessageProduction(C::Fatal))), Verdict::Reconcile, "fatal");
+        assert_eq!(v(e(Step::Commit, KafkaError::MessageProduction(C::ProducerFenced))), Verdict::GiveUp);
+        assert_eq!(v(e(Step::AwaitAcks, KafkaError::MessageProduction(C::MessageSizeTooLarge))), Verdict::Replay);
+        assert_eq!(v(e(Step::AwaitAcks, timeout())), Verdict::Replay, "no commit step was reached");
+        assert_eq!(v(e(Step::SendOffsets, KafkaError::Canceled)), Verdict::Replay, "a definite refusal");
+        // At-least-once has no transaction: a fatal producer is given up as before.
+        assert_eq!(verdict(&e(Step::Produce, KafkaError::MessageProduction(C::Fatal)), false), Verdict::GiveUp);
+    }
+}

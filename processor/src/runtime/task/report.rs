@@ -1,0 +1,86 @@
+//! How a task tells the hooks, the metrics, the span and the debug log how a cycle went.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use super::Task;
+use crate::observe::{Outcome, Reconciliation, TransactionEvent};
+use crate::record::InputRecord;
+use crate::runtime::TopicPartition;
+use crate::txn::CycleStats;
+
+impl Task {
+    /// Tells the hooks, the metrics, the span and the debug log how a cycle went.
+    pub(super) fn report(
+        &mut self,
+        batch: &[InputRecord],
+        outputs_per_partition: &HashMap<TopicPartition, u64>,
+        total: Duration,
+        stats: CycleStats,
+        outcome: &Outcome,
+    ) {
+        let records = batch.len();
+        let span = tracing::Span::current();
+        span.record("duration_us", total.as_micros() as u64);
+        match outcome {
+            Outcome::Committed | Outcome::Reconciled { found: Reconciliation::Committed, .. } => {
+                span.record(
+                    "outcome",
+                    if *outcome == Outcome::Committed { "committed" } else { "reconciled: committed" },
+                );
+                self.metrics.committed(records, stats.process, stats.commit, total);
+                let mut inputs: HashMap<TopicPartition, u64> = HashMap::new();
+                for r in batch {
+                    *inputs.entry((r.topic.clone(), r.partition)).or_default() += 1;
+                }
+                let mut dead: HashMap<TopicPartition, u64> = HashMap::new();
+                for (origin, _) in self.dead.iter() {
+                    if let Some((t, p, _)) = crate::record::parse_origin(origin.as_bytes()) {
+                        *dead.entry((t, p)).or_default() += 1;
+                    }
+                }
+                for (tp, n) in &inputs {
+                    let out = outputs_per_partition.get(tp).copied().unwrap_or(0);
+                    self.metrics.partition_records(tp, *n, out, dead.get(tp).copied().unwrap_or(0));
+                }
+                tracing::debug!(
+                    task = self.id,
+                    records,
+                    outputs = stats.outputs,
+                    commit_us = stats.commit.as_micros() as u64,
+                    "transaction committed"
+                );
+            }
+            Outcome::Aborted { class, .. } => {
+                span.record("outcome", "aborted");
+                self.metrics.aborted(*class);
+            }
+            Outcome::Reconciled { .. } => {
+                span.record("outcome", "reconciled: aborted");
+            }
+            Outcome::GaveUp { .. } => {
+                span.record("outcome", "gave_up");
+            }
+            Outcome::Dropped { .. } => {
+                span.record("outcome", "dropped");
+                self.metrics.interrupted();
+            }
+        }
+        if self.shared.hooks.is_empty() {
+            return;
+        }
+        let event = TransactionEvent {
+            transactional_id: self.transactional_id.clone(),
+            records,
+            outputs: stats.outputs,
+            process: stats.process,
+            await_acks: stats.await_acks,
+            commit: stats.commit,
+            total,
+            outcome: outcome.clone(),
+        };
+        for hook in &self.shared.hooks {
+            hook(&event);
+        }
+    }
+}

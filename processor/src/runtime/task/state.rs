@@ -1,0 +1,50 @@
+//! A task's state stores: restored before a partition's first record, and their overlays
+//! merged or discarded once a transaction's outcome is known.
+
+use std::time::Instant;
+
+use super::Task;
+use crate::error::Error;
+use crate::state::{changelog, PartitionState, Tally};
+
+impl Task {
+    /// The transaction aborted: every partition's state overlay is forgotten.
+    pub(super) fn discard_states(&mut self) {
+        self.states.values_mut().for_each(PartitionState::abort);
+    }
+
+    /// Rebuilds the stores of every owned partition that has none yet from their changelogs
+    /// (see [`crate::state`]): called before a partition's first record is processed, it
+    /// restores the whole assignment of an instance task in one pass.
+    pub(super) fn restore(&mut self) -> Result<(), Error> {
+        let mut partitions: Vec<i32> =
+            self.owned.iter().map(|tp| tp.1).filter(|p| !self.states.contains_key(p)).collect();
+        partitions.sort_unstable();
+        let deadline = Instant::now() + self.shared.cfg.task_timeout;
+        let (states, records) = changelog::restore(&self.shared.cfg, &partitions, deadline)?;
+        self.shared.shutdown.stats().restored_records.add(records);
+        self.states.extend(states.into_iter().map(|s| (s.partition(), s)));
+        Ok(())
+    }
+
+    /// The transaction committed: every partition's state overlay becomes committed state,
+    /// and the operators' tallies are counted.
+    pub(super) fn commit_states(&mut self) {
+        let pipeline = &self.shared.cfg.application_id;
+        let stats = self.shared.shutdown.stats();
+        for st in self.states.values_mut() {
+            let committed = st.commit();
+            for (store, n) in committed.changes {
+                crate::metrics::changelog_committed(pipeline, &store, n);
+                stats.changelog_records.add(n);
+            }
+            for ((tally, store), n) in committed.tallies {
+                crate::metrics::tally_committed(pipeline, tally, &store, n);
+                match tally {
+                    Tally::Duplicate => stats.duplicates_dropped.add(n),
+                    Tally::Late => stats.late_records.add(n),
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,196 @@
+//! Error paths a real broker rarely produces, driven by librdkafka's mock cluster. The mock
+//! does not implement transactions faithfully (no markers, no fencing by epoch), so these
+//! tests prove only that each injected error is classified and surfaced at the right step
+//! — never exactly-once itself (the integration tests do that on a real broker).
+
+use std::time::{Duration, Instant};
+
+use rdkafka::mocking::MockCluster;
+use rdkafka::producer::DefaultProducerContext;
+use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
+
+use super::tests::rec;
+use super::*;
+use crate::config::PipelineConfig;
+use crate::runtime::reconcile::{reconcile, verdict, Verdict};
+use crate::Pipeline;
+
+fn setup() -> (MockCluster<'static, DefaultProducerContext>, TxnProducer) {
+    let (mock, p, _) = setup_with_config();
+    (mock, p)
+}
+
+fn setup_with_config() -> (MockCluster<'static, DefaultProducerContext>, TxnProducer, PipelineConfig) {
+    let mock = MockCluster::new(1).expect("mock cluster");
+    mock.create_topic("out", 1, 1).expect("topic");
+    mock.create_topic("in", 1, 1).expect("topic");
+    let pipeline = Pipeline::builder()
+        .bootstrap_servers(mock.bootstrap_servers())
+        .application_id("mock")
+        .input_topic("in")
+        .processor(|_| Ok(vec![]))
+        .build()
+        .expect("config");
+    let mut p = TxnProducer::create(pipeline.config(), Some("mock-in-0".into()), "in-0").expect("producer");
+    p.init(soon(30)).expect("init_transactions");
+    (mock, p, pipeline.config().clone())
+}
+
+fn soon(secs: u64) -> Deadline<'static> {
+    (Instant::now() + Duration::from_secs(secs)).into()
+}
+
+fn produce_one(p: &mut TxnProducer) -> Result<(), StepError> {
+    p.begin()?;
+    p.send(&OutputRecord::to("out").value("v"), Some(&rec("in", 0, 0)), soon(30))?;
+    p.await_acks(soon(30))
+}
+
+#[test]
+fn producer_fenced_on_end_txn_is_classified_fenced() {
+    let (mock, mut p) = setup();
+    produce_one(&mut p).expect("produce");
+    mock.request_errors(RDKafkaApiKey::EndTxn, &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_PRODUCER_FENCED]);
+    let err = p.commit(soon(30)).expect_err("commit must fail");
+    assert_eq!((err.step, err.class), (Step::Commit, ErrorClass::Fenced), "{err}");
+}
+
+#[test]
+fn failed_produce_is_abortable_and_the_next_transaction_commits() {
+    let (mock, mut p) = setup();
+    mock.request_errors(RDKafkaApiKey::Produce, &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE]);
+    let err = produce_one(&mut p).expect_err("the delivery report carries the error");
+    assert_eq!((err.step, err.class), (Step::AwaitAcks, ErrorClass::Abortable), "{err}");
+    p.abort(soon(30)).expect("abort");
+    // As the task does: abort and replay while abortable. (After an abortable error
+    // librdkafka bumps the producer epoch and may purge the first replay's message.)
+    for attempt in 1.. {
+        match produce_one(&mut p).and_then(|()| p.commit(soon(30))) {
+            Ok(()) => break,
+            Err(e) if e.class == ErrorClass::Abortable && attempt < 5 => p.abort(soon(30)).expect("abort"),
+            Err(e) => panic!("replay {attempt} failed: {e}"),
+        }
+    }
+}
+
+/// `send_offsets_to_transaction` refused because this consumer is no longer the group
+/// member its metadata names gives the producer up at once (replaying with the same
+/// group metadata can never succeed); an abortable refusal for another reason does not.
+#[test]
+fn offsets_refused_for_a_member_that_left_the_group_give_the_producer_up() {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use RDKafkaRespErr as E;
+
+    let refuse = |code: E| {
+        let (mock, mut p) = setup();
+        let consumer: BaseConsumer = rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", mock.bootstrap_servers())
+            .set("group.id", "mock")
+            .create()
+            .expect("consumer");
+        let group = consumer.group_metadata().expect("group metadata");
+        produce_one(&mut p).expect("produce");
+        mock.request_errors(RDKafkaApiKey::TxnOffsetCommit, &[code]);
+        let offsets = next_offsets(&[rec("in", 0, 0)]);
+        let err = p.send_offsets(&offsets, &group, soon(30)).expect_err("the offsets are refused");
+        assert_eq!(err.step, Step::SendOffsets, "{err}");
+        err
+    };
+    for code in [
+        E::RD_KAFKA_RESP_ERR_UNKNOWN_MEMBER_ID,
+        E::RD_KAFKA_RESP_ERR_ILLEGAL_GENERATION,
+        E::RD_KAFKA_RESP_ERR_FENCED_INSTANCE_ID,
+    ] {
+        let err = refuse(code);
+        assert_eq!(verdict(&err, true), Verdict::GiveUp, "{code:?} must give the producer up: {err}");
+    }
+    let err = refuse(E::RD_KAFKA_RESP_ERR_GROUP_AUTHORIZATION_FAILED);
+    assert_eq!(err.class, ErrorClass::Abortable, "{err}");
+    assert_eq!(verdict(&err, true), Verdict::Replay, "an ordinary abortable error is replayed: {err}");
+}
+
+/// An abort refused with `INVALID_TXN_STATE` leaves the producer in librdkafka's fatal
+/// state (`rd_kafka_txn_handle_EndTxn` marks it fatal): every later call fails. The
+/// transaction's fate is unknown to the task (the coordinator refuses an abort of a
+/// transaction it is completing), so the task reconciles: a fresh producer of the same
+/// transactional.id is initialised and works. (The mock stores no transactional offsets, so
+/// the reconcile always finds "aborted" here: only the path is tested, not the answer.)
+#[test]
+fn abort_refused_with_invalid_txn_state_is_reconciled_with_a_fresh_producer() {
+    let (mock, mut p, cfg) = setup_with_config();
+    produce_one(&mut p).expect("produce");
+    mock.request_errors(RDKafkaApiKey::EndTxn, &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_INVALID_TXN_STATE]);
+    let err = p.abort(soon(30)).expect_err("the abort is refused");
+    assert_eq!((err.step, err.class), (Step::Abort, ErrorClass::Fatal), "{err}");
+    let next = p.begin().expect_err("a fatal producer cannot begin another transaction");
+    assert_eq!(next.class, ErrorClass::Fatal, "{next}");
+    assert_eq!(verdict(&err, true), Verdict::Reconcile, "{err}");
+    drop(p);
+    let batch = [rec("in", 0, 0)];
+    let (mut fresh, found) = reconcile(&cfg, "mock-in-0", "in-0", &batch, soon(30)).expect("reconciled");
+    assert_eq!(found, crate::observe::Reconciliation::Aborted);
+    produce_one(&mut fresh).and_then(|()| fresh.commit(soon(30))).expect("the fresh producer commits");
+}
+
+/// A commit that gets no answer (the broker is down: `EndTxn` never reaches it) is made
+/// once — no second call on the same epoch — and fails retriable; its outcome is unknown, so
+/// the task reconciles: once the broker is back, a fresh producer of the same
+/// transactional.id is initialised (the epoch bump that fences the old one) and commits.
+#[test]
+fn commit_without_an_answer_is_reconciled_with_a_fresh_producer() {
+    let (mock, mut p, cfg) = setup_with_config();
+    produce_one(&mut p).expect("produce");
+    mock.broker_down(1).expect("broker down");
+    let started = Instant::now();
+    let err = p.commit((Instant::now() + Duration::from_secs(2)).into()).expect_err("no broker, no commit");
+    assert!(started.elapsed() < Duration::from_secs(5), "one call, bounded by the deadline");
+    assert_eq!((err.step, err.class), (Step::Commit, ErrorClass::Retriable), "{err}");
+    assert_eq!(verdict(&err, true), Verdict::Reconcile, "{err}");
+    drop(p);
+    let reconciling = std::thread::spawn(move || reconcile(&cfg, "mock-in-0", "in-0", &[rec("in", 0, 0)], soon(30)));
+    std::thread::sleep(Duration::from_millis(1_500));
+    mock.broker_up(1).expect("broker up");
+    let (mut fresh, _) = reconciling.join().unwrap().expect("reconciled once the broker is back");
+    produce_one(&mut fresh).and_then(|()| fresh.commit(soon(30))).expect("the fresh producer commits");
+}
+
+/// `send_offsets_to_transaction` without an answer (the broker is down) is made once and
+/// fails retriable: a `TxnOffsetCommit` may still land later, in a later transaction of the
+/// same epoch, so the task reconciles rather than retrying or aborting on this producer.
+#[test]
+fn offsets_without_an_answer_are_reconciled() {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    let (mock, mut p) = setup();
+    let consumer: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", mock.bootstrap_servers())
+        .set("group.id", "mock")
+        .create()
+        .expect("consumer");
+    let group = consumer.group_metadata().expect("group metadata");
+    produce_one(&mut p).expect("produce");
+    mock.broker_down(1).expect("broker down");
+    let offsets = next_offsets(&[rec("in", 0, 0)]);
+    let started = Instant::now();
+    let err = p
+        .send_offsets(&offsets, &group, (Instant::now() + Duration::from_secs(2)).into())
+        .expect_err("no broker, no offsets");
+    assert!(started.elapsed() < Duration::from_secs(5), "one call, bounded by the deadline");
+    assert_eq!((err.step, err.class), (Step::SendOffsets, ErrorClass::Retriable), "{err}");
+    assert_eq!(verdict(&err, true), Verdict::Reconcile, "{err}");
+}
+
+/// A reconcile that cannot learn the outcome by the deadline (the brokers stay away) says
+/// so, and the task falls back to giving the partitions up.
+#[test]
+fn a_reconcile_that_cannot_finish_by_the_deadline_fails() {
+    let (mock, p, cfg) = setup_with_config();
+    drop(p);
+    mock.broker_down(1).expect("broker down");
+    let started = Instant::now();
+    let why =
+        reconcile(&cfg, "mock-in-0", "in-0", &[rec("in", 0, 0)], (Instant::now() + Duration::from_secs(2)).into())
+            .map(|(_, found)| found)
+            .expect_err("no broker, no answer");
+    assert!(started.elapsed() < Duration::from_secs(8), "bounded by the deadline: {:?}", started.elapsed());
+    assert!(why.contains("fencing the old producer"), "{why}");
+}
