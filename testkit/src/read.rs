@@ -13,8 +13,8 @@ use rdkafka::error::KafkaError;
 use rdkafka::message::{BorrowedMessage, Message};
 use rdkafka::{Offset, TopicPartitionList};
 
-/// Reads `topic` with `read_committed` from the beginning until every partition reports
-/// its end, calling `f` for each record; fails with [`Error::TaskTimeout`] at `deadline`.
+/// Reads `topic` with `read_committed` (unless the client's properties say otherwise) from
+/// the beginning until every partition reports its end, calling `f` for each record; fails with [`Error::TaskTimeout`] at `deadline`.
 /// The end is the last stable offset when the read reaches it: records of transactions
 /// still open then are not read.
 pub fn read_to_end(
@@ -24,12 +24,15 @@ pub fn read_to_end(
     mut f: impl FnMut(&BorrowedMessage<'_>),
 ) -> Result<()> {
     let started = Instant::now();
-    let consumer: BaseConsumer<QuietEof> = client
-        .config()
-        .set("group.id", "kafka-eos-reader")
+    let mut cc = client.config();
+    cc.set("group.id", "kafka-eos-reader")
         .set("enable.auto.commit", "false")
         .set("isolation.level", "read_committed")
-        .set("enable.partition.eof", "true")
+        .set("enable.partition.eof", "true");
+    // The client's properties last: they may override the defaults above (a test reading
+    // `read_uncommitted` to see aborted records, for one).
+    client.properties.apply(&mut cc);
+    let consumer: BaseConsumer<QuietEof> = cc
         .create_with_context(QuietEof)
         .map_err(|e| Error::Config(format!("reader consumer: {}", client_error(&e))))?;
     let remaining = deadline.saturating_duration_since(Instant::now());

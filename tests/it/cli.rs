@@ -110,3 +110,59 @@ async fn bench_prints_a_verified_row_per_subject() {
         assert!(expected, "{subject} copy not verified ok: {row}");
     }
 }
+
+/// `topic create`, `produce` (keys, a tombstone, a header), `tail` and `lag`, as a user
+/// tries a pipeline by hand: the records come back as written, and the lag of a group that
+/// copied the topic is 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn topic_produce_tail_and_lag() {
+    let bootstrap = crate::common::bootstrap();
+    let topic = unique("cli-data");
+    let out = kafka_eos(&["topic", "create", &topic, "--partitions", "1", "--bootstrap", &bootstrap]).await;
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "topic create: {stdout}\n{stderr}");
+    assert_eq!(stdout.trim(), format!("created {topic} (1 partitions)"));
+
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_kafka-eos"))
+        .args(["produce", &topic, "--bootstrap", &bootstrap, "--key-separator", "\t", "--tombstones"])
+        .args(["--header", "source=cli-test"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("run kafka-eos produce");
+    use tokio::io::AsyncWriteExt;
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(b"a\tfirst\nb\tsecond\na\t\nno key here\n").await.unwrap();
+    drop(stdin);
+    let out = child.wait_with_output().await.unwrap();
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "produce: {stdout}\n{stderr}");
+    assert_eq!(stdout.trim(), format!("produced 4 records to {topic}"));
+
+    let out = kafka_eos(&["tail", &topic, "--bootstrap", &bootstrap]).await;
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "tail: {stdout}\n{stderr}");
+    assert_eq!(stdout, "0/0 a first\n0/1 b second\n0/2 a ∅\n0/3 ∅ no key here\n4 records\n", "{stderr}");
+    let records =
+        kafka_eos_testkit::read::read_all(&kafka_eos::admin::Client::new(&bootstrap), &topic, Duration::from_secs(30))
+            .unwrap();
+    assert!(records.iter().all(|r| r.header("source") == Some(&b"cli-test"[..])), "{records:?}");
+
+    // A group that committed everything has lag 0; one that never ran has the whole topic.
+    let out = kafka_eos(&["lag", "--group", &unique("cli-nobody"), "--topic", &topic, "--bootstrap", &bootstrap]).await;
+    assert_eq!(text(&out).0.trim(), "lag 4");
+    let out = kafka_eos(&[
+        "lag",
+        "--group",
+        &unique("cli-nobody"),
+        "--topic",
+        &topic,
+        "--wait",
+        "2",
+        "--bootstrap",
+        &bootstrap,
+    ])
+    .await;
+    assert_eq!(out.status.code(), Some(1), "lag 4 never reaches 0: {}", text(&out).0);
+}

@@ -4,11 +4,14 @@
 //!   jars from Maven Central, cached) that outlives the command, for trying pipelines out;
 //! - `kafka-eos verify`: proves exactly-once (or at-least-once) between an input and an
 //!   output topic written by a kafka-eos pipeline; exits 1 on any violation;
+//! - `kafka-eos topic create`, `produce`, `tail`, `lag` ([`data`]): topics, test input, a
+//!   topic's committed records, a group's lag;
 //! - `kafka-eos bench` ([`bench`]): the cost of each guarantee on your own cluster;
 //! - `kafka-eos chaos` ([`chaos`]): exactly-once under injected faults.
 
 mod bench;
 mod chaos;
+mod data;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -35,6 +38,17 @@ enum Command {
     },
     /// Check that every input record has exactly one output (read_committed).
     Verify(VerifyArgs),
+    /// Create a topic.
+    Topic {
+        #[command(subcommand)]
+        action: data::TopicAction,
+    },
+    /// Write standard input's lines to a topic, one record per line.
+    Produce(data::ProduceArgs),
+    /// Print a topic's committed records, from the beginning to the end.
+    Tail(data::TailArgs),
+    /// Print a consumer group's lag (records not yet committed); optionally wait for 0.
+    Lag(data::LagArgs),
     /// Measure what each guarantee costs against the no-transaction ceiling.
     Bench(bench::Args),
     /// Run pipelines under injected faults and verify exactly-once.
@@ -174,6 +188,10 @@ fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
             }
             Ok(ExitCode::SUCCESS)
         }
+        Command::Topic { action } => data::topic(action),
+        Command::Produce(a) => data::produce(a),
+        Command::Tail(a) => data::tail(a),
+        Command::Lag(a) => data::lag(a),
         Command::Bench(a) => bench::run(a),
         Command::Chaos(a) => chaos::run(*a),
         Command::Verify(a) => {
