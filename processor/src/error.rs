@@ -112,10 +112,11 @@ pub enum Error {
         /// librdkafka's reason, secrets redacted.
         detail: String,
     },
-    /// Input topics that do not exist on the cluster.
+    /// Topics the pipeline reads or writes that do not exist on the cluster: inputs and the
+    /// dead-letter topic are checked at start-up, an output topic when a produce to it fails.
     #[error(
-        "input topic(s) {topics:?} do not exist on {servers}; create them first (kafka-eos \
-         never auto-creates input topics)"
+        "topic(s) {topics:?} do not exist on {servers}; create them first (kafka-eos never \
+         auto-creates the topics it reads or writes, apart from its changelogs)"
     )]
     UnknownTopics {
         /// The missing topics.

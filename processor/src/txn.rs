@@ -145,6 +145,8 @@ pub(crate) struct DeliveryTracker {
     acked: AtomicU64,
     failed: AtomicU64,
     first_error: Mutex<Option<KafkaError>>,
+    /// The topic of the first failed delivery: named when it turns out not to exist.
+    failed_topic: Mutex<Option<String>>,
 }
 
 impl ClientContext for DeliveryTracker {
@@ -168,9 +170,14 @@ impl ProducerContext for DeliveryTracker {
             Ok(_) => {
                 self.acked.fetch_add(1, Ordering::Relaxed);
             }
-            Err((e, _)) => {
+            Err((e, m)) => {
                 self.failed.fetch_add(1, Ordering::Relaxed);
-                self.first_error.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert_with(|| e.clone());
+                let mut first = self.first_error.lock().unwrap_or_else(|p| p.into_inner());
+                if first.is_none() {
+                    *first = Some(e.clone());
+                    *self.failed_topic.lock().unwrap_or_else(|p| p.into_inner()) =
+                        Some(rdkafka::Message::topic(m).to_string());
+                }
             }
         }
     }
@@ -258,6 +265,7 @@ impl TxnProducer {
         t.acked.store(0, Ordering::Relaxed);
         t.failed.store(0, Ordering::Relaxed);
         *t.first_error.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        *t.failed_topic.lock().unwrap_or_else(|p| p.into_inner()) = None;
         if self.transactional_id.is_some() {
             let started = Instant::now();
             let result = self.inner.begin_transaction();
@@ -324,6 +332,29 @@ impl TxnProducer {
             Some(e) => Err(StepError::new(Step::AwaitAcks, e)),
             None => Ok(()),
         }
+    }
+
+    /// After a failed [`await_acks`](Self::await_acks): the topic of the first failed
+    /// delivery, if the failure is one a missing topic causes (`_UNKNOWN_TOPIC`,
+    /// `UNKNOWN_TOPIC_OR_PARTITION`, or a message timeout: under a transaction the message
+    /// timeout, capped by `transaction.timeout.ms`, runs out before librdkafka gives up on
+    /// the topic's metadata) and the cluster confirms the topic does not exist. Otherwise
+    /// the same produce is retried until the task timeout, every attempt failing the same
+    /// way (it used to: `MessageTimedOut` every ~10 s for up to 300 s, the topic never named).
+    pub(crate) fn missing_topic(&self, e: &StepError, timeout: Duration) -> Option<String> {
+        use RDKafkaErrorCode as C;
+        let suspicious = e.step == Step::AwaitAcks
+            && matches!(
+                e.err.rdkafka_error_code(),
+                Some(C::UnknownTopic | C::UnknownTopicOrPartition | C::MessageTimedOut)
+            );
+        if !suspicious {
+            return None;
+        }
+        let topic = self.inner.context().failed_topic.lock().unwrap_or_else(|p| p.into_inner()).clone()?;
+        let md = self.inner.client().fetch_metadata(Some(&topic), timeout).ok()?;
+        let exists = md.topics().iter().any(|t| t.name() == topic && t.error().is_none() && !t.partitions().is_empty());
+        (!exists).then_some(topic)
     }
 
     /// Serves this producer's events on the calling thread until `left` counts nothing more

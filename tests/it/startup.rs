@@ -25,3 +25,35 @@ async fn unknown_input_topic_is_named() {
         other => panic!("expected UnknownTopics, got {other}"),
     }
 }
+
+/// A processor writing to a topic that does not exist: the pipeline stops with the topic
+/// named, soon after the first produce to it fails (the transaction's message timeout, or
+/// librdkafka's unknown-topic verdict under at-least-once) — not after retrying the same
+/// batch for the whole task timeout with `MessageTimedOut` and no topic named.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_output_topic_stops_the_pipeline_naming_it() {
+    use kafka_eos::{Guarantee, OutputRecord};
+    let runs =
+        [Guarantee::ExactlyOnce, Guarantee::ExactlyOncePerConsumer, Guarantee::AtLeastOnce].map(|g| async move {
+            let t = crate::common::topics(&format!("no-output-{}", g.as_str()), 1, 10, 10).await;
+            let missing = unique("no-such-output");
+            let out = missing.clone();
+            let started = Instant::now();
+            let err = run_expecting_error(
+                noop(&t.bootstrap, &unique("no-output"), &t.input)
+                    .guarantee(g)
+                    .processor(move |_| Ok(vec![OutputRecord::to(&out).value("v")])),
+            )
+            .await;
+            match &err {
+                Error::UnknownTopics { topics, .. } => assert_eq!(topics, &vec![missing], "{}", g.as_str()),
+                other => panic!("{}: expected UnknownTopics, got {other}", g.as_str()),
+            }
+            assert!(err.to_string().contains("create them"), "{err}");
+            (g, started.elapsed())
+        });
+    for (g, elapsed) in futures::future::join_all(runs).await {
+        println!("{}: stopped naming the missing output topic after {:.1} s", g.as_str(), elapsed.as_secs_f64());
+        assert!(elapsed < Duration::from_secs(90), "{}: took {elapsed:?}", g.as_str());
+    }
+}

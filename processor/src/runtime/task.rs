@@ -487,6 +487,11 @@ impl Task {
             return dropped(because, e.to_string());
         }
         let outcome = Outcome::Aborted { class: Some(e.class), reason: e.to_string() };
+        let missing = self.producer.as_ref().and_then(|p| p.missing_topic(&e, Duration::from_secs(10)));
+        if let Some(topic) = missing {
+            let servers = self.shared.cfg.bootstrap_servers.clone();
+            return (outcome, Next::Done(Flush::Stop(Error::UnknownTopics { topics: vec![topic], servers })));
+        }
         if Instant::now() + *backoff >= task_deadline {
             let timeout = self.shared.cfg.task_timeout;
             let what = format!("committing a batch of {} records with {}", batch.len(), self.who());
