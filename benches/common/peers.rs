@@ -32,6 +32,9 @@ use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
 use super::{results_dir, workspace_dir};
 
+/// The fewest records `ProducerPerformance` writes for the reference rate.
+pub const PRODUCER_PERF_MIN_RECORDS: u64 = 1_000_000;
+
 /// Ready-to-run peers: the classpath and the compiled Streams application.
 pub struct Peers {
     java: PathBuf,
@@ -198,6 +201,38 @@ impl Peers {
             );
         }
         Ok(r)
+    }
+
+    /// Kafka's own `ProducerPerformance` writing as many records as `input` holds (at least
+    /// [`PRODUCER_PERF_MIN_RECORDS`]), of the same size, into a new topic with as many partitions (acks=all, `linger.ms=5`, one
+    /// idempotent producer: the settings of the broker-capacity figure in
+    /// `docs/benchmarks.md`): what this broker accepts from one tuned Java producer, the
+    /// physical reference every subject is also reported against. Its own final summary
+    /// line gives the rate (records/s over its whole run).
+    pub fn producer_perf(&self, input: &Input, output: &str, label: &str) -> Res<CopyResult> {
+        input.create_topic(output, 1).map_err(|e| e.to_string())?;
+        let progress = Progress::new(input.records, CpuSource::SelfProcess);
+        let props = format!("bootstrap.servers={}", input.bootstrap);
+        // At least a million records: a fresh JVM's warm-up (JIT, metadata, connections)
+        // counts in ProducerPerformance's rate, and dwarfs a short run's transfer time.
+        let records = input.records.max(PRODUCER_PERF_MIN_RECORDS);
+        let mut args: Vec<String> = ["--topic", output, "--num-records"].iter().map(|s| s.to_string()).collect();
+        args.push(records.to_string());
+        args.extend(["--record-size".into(), input.value_size.to_string(), "--throughput".into(), "-1".into()]);
+        args.extend(["--producer-props".into(), props, "acks=all".into(), "linger.ms=5".into()]);
+        let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+        let text = self.tool("org.apache.kafka.tools.ProducerPerformance", &argv)?;
+        let rps = kafka_eos_cli::bench::parse_producer_performance(&text)
+            .ok_or_else(|| format!("no summary line from ProducerPerformance: {text}"))?;
+        let r = CopyResult::measured(label, input, None, &progress, None);
+        Ok(CopyResult {
+            records_copied: input.records,
+            records_per_second: rps,
+            megabytes_per_second: rps * input.value_size as f64 / 1e6,
+            cpu_seconds_per_million_records: None,
+            broker_cpu_seconds_per_million_records: None,
+            ..r
+        })
     }
 
     /// One `TransactionalMessageCopier` per input partition, `txn_size` records per

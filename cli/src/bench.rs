@@ -929,6 +929,15 @@ pub fn overhead_table(results: &[CopyResult]) -> String {
     )
 }
 
+/// The records/s in the final summary line of Kafka's `ProducerPerformance`: `N records
+/// sent, X records/sec (Y MB/sec), ... ms 99.9th.` (its periodic lines carry no
+/// percentiles).
+pub fn parse_producer_performance(text: &str) -> Option<f64> {
+    let line = text.lines().rev().find(|l| l.contains(" records sent, ") && l.contains("99.9th"))?;
+    let rate = line.split(", ").nth(1)?;
+    rate.split_whitespace().next()?.parse().ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -958,6 +967,15 @@ mod tests {
     fn cpu_and_rss_are_readable() {
         assert!(pid_cpu(std::process::id()).is_some());
         assert!(peak_rss(None).is_some_and(|b| b > 0));
+    }
+
+    #[test]
+    fn producer_performance_summary_parses() {
+        let out = "3000 records sent, 599.9 records/sec (0.06 MB/sec), 2.0 ms avg latency, 120.0 ms max latency.\n\
+                   500000 records sent, 373134.328358 records/sec (35.59 MB/sec), 5.12 ms avg latency, \
+                   210.00 ms max latency, 3 ms 50th, 15 ms 95th, 20 ms 99th, 25 ms 99.9th.\n";
+        assert_eq!(parse_producer_performance(out), Some(373134.328358));
+        assert_eq!(parse_producer_performance("3000 records sent, 599.9 records/sec (0.06 MB/sec)"), None);
     }
 
     #[test]

@@ -1,0 +1,122 @@
+//! The regression guard of quick mode: the run's ratios against `benches/baseline.json`.
+//!
+//! Absolute records/s move with the machine and whatever else runs on it; a ratio of two
+//! subjects measured side by side in the same repetition moves much less. So the guard
+//! compares, per subject, the median ratio to `ProducerPerformance` (the broker's own
+//! capacity, measured in the same run) — or to the ceiling, when the Java tools are not
+//! there — with the committed baseline. A ratio below `baseline × (1 − tolerance)` fails
+//! the run: that is a regression well outside run-to-run noise (the 100 ms commit floor
+//! coming back would halve exactly-once's). A ratio above `baseline × (1 + tolerance)` is
+//! reported, so the baseline gets refreshed when the code gets faster.
+//!
+//! The baseline is a quick run's figures on a quiet machine of the CI's kind: copy the
+//! `guard.measured` ratios of `target/bench-results/batch_throughput-quick.json` into it,
+//! and say in `measured` when and under what load.
+
+use std::collections::BTreeMap;
+
+use kafka_eos_cli::bench::table;
+use serde::Deserialize;
+
+use crate::report::{find, Agg};
+use crate::{common::workspace_dir, BASE_INTERVAL_MS, PRODUCER_PERF, QUICK_PARTITIONS};
+
+/// `benches/baseline.json`.
+#[derive(Debug, Deserialize)]
+struct Baseline {
+    /// What the figures are relative to: `producer-performance` or `ceiling`.
+    reference: String,
+    /// Relative tolerance, e.g. 0.4 for ±40 %.
+    tolerance: f64,
+    /// How, where and when the baseline was measured.
+    measured: String,
+    /// Subject → median ratio to the reference.
+    ratios: BTreeMap<String, f64>,
+}
+
+/// The comparison, as printed.
+pub struct Comparison {
+    reference: String,
+    rows: Vec<(String, Option<f64>, f64, &'static str)>,
+    measured: BTreeMap<String, f64>,
+    note: Option<String>,
+}
+
+impl Comparison {
+    /// Whether no subject fell below its tolerance.
+    pub fn passed(&self) -> bool {
+        !self.rows.iter().any(|r| r.3 == "REGRESSED")
+    }
+
+    /// For the results file.
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "reference": self.reference,
+            "measured": self.measured,
+            "rows": self.rows.iter().map(|(s, now, base, verdict)| serde_json::json!({
+                "subject": s, "ratio": now, "baseline": base, "verdict": verdict,
+            })).collect::<Vec<_>>(),
+            "note": self.note,
+        })
+    }
+}
+
+/// Compares the quick run's ratios with the baseline and prints the comparison.
+pub fn compare(agg: &[Agg], records: u64) -> Comparison {
+    let path = workspace_dir().join("benches").join("baseline.json");
+    let baseline: Baseline = match std::fs::read_to_string(&path)
+        .map_err(|e| e.to_string())
+        .and_then(|t| serde_json::from_str(&t).map_err(|e| e.to_string()))
+    {
+        Ok(b) => b,
+        Err(e) => panic!("cannot read the bench baseline {}: {e}", path.display()),
+    };
+    let has_reference = find(agg, PRODUCER_PERF, QUICK_PARTITIONS, None).is_some();
+    let reference = if has_reference { PRODUCER_PERF } else { "ceiling" };
+    let ratio_of = |a: &Agg| if has_reference { a.of_reference } else { a.ratio };
+    let mut measured = BTreeMap::new();
+    for a in agg.iter().filter(|a| a.config.partitions == QUICK_PARTITIONS) {
+        if a.config.interval_ms.is_none() || a.config.interval_ms == Some(BASE_INTERVAL_MS) {
+            measured.insert(a.config.subject.clone(), ratio_of(a));
+        }
+    }
+    measured.retain(|s, x| x.is_finite() && s != reference);
+    let mut note = None;
+    let mut rows = Vec::new();
+    if baseline.reference != reference {
+        note = Some(format!(
+            "the baseline is relative to {}, this run to {reference} (the Java tools are missing?): not compared",
+            baseline.reference
+        ));
+    } else {
+        for (subject, base) in &baseline.ratios {
+            let now = measured.get(subject).copied();
+            let verdict = match now {
+                None => "MISSING",
+                Some(x) if x < base * (1.0 - baseline.tolerance) => "REGRESSED",
+                Some(x) if x > base * (1.0 + baseline.tolerance) => "faster: refresh the baseline",
+                Some(_) => "ok",
+            };
+            rows.push((subject.clone(), now, *base, verdict));
+        }
+    }
+    println!(
+        "\nregression guard: {QUICK_PARTITIONS} partitions, {records} records, ratio to {reference}, \
+         tolerance ±{:.0} % (baseline: {})",
+        100.0 * baseline.tolerance,
+        baseline.measured
+    );
+    if let Some(n) = &note {
+        println!("  {n}");
+    }
+    let cells: Vec<Vec<String>> = rows
+        .iter()
+        .map(|(s, now, base, v)| {
+            vec![s.clone(), now.map_or("-".into(), |x| format!("{x:.3}")), format!("{base:.3}"), v.to_string()]
+        })
+        .collect();
+    print!("{}", table(&["subject", "this run", "baseline", "verdict"], &cells));
+    // MISSING (a subject that failed to copy) is reported by the run itself; only a measured
+    // regression fails the guard.
+    Comparison { reference: reference.into(), rows, measured, note }
+}
