@@ -40,11 +40,11 @@ use std::time::{Duration, Instant};
 use common::peers::Peers;
 use common::plot::{log_x_chart, Legend, Series};
 use common::{bar, broker, broker_pids, init_tracing, runtime, step, write_results, Args};
+use kafka_eos::config::Properties;
+use kafka_eos::Guarantee;
 use kafka_eos_cli::bench::{
     copy, delete_topics, fmt_opt, median, table, unique_name, CopyOptions, CopyResult, Input, Subject, Tuning,
 };
-use kafka_eos::config::Properties;
-use kafka_eos::Guarantee;
 
 /// Bytes per value.
 const VALUE_SIZE: usize = 100;
@@ -127,7 +127,7 @@ fn main() {
     // A narrowed matrix for experiments (--subjects, --intervals).
     configs.retain(|c| {
         (args.subjects.is_empty() || args.subjects.contains(&c.subject))
-            && (args.intervals.is_empty() || c.interval_ms.map_or(true, |ms| args.intervals.contains(&ms)))
+            && (args.intervals.is_empty() || c.interval_ms.is_none_or(|ms| args.intervals.contains(&ms)))
     });
     let tv0_runs = peers.is_some()
         && tv.is_some_and(|v| v > 0)

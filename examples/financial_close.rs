@@ -20,11 +20,11 @@
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+use kafka_eos::{Guarantee, Pipeline};
+use kafka_eos_cli::workloads::financial_close::{self, Generate, Topics};
+use kafka_eos_testkit::admin;
 use kafka_eos_testkit::broker::{Cluster, ClusterConfig};
 use kafka_eos_testkit::verify::VerifyConfig;
-use kafka_eos_cli::workloads::financial_close::{self, Generate, Topics};
-use kafka_eos::{Guarantee, Pipeline};
-use kafka_eos_testkit::admin;
 
 const PARTITIONS: i32 = 4;
 

@@ -165,7 +165,6 @@ pub fn create_topic_with(
     Client::new(bootstrap).create_topic_with(topic, partitions, replication, configs)
 }
 
-
 /// A consumer context that does not report the end of a partition as an error: readers
 /// that ask for those events (`enable.partition.eof`: a restore, a verifier) would
 /// otherwise see librdkafka's default context log each one at ERROR level.

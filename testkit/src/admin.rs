@@ -50,11 +50,7 @@ impl ClientExt for Client {
         )
     }
 
-    fn produce(
-        &self,
-        topic: &str,
-        records: impl IntoIterator<Item = (Option<i32>, Vec<u8>, Vec<u8>)>,
-    ) -> Result<()> {
+    fn produce(&self, topic: &str, records: impl IntoIterator<Item = (Option<i32>, Vec<u8>, Vec<u8>)>) -> Result<()> {
         let producer: ThreadedProducer<DefaultProducerContext> = self
             .config()
             .set("enable.idempotence", "true")

@@ -25,8 +25,8 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{BorrowedMessage, Headers, Message};
 use rdkafka::{Offset, TopicPartitionList};
 
-use kafka_eos_testkit::admin::Client;
 use kafka_eos::record::{parse_origin, ORIGIN_HEADER};
+use kafka_eos_testkit::admin::Client;
 use kafka_eos_testkit::verify::{read_to_end, VerifyConfig};
 
 /// One output record: (output offset, origin partition, origin offset).

@@ -27,12 +27,12 @@ use super::reader::{
     compare, describe_anomalies, last_offsets, read_final, utc_time_of_day, verify_config, wall_ms, Reader,
 };
 use super::rng::Rng;
-use kafka_eos_testkit::broker::{ClusterConfig, LocalCluster};
-use kafka_eos::config::Properties;
-use kafka_eos_testkit::verify::verify;
 use crate::workloads::financial_close;
+use kafka_eos::config::Properties;
 use kafka_eos::{Guarantee, Summary};
 use kafka_eos_testkit::admin::{self, ClientExt};
+use kafka_eos_testkit::broker::{ClusterConfig, LocalCluster};
+use kafka_eos_testkit::verify::verify;
 
 /// Consumer `session.timeout.ms` of every instance: the broker's minimum by default, so a
 /// crashed or stalled instance loses its partitions quickly.

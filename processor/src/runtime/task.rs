@@ -40,7 +40,8 @@ use crate::config::{Exhausted, Guarantee};
 use crate::error::{Error, ErrorClass};
 use crate::metrics::TaskMetrics;
 use crate::observe::{Interruption, Outcome, TransactionEvent};
-use crate::record::{InputRecord, OutputRecord, ORIGIN_HEADER};
+use crate::processor::driver::Instances;
+use crate::record::{InputRecord, OutputRecord};
 use crate::runtime::interrupt::{Deadline, Interrupt, ABORT_GRACE};
 use crate::runtime::{Control, Shared, TopicPartition};
 use crate::state::{changelog, PartitionState, Tally};
@@ -103,6 +104,8 @@ pub(crate) struct Task {
     /// State stores per input partition (stateful processors only), restored from their
     /// changelogs before the partition's first record and dropped when it is revoked.
     states: HashMap<i32, PartitionState>,
+    /// The processor's instances, one per input partition (made at its first record).
+    processors: Instances,
     stopped: bool,
     control: Sender<Control>,
     /// Set by the consumer thread on revocation and shutdown: bounds the retries of a
@@ -128,6 +131,7 @@ impl Task {
         interrupt: Arc<Interrupt>,
     ) -> Result<Task, Error> {
         let control = shared.control.clone();
+        let processor = shared.processor.clone();
         let label = match (shared.cfg.guarantee, partitions.as_slice()) {
             (Guarantee::ExactlyOnce, [(t, p)]) => format!("{t}-{p}"),
             _ => "all".to_string(),
@@ -146,6 +150,7 @@ impl Task {
             dead: HashMap::new(),
             acked: HashMap::new(),
             states: HashMap::new(),
+            processors: Instances::new(processor),
             stopped: false,
             control,
             interrupt,
@@ -231,6 +236,7 @@ impl Task {
                         partitions.iter().filter_map(|tp| self.acked.remove(tp).map(|o| (tp.clone(), o))).collect();
                     for tp in &partitions {
                         self.owned.remove(tp);
+                        self.processors.close(&tp.0, tp.1, self.states.get(&tp.1));
                         self.states.remove(&tp.1);
                     }
                     // Before the reply: once it is sent the consumer thread may set the
@@ -243,6 +249,7 @@ impl Task {
                 }
                 Ok(TaskMsg::Shutdown) | Err(RecvTimeoutError::Disconnected) => {
                     self.flush(&mut batch);
+                    self.processors.close_all(&self.states);
                     return;
                 }
             }
@@ -269,6 +276,7 @@ impl Task {
                 tracing::warn!(task = self.id, error = %e, "producer given up; the partitions go back to the group");
                 self.producer = None;
                 // The group reassigns the partitions; whoever gets them restores their state.
+                self.processors.close_all(&self.states);
                 self.states.clear();
                 let _ = self.control.send(Control::Fenced { task: self.id, error: e.to_string() });
             }
@@ -336,6 +344,7 @@ impl Task {
                 shared: &self.shared,
                 dead: &self.dead,
                 states: &mut self.states,
+                processors: &mut self.processors,
                 outputs_per_partition: HashMap::new(),
             };
             let result = run_cycle(producer, batch, &mut work, commit_to, deadline);
@@ -349,9 +358,9 @@ impl Task {
             let stats = result.as_ref().map(|s| *s).unwrap_or_default();
             let (outcome, next) = match result {
                 Ok(stats) => (Outcome::Committed, Next::Done(self.committed(batch, stats))),
-                Err(CycleError::Processor { index, message }) => {
-                    last_error = Some(message.clone());
-                    self.processor_failed(batch, index, message, deadline)
+                Err(CycleError::Processor { index, error }) => {
+                    last_error = Some(error.to_string());
+                    self.processor_failed(batch, index, error, deadline)
                 }
                 Err(CycleError::Kafka(e)) => {
                     last_error = Some(e.to_string());
@@ -424,9 +433,10 @@ impl Task {
         &mut self,
         batch: &[InputRecord],
         index: usize,
-        message: String,
+        error: crate::error::BoxError,
         deadline: Deadline<'_>,
     ) -> (Outcome, Next) {
+        let message = error.to_string();
         if let Err(gave_up) = self.abort(deadline) {
             return gave_up;
         }
@@ -443,7 +453,7 @@ impl Task {
         if attempts > policy.retries {
             match &policy.then {
                 Exhausted::Stop => {
-                    return (outcome, Next::Done(Flush::Stop(Error::Processor { origin, attempts, message })))
+                    return (outcome, Next::Done(Flush::Stop(Error::Processor { origin, attempts, source: error })))
                 }
                 Exhausted::DeadLetter(_) => {
                     self.dead.insert(origin, (message, attempts));
@@ -626,16 +636,17 @@ struct BatchWork<'a> {
     /// Records that exhausted their retries under a dead-letter policy, with their error.
     dead: &'a HashMap<String, (String, u32)>,
     states: &'a mut HashMap<i32, PartitionState>,
+    processors: &'a mut Instances,
     outputs_per_partition: HashMap<TopicPartition, u64>,
 }
 
 impl Work for BatchWork<'_> {
     /// A record's outputs: the processor's, or — once it exhausted its retries under a
     /// dead-letter policy — the record itself, to the dead-letter topic.
-    fn process(&mut self, r: &InputRecord) -> Result<Vec<OutputRecord>, String> {
+    fn process(&mut self, r: &InputRecord) -> Result<&[OutputRecord], crate::error::BoxError> {
         let outputs = match dead_letter(self.shared, self.dead, r) {
-            Some(out) => vec![out],
-            None => self.shared.processor.call(&self.shared.rt, r, self.states.get_mut(&r.partition))?,
+            Some(out) => self.processors.only(out),
+            None => self.processors.process(&self.shared.rt, r, self.states.get_mut(&r.partition))?,
         };
         *self.outputs_per_partition.entry((r.topic.clone(), r.partition)).or_default() += outputs.len() as u64;
         Ok(outputs)
@@ -654,11 +665,7 @@ fn dead_letter(shared: &Shared, dead: &HashMap<String, (String, u32)>, r: &Input
     if let (Some((message, attempts)), Exhausted::DeadLetter(topic)) =
         (dead.get(&r.origin()), &shared.cfg.processor_error_policy.then)
     {
-        let mut out = OutputRecord::to(topic.clone());
-        out.key = r.key.clone();
-        out.value = r.value.clone();
-        out.timestamp = r.timestamp;
-        out.headers = r.headers.iter().filter(|(k, _)| k != ORIGIN_HEADER).cloned().collect();
+        let out = OutputRecord::copy_of(r, topic.as_str());
         return Some(out.header("kafka-eos.error", message).header("kafka-eos.attempts", attempts.to_string()));
     }
     None

@@ -12,8 +12,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use kafka_eos_cli::chaos::{self, InstanceConfig, Progress, Scenario, ScenarioResult, SuiteConfig};
 use kafka_eos::Guarantee;
+use kafka_eos_cli::chaos::{self, InstanceConfig, Progress, Scenario, ScenarioResult, SuiteConfig};
 
 /// Arguments of `kafka-eos chaos`.
 #[derive(clap::Args)]

@@ -15,8 +15,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use kafka_eos_testkit::broker::{self, ClusterConfig};
 use kafka_eos::config::Properties;
+use kafka_eos_testkit::broker::{self, ClusterConfig};
 use kafka_eos_testkit::verify::{verify, VerifyConfig};
 
 #[derive(Parser)]
