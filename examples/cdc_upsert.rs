@@ -19,7 +19,6 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use kafka_eos::codec::Json;
-use kafka_eos::state::StoreSpec;
 use kafka_eos::{Guarantee, OutputRecord, Pipeline};
 use kafka_eos_testkit::admin::{self, ClientExt};
 use kafka_eos_testkit::broker::{Cluster, ClusterConfig};
@@ -96,32 +95,33 @@ async fn run() -> Result<bool, Box<dyn std::error::Error>> {
         };
     }
 
-    let out = table.clone();
     let pipeline = || {
-        let out = out.clone();
-        Pipeline::builder()
+        let mut builder = Pipeline::builder()
             .bootstrap_servers(&bootstrap)
             .application_id(&app)
             .input_topic(&input)
-            .guarantee(Guarantee::ExactlyOnce)
-            .store(StoreSpec::memory("applied-lsn"))
-            .stateful_processor(move |ctx, rec| {
-                let change: Change = rec.value_as::<Json, _>()?;
-                let (lsn, id) = match &change {
-                    Change::Upsert { lsn, row } => (*lsn, row.id),
-                    Change::Delete { lsn, id } => (*lsn, *id),
-                };
-                let mut applied = ctx.store::<u32, u64>("applied-lsn")?;
-                if applied.get(&id)?.is_some_and(|last| lsn <= last) {
-                    return Ok(vec![]); // stale: already applied (a replay)
-                }
-                applied.put(&id, &lsn)?;
-                let out = OutputRecord::to(&out).key(id.to_be_bytes());
-                Ok(vec![match change {
-                    Change::Upsert { row, .. } => out.encode_value::<Json, _>(&row)?,
-                    Change::Delete { .. } => out, // a tombstone: no value
-                }])
-            })
+            .guarantee(Guarantee::ExactlyOnce);
+        // The last change applied per row id: typed once, here.
+        let applied = builder.store::<u32, u64>("applied-lsn");
+        let out = builder.output_topic(&table);
+        builder.processor(move |ctx, rec| {
+            let change: Change = rec.value_as(&Json)?;
+            let (lsn, id) = match &change {
+                Change::Upsert { lsn, row } => (*lsn, row.id),
+                Change::Delete { lsn, id } => (*lsn, *id),
+            };
+            let mut applied = ctx.store(&applied);
+            if applied.get(&id)?.is_some_and(|last| lsn <= last) {
+                return Ok(()); // stale: already applied (a replay)
+            }
+            applied.put(&id, &lsn)?;
+            let out = OutputRecord::to(&out).key(id.to_be_bytes());
+            ctx.emit(match change {
+                Change::Upsert { row, .. } => out.encode_value(&Json, &row)?,
+                Change::Delete { .. } => out, // a tombstone: no value
+            });
+            Ok(())
+        })
     };
 
     let mut tables = Vec::new();

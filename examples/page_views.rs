@@ -88,20 +88,21 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     .await??;
     println!("produced {events} page views to {views}");
 
-    let hourly = Aggregate::<(String, i64), u64>::new("hourly-views");
-    let out = counts.clone();
-    let pipeline = Pipeline::builder()
+    let mut builder = Pipeline::builder()
         .bootstrap_servers(&bootstrap)
         .application_id(&app)
         .input_topic(&views)
-        .guarantee(Guarantee::AtLeastOnce)
-        .store(hourly.store())
-        .stateful_processor(move |ctx, rec| {
-            let v: PageView = rec.value_as::<Json, _>()?;
+        .guarantee(Guarantee::AtLeastOnce);
+    let hourly = Aggregate::<(String, i64), u64>::new(&mut builder, "hourly-views");
+    let out = builder.output_topic(&counts);
+    let pipeline = builder
+        .processor(move |ctx, rec| {
+            let v: PageView = rec.value_as(&Json)?;
             let key = (v.page, v.time_ms.div_euclid(HOUR_MS));
             let views = hourly.update(ctx, &key, |n| *n += 1)?;
             let value = HourlyViews { page: key.0.clone(), hour: key.1, views };
-            Ok(vec![OutputRecord::to(&out).key(format!("{}/{}", key.0, key.1)).encode_value::<Json, _>(&value)?])
+            ctx.emit(OutputRecord::to(&out).key(format!("{}/{}", key.0, key.1)).encode_value(&Json, &value)?);
+            Ok(())
         })
         .build()?;
     let handle = pipeline.shutdown_handle();

@@ -97,17 +97,18 @@ async fn run() -> Result<bool, Box<dyn std::error::Error>> {
     println!("produced {ORDERS} orders to {orders} ({PARTITIONS} partitions) on {bootstrap}");
 
     // 3. The pipeline: order -> invoice, exactly once.
-    let out = invoices.clone();
-    let pipeline = Pipeline::builder()
+    let mut builder = Pipeline::builder()
         .bootstrap_servers(&bootstrap)
         .application_id(format!("quickstart-{suffix}"))
         .input_topic(&orders)
         .guarantee(Guarantee::ExactlyOnce)
         .commit_interval(Duration::from_millis(100))
         .handle_signals(true) // Ctrl-C stops it gracefully
-        .ops_address(std::env::var("KAFKA_EOS_OPS_ADDR").unwrap_or_else(|_| "127.0.0.1:0".into()).parse()?)
-        .processor(move |rec| {
-            let order: Order = rec.value_as::<Json, _>()?;
+        .ops_address(std::env::var("KAFKA_EOS_OPS_ADDR").unwrap_or_else(|_| "127.0.0.1:0".into()).parse()?);
+    let out = builder.output_topic(&invoices); // declared once: no topic String per record
+    let pipeline = builder
+        .processor(move |ctx, rec| {
+            let order: Order = rec.value_as(&Json)?;
             let vat = order.cents * vat_bp(&order.country) / 10_000;
             let invoice = Invoice {
                 order_id: order.id,
@@ -116,7 +117,8 @@ async fn run() -> Result<bool, Box<dyn std::error::Error>> {
                 vat_cents: vat,
                 gross_cents: order.cents + vat,
             };
-            Ok(vec![OutputRecord::to(&out).key(&order.customer).encode_value::<Json, _>(&invoice)?])
+            ctx.emit(OutputRecord::to(&out).key(&order.customer).encode_value(&Json, &invoice)?);
+            Ok(())
         })
         .build()?;
     let handle = pipeline.shutdown_handle();

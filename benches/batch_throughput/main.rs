@@ -145,7 +145,7 @@ fn main() {
     // A narrowed matrix for experiments (--subjects, --intervals).
     configs.retain(|c| {
         (args.subjects.is_empty() || args.subjects.contains(&c.subject))
-            && (args.intervals.is_empty() || c.interval_ms.map_or(true, |ms| args.intervals.contains(&ms)))
+            && (args.intervals.is_empty() || c.interval_ms.is_none_or(|ms| args.intervals.contains(&ms)))
     });
     let tv0_runs = peers.is_some()
         && tv.is_some_and(|v| v > 0)

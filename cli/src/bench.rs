@@ -59,7 +59,6 @@ use kafka_eos::config::Properties;
 use kafka_eos::error::{Error, Result};
 use kafka_eos::observe::{Outcome, TransactionEvent};
 use kafka_eos::record::ORIGIN_HEADER;
-use kafka_eos::state::StoreSpec;
 use kafka_eos::{Guarantee, OutputRecord, Pipeline};
 use kafka_eos_testkit::admin::ClientExt;
 use kafka_eos_testkit::verify::{verify, Report, VerifyConfig};
@@ -671,7 +670,6 @@ async fn pipeline(
         Subject::Pipeline(g) | Subject::Stateful(g) => g,
         Subject::Ceiling => return Err(Error::Internal("the ceiling is not a pipeline".into())),
     };
-    let out = output.to_string();
     let counter = progress.clone();
     let extra = opts.hook.clone();
     let mut builder = Pipeline::builder()
@@ -690,22 +688,30 @@ async fn pipeline(
                 h(e);
             }
         });
+    let out = builder.output_topic(output);
+    // Key and value only, as the Java peers copy (no headers, the producer's timestamp).
     let copy_of = move |r: &kafka_eos::InputRecord| {
-        let mut o = OutputRecord::to(&out);
+        let mut o = OutputRecord::to(&out).partition(r.partition);
         o.key = r.key.clone();
         o.value = r.value.clone();
-        o.partition = Some(r.partition);
         o
     };
     builder = match subject {
-        Subject::Stateful(_) => builder.store(StoreSpec::memory(BENCH_STORE)).stateful_processor(move |ctx, r| {
-            let mut counts = ctx.store::<Vec<u8>, u64>(BENCH_STORE)?;
-            let key = r.key.clone().unwrap_or_default();
-            let n = counts.get(&key)?.unwrap_or(0);
-            counts.put(&key, &(n + 1))?;
-            Ok(vec![copy_of(r)])
+        Subject::Stateful(_) => {
+            let counts = builder.store::<Vec<u8>, u64>(BENCH_STORE);
+            builder.processor(move |ctx, r| {
+                let key = r.key.clone().unwrap_or_default();
+                let mut store = ctx.store(&counts);
+                let n = store.get(&key)?.unwrap_or(0);
+                store.put(&key, &(n + 1))?;
+                ctx.emit(copy_of(r));
+                Ok(())
+            })
+        }
+        _ => builder.processor(move |ctx, r| {
+            ctx.emit(copy_of(r));
+            Ok(())
         }),
-        _ => builder.processor(move |r| Ok(vec![copy_of(r)])),
     };
     // Long intervals need a transaction timeout above them (validation insists).
     if guarantee.is_transactional() && opts.tuning.commit_interval >= Duration::from_secs(5) {
@@ -715,7 +721,7 @@ async fn pipeline(
     let handle = pipeline.shutdown_handle();
     let running = tokio::spawn(pipeline.run());
     let deadline = opts.time_limit.map(|t| Instant::now() + t);
-    while !progress.is_done() && !running.is_finished() && deadline.map_or(true, |d| Instant::now() < d) {
+    while !progress.is_done() && !running.is_finished() && deadline.is_none_or(|d| Instant::now() < d) {
         if progress.is_started() {
             tokio::time::sleep(Duration::from_millis(20)).await;
         } else {
@@ -742,9 +748,9 @@ fn restore(input: &Input, app_id: &str, guarantee: Guarantee) -> Result<Restore>
         .bootstrap_servers(&input.bootstrap)
         .application_id(app_id)
         .input_topic(&input.topic)
-        .guarantee(guarantee)
-        .store(StoreSpec::memory(BENCH_STORE))
-        .stateful_processor(|_, _| Ok(vec![]));
+        .guarantee(guarantee);
+    let _counts = builder.store::<Vec<u8>, u64>(BENCH_STORE);
+    builder = builder.processor(|_, _| Ok(()));
     for (k, v) in input.client_properties.iter() {
         builder = builder.client_property(k, v);
     }
@@ -797,7 +803,7 @@ fn ceiling(
         pc.create_with_context(Acks(progress.clone())).map_err(|e| Error::Config(format!("ceiling producer: {e}")))?;
     consumer.subscribe(&[&input.topic]).map_err(|e| Error::Config(format!("ceiling subscribe: {e}")))?;
     let deadline = time_limit.map(|t| Instant::now() + t);
-    while !progress.is_done() && deadline.map_or(true, |d| Instant::now() < d) {
+    while !progress.is_done() && deadline.is_none_or(|d| Instant::now() < d) {
         match consumer.poll(Duration::from_millis(50)) {
             Some(Ok(m)) => {
                 progress.start();
@@ -830,7 +836,7 @@ fn ceiling(
             }
         }
     }
-    while !progress.is_done() && deadline.map_or(true, |d| Instant::now() < d) && producer.in_flight_count() > 0 {
+    while !progress.is_done() && deadline.is_none_or(|d| Instant::now() < d) && producer.in_flight_count() > 0 {
         producer.poll(Duration::from_millis(10));
     }
     progress.close();

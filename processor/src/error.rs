@@ -21,7 +21,8 @@ use std::time::Duration;
 
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 
-/// What a processor returns on failure: any error type.
+/// What a processor returns on failure: any error type, kept whole (with its `source()`
+/// chain) until it reaches [`Error::Processor`] or, as text, a dead-letter header.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
 /// How the runtime reacts to a Kafka error; see the [module docs](self).
@@ -138,7 +139,7 @@ pub enum Error {
     },
     /// The processor failed on a record and the policy said stop.
     #[error(
-        "processor failed on record {origin} after {attempts} attempt(s): {message}. Nothing \
+        "processor failed on record {origin} after {attempts} attempt(s): {source}. Nothing \
          from that record's transaction was committed; fix the processor or the record (or \
          route failures to a dead-letter topic) and restart: processing resumes at that record"
     )]
@@ -147,9 +148,15 @@ pub enum Error {
         origin: String,
         /// How many times it was tried.
         attempts: u32,
-        /// The processor's error (or panic message).
-        message: String,
+        /// The processor's error of the last attempt, as it returned it (downcast it to
+        /// your own error type), or a [`ProcessorPanic`](crate::processor::ProcessorPanic).
+        source: BoxError,
     },
+    /// A store's state cannot be restored (see
+    /// [`StateError::Incompatible`](crate::state::StateError::Incompatible)).
+    /// (Boxed: it is large, and every `Result` of the runtime carries an [`Error`].)
+    #[error(transparent)]
+    State(Box<crate::state::StateError>),
     /// A transaction could not be completed within the task timeout.
     #[error(
         "{what} did not complete within the task timeout ({timeout:?}); last error: {last}. \
@@ -166,6 +173,12 @@ pub enum Error {
     /// A bug or an unexpected state inside kafka-eos.
     #[error("internal error: {0} (please report this)")]
     Internal(String),
+}
+
+impl From<crate::state::StateError> for Error {
+    fn from(e: crate::state::StateError) -> Error {
+        Error::State(Box::new(e))
+    }
 }
 
 /// Shorthand for results whose error is [`Error`].

@@ -1,7 +1,8 @@
 //! # kafka-eos: exactly-once stream processing on Apache Kafka
 //!
-//! You write a processor — a closure from an input record to output records — and
-//! kafka-eos runs it as a consumer group, wrapping every batch in a Kafka transaction:
+//! You write a processor — code from an input record to output records and state
+//! changes — and kafka-eos runs it as a consumer group, wrapping every batch in a Kafka
+//! transaction:
 //!
 //! ```text
 //! begin -> process -> produce outputs -> await acks -> send_offsets_to_transaction -> commit
@@ -20,14 +21,17 @@
 //!
 //! #[tokio::main]
 //! async fn main() -> Result<(), kafka_eos::Error> {
-//!     let summary = Pipeline::builder()
+//!     let mut builder = Pipeline::builder()
 //!         .bootstrap_servers("127.0.0.1:9092")
 //!         .application_id("fees")
-//!         .input_topic("payments")
-//!         .processor(|rec| {
-//!             let p: Payment = rec.value_as::<Json, _>()?;
+//!         .input_topic("payments");
+//!     let fees = builder.output_topic("fees"); // declared once, listed in the config
+//!     let summary = builder
+//!         .processor(move |ctx, rec| {
+//!             let p: Payment = rec.value_as(&Json)?;
 //!             let fee = Payment { merchant: p.merchant.clone(), cents: p.cents / 100 };
-//!             Ok(vec![OutputRecord::to("fees").key(&p.merchant).encode_value::<Json, _>(&fee)?])
+//!             ctx.emit(OutputRecord::to(&fees).key(&p.merchant).encode_value(&Json, &fee)?);
+//!             Ok(())
 //!         })
 //!         .handle_signals(true) // SIGINT/SIGTERM stop it gracefully (off by default)
 //!         .build()?
@@ -38,11 +42,15 @@
 //! }
 //! ```
 //!
+//! One [`Processor`] shape covers sync, async and stateful code, with per-partition
+//! `init`/`close` hooks ([`processor`]); stores are declared once with their types
+//! ([`state`]); codecs are values ([`codec`]).
+//!
 //! ## Where things are
 //! | module | concept |
 //! |---|---|
 //! | [`config`] | the pipeline builder, every option's default and trade-off, validation |
-//! | [`record`], [`codec`], [`processor`] | what a processor sees and returns; serde codecs |
+//! | [`processor`], [`record`], [`codec`] | the processor trait, its context and closures; records and topics; codecs |
 //! | `txn` (private) | the transaction cycle, top to bottom, and its hazards |
 //! | `runtime` (private) | the consumer thread, rebalance callbacks, partition tasks |
 //! | [`state`] | state stores with changelog topics, restored on assignment |
@@ -89,5 +97,6 @@ mod txn;
 
 pub use config::{Exhausted, Guarantee, PipelineBuilder, PipelineConfig, ProcessorErrorPolicy};
 pub use error::{BoxError, Error, ErrorClass, Result};
-pub use record::{InputRecord, OutputRecord};
+pub use processor::{Context, ProcessError, Processor};
+pub use record::{InputRecord, OutputRecord, Topic};
 pub use runtime::{Pipeline, ShutdownHandle, Summary};

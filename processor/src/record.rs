@@ -5,6 +5,13 @@
 //! seeking the consumer (the replay starts exactly at the last committed offset, which is
 //! what a rewind would do). An [`OutputRecord`] names its topic and, optionally, its
 //! partition; without one, Kafka's default partitioner picks by key.
+//!
+//! Output topics are [`Topic`]s: a shared name (`Arc<str>`), declared once with
+//! [`PipelineBuilder::output_topic`](crate::PipelineBuilder::output_topic) and cloned into
+//! every record for the price of a reference count, so producing allocates no topic name
+//! per record.
+
+use std::sync::Arc;
 
 use rdkafka::message::{BorrowedMessage, Headers, Message};
 
@@ -57,14 +64,30 @@ impl InputRecord {
         }
     }
 
-    /// Decodes the key with codec `C`; a missing key is an error.
-    pub fn key_as<C: Codec<T>, T>(&self) -> Result<T, DecodeError> {
-        C::decode(self.key.as_deref().ok_or_else(|| missing("key"))?)
+    /// Decodes the key with `codec` (e.g. `rec.key_as::<Order>(&Json)`); a missing key is
+    /// an error.
+    pub fn key_as<T>(&self, codec: &impl Codec<T>) -> Result<T, DecodeError> {
+        codec.decode(self.key.as_deref().ok_or_else(|| missing("key"))?)
     }
 
-    /// Decodes the value with codec `C`; a tombstone (no value) is an error.
-    pub fn value_as<C: Codec<T>, T>(&self) -> Result<T, DecodeError> {
-        C::decode(self.value.as_deref().ok_or_else(|| missing("value"))?)
+    /// Decodes the value with `codec` (e.g. `rec.value_as::<Order>(&Json)`); a tombstone
+    /// (no value) is an error.
+    pub fn value_as<T>(&self, codec: &impl Codec<T>) -> Result<T, DecodeError> {
+        codec.decode(self.value.as_deref().ok_or_else(|| missing("value"))?)
+    }
+
+    /// A record of `topic`/`partition`/`offset` with no key, value, timestamp or headers:
+    /// for tests and examples (`InputRecord { value: .., ..InputRecord::test("t", 0, 0) }`).
+    pub fn test(topic: &str, partition: i32, offset: i64) -> InputRecord {
+        InputRecord {
+            topic: topic.to_string(),
+            partition,
+            offset,
+            timestamp: None,
+            key: None,
+            value: None,
+            headers: Vec::new(),
+        }
     }
 
     /// The first header with this name, if present and non-null.
@@ -92,20 +115,106 @@ pub fn parse_origin(value: &[u8]) -> Option<(String, i32, i64)> {
     Some((topic, partition, offset))
 }
 
-/// One record a processor wants written, built fluently:
+/// The name of a topic records are written to: cheap to clone (a shared `Arc<str>`).
+///
+/// Declare the pipeline's fixed output topics with
+/// [`PipelineBuilder::output_topic`](crate::PipelineBuilder::output_topic), which lists them
+/// in [`PipelineConfig::output_topics`](crate::PipelineConfig::output_topics) (checked at
+/// start-up). A topic chosen per record (routing by content) may be made with
+/// [`Topic::new`] or from a `&str`/`String`: that allocates once per conversion, so keep
+/// such topics in the processor rather than converting per record.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Topic(Arc<str>);
+
+impl Topic {
+    /// A topic named `name`.
+    pub fn new(name: impl AsRef<str>) -> Topic {
+        Topic(Arc::from(name.as_ref()))
+    }
+
+    /// The topic's name.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::ops::Deref for Topic {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl AsRef<str> for Topic {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Topic {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
+impl std::fmt::Display for Topic {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl From<&Topic> for Topic {
+    fn from(t: &Topic) -> Topic {
+        t.clone()
+    }
+}
+
+impl From<&str> for Topic {
+    fn from(s: &str) -> Topic {
+        Topic::new(s)
+    }
+}
+
+impl From<String> for Topic {
+    fn from(s: String) -> Topic {
+        Topic(Arc::from(s))
+    }
+}
+
+impl From<&String> for Topic {
+    fn from(s: &String) -> Topic {
+        Topic::new(s)
+    }
+}
+
+impl PartialEq<str> for Topic {
+    fn eq(&self, other: &str) -> bool {
+        &*self.0 == other
+    }
+}
+
+impl PartialEq<&str> for Topic {
+    fn eq(&self, other: &&str) -> bool {
+        &*self.0 == *other
+    }
+}
+
+/// One record a processor wants written, built fluently and handed to
+/// [`Context::emit`](crate::Context::emit):
 ///
 /// ```
-/// use kafka_eos::{codec::Json, OutputRecord};
-/// let out = OutputRecord::to("totals")
+/// use kafka_eos::{codec::Json, OutputRecord, Topic};
+/// let totals = Topic::new("totals"); // in a pipeline: builder.output_topic("totals")
+/// let out = OutputRecord::to(&totals)
 ///     .key("merchant-7")
-///     .encode_value::<Json, _>(&42u64).unwrap()
+///     .encode_value(&Json, &42u64).unwrap()
 ///     .header("source", "demo");
 /// assert_eq!(out.value.as_deref(), Some(&b"42"[..]));
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OutputRecord {
     /// Destination topic.
-    pub topic: String,
+    pub topic: Topic,
     /// Destination partition; `None` lets the producer's partitioner choose by key.
     pub partition: Option<i32>,
     /// Key bytes.
@@ -119,8 +228,9 @@ pub struct OutputRecord {
 }
 
 impl OutputRecord {
-    /// An empty record for `topic` (no key, tombstone value until one is set).
-    pub fn to(topic: impl Into<String>) -> OutputRecord {
+    /// An empty record for `topic` (no key, tombstone value until one is set). Pass a
+    /// `&Topic` (no allocation); a `&str` allocates the name.
+    pub fn to(topic: impl Into<Topic>) -> OutputRecord {
         OutputRecord {
             topic: topic.into(),
             partition: None,
@@ -143,16 +253,31 @@ impl OutputRecord {
         self
     }
 
-    /// Encodes and sets the key with codec `C`.
-    pub fn encode_key<C: Codec<T>, T>(mut self, key: &T) -> Result<Self, DecodeError> {
-        self.key = Some(C::encode(key)?);
+    /// Encodes and sets the key with `codec`.
+    pub fn encode_key<T>(mut self, codec: &impl Codec<T>, key: &T) -> Result<Self, DecodeError> {
+        self.key = Some(codec.encode(key)?);
         Ok(self)
     }
 
-    /// Encodes and sets the value with codec `C`.
-    pub fn encode_value<C: Codec<T>, T>(mut self, value: &T) -> Result<Self, DecodeError> {
-        self.value = Some(C::encode(value)?);
+    /// Encodes and sets the value with `codec`.
+    pub fn encode_value<T>(mut self, codec: &impl Codec<T>, value: &T) -> Result<Self, DecodeError> {
+        self.value = Some(codec.encode(value)?);
         Ok(self)
+    }
+
+    /// A copy of `input` for `topic`: its key, value, timestamp and headers, unchanged (the
+    /// runtime's own [`ORIGIN_HEADER`] excepted: it is written afresh). The partition is
+    /// left to the partitioner; pin it with [`partition`](Self::partition) to keep the
+    /// input's partitioning.
+    pub fn copy_of(input: &InputRecord, topic: impl Into<Topic>) -> OutputRecord {
+        OutputRecord {
+            topic: topic.into(),
+            partition: None,
+            key: input.key.clone(),
+            value: input.value.clone(),
+            timestamp: input.timestamp,
+            headers: input.headers.iter().filter(|(k, _)| k != ORIGIN_HEADER).cloned().collect(),
+        }
     }
 
     /// Pins the destination partition.
@@ -180,17 +305,25 @@ mod tests {
 
     #[test]
     fn origin_round_trips_with_dashes_and_dots() {
-        let r = InputRecord {
-            topic: "orders.v1-eu".into(),
-            partition: 3,
-            offset: 12345,
-            timestamp: None,
-            key: None,
-            value: None,
-            headers: vec![],
-        };
+        let r = InputRecord::test("orders.v1-eu", 3, 12345);
         assert_eq!(parse_origin(r.origin().as_bytes()), Some(("orders.v1-eu".into(), 3, 12345)));
         assert_eq!(parse_origin(b"garbage"), None);
         assert_eq!(parse_origin(b"t/x/1"), None);
+    }
+
+    #[test]
+    fn copies_keep_everything_but_the_old_origin() {
+        let input = InputRecord {
+            key: Some(b"k".to_vec()),
+            value: Some(b"v".to_vec()),
+            timestamp: Some(7),
+            headers: vec![("h".into(), Some(b"1".to_vec())), (ORIGIN_HEADER.into(), Some(b"x/0/1".to_vec()))],
+            ..InputRecord::test("in", 0, 1)
+        };
+        let topic = Topic::new("out");
+        let out = OutputRecord::copy_of(&input, &topic);
+        assert_eq!((out.key, out.value, out.timestamp), (input.key.clone(), input.value.clone(), Some(7)));
+        assert_eq!(out.headers, vec![("h".to_string(), Some(b"1".to_vec()))]);
+        assert!(Arc::ptr_eq(&out.topic.0, &topic.0), "no new topic name per record");
     }
 }

@@ -480,7 +480,7 @@ impl TxnProducer {
 #[derive(Debug)]
 pub(crate) enum CycleError {
     /// The processor failed on `batch[index]`; the transaction is still open (to abort).
-    Processor { index: usize, message: String },
+    Processor { index: usize, error: crate::error::BoxError },
     /// A Kafka call failed.
     Kafka(StepError),
 }
@@ -508,8 +508,9 @@ pub(crate) fn next_offsets(batch: &[InputRecord]) -> TopicPartitionList {
 
 /// What a cycle runs: the processing of each record, then the batch's state changes.
 pub(crate) trait Work {
-    /// The outputs of one input record, or the processor's error message.
-    fn process(&mut self, record: &InputRecord) -> Result<Vec<OutputRecord>, String>;
+    /// The outputs of one input record (in a buffer reused from record to record), or the
+    /// processor's error.
+    fn process(&mut self, record: &InputRecord) -> Result<&[OutputRecord], crate::error::BoxError>;
     /// The changelog records of the state changes the batch made.
     fn state_changes(&mut self) -> Vec<OutputRecord>;
 }
@@ -546,8 +547,8 @@ pub(crate) fn run_cycle(
     let mut phase = Instant::now();
     producer.begin()?;
     for (index, record) in batch.iter().enumerate() {
-        let outputs = work.process(record).map_err(|message| CycleError::Processor { index, message })?;
-        for out in &outputs {
+        let outputs = work.process(record).map_err(|error| CycleError::Processor { index, error })?;
+        for out in outputs {
             producer.send(out, Some(record), deadline)?;
         }
         stats.outputs += outputs.len() as u64;

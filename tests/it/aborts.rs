@@ -16,7 +16,7 @@ use std::time::Duration;
 use kafka_eos::observe::{Outcome, TransactionEvent};
 use kafka_eos::{Guarantee, ProcessorErrorPolicy};
 
-use crate::common::{reversed, spawn, topics, unique};
+use crate::common::{emit_reversed, spawn, topics, unique};
 
 const PARTITIONS: i32 = 2;
 const RECORDS: u64 = 20_000;
@@ -61,17 +61,17 @@ async fn each_injected_failure_costs_exactly_one_abort() {
     let app = unique("aborts");
     let failed: Arc<Mutex<HashSet<(i32, i64)>>> = Arc::default();
     let outcomes = Arc::new(Outcomes::default());
-    let (out, f, o) = (t.output.clone(), failed.clone(), outcomes.clone());
+    let (out, f, o) = (kafka_eos::Topic::new(&t.output), failed.clone(), outcomes.clone());
     let run = spawn(
         t.pipeline(&app, Guarantee::ExactlyOnce)
             .max_records_per_transaction(BATCH)
             .on_processor_error(ProcessorErrorPolicy::retry(1).backoff(Duration::from_millis(1)))
             .on_transaction(move |e| o.record(e))
-            .processor(move |r| {
+            .processor(move |ctx, r| {
                 if r.offset % 1_000 == 700 && f.lock().unwrap().insert((r.partition, r.offset)) {
                     return Err(format!("deliberate failure at {}", r.origin()).into());
                 }
-                Ok(vec![reversed(&out, r)])
+                emit_reversed(ctx, &out, r)
             }),
     );
     t.wait_caught_up(&app, Duration::from_secs(120)).await;

@@ -4,8 +4,10 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use kafka_eos::processor::ProcessResult;
-use kafka_eos::{Error, Guarantee, InputRecord, OutputRecord, Pipeline, PipelineBuilder, ShutdownHandle, Summary};
+use kafka_eos::{
+    Context, Error, Guarantee, InputRecord, OutputRecord, Pipeline, PipelineBuilder, ProcessError, ShutdownHandle,
+    Summary, Topic,
+};
 use kafka_eos_testkit::admin;
 use kafka_eos_testkit::broker::{Cluster, ClusterConfig};
 use kafka_eos_testkit::verify::{verify, Report, VerifyConfig};
@@ -68,7 +70,7 @@ impl Topics {
     /// A builder with the test defaults: a 1:1 transform (value reversed) into the output
     /// topic, same partition as the input (so per-partition order can be checked).
     pub fn pipeline(&self, app: &str, guarantee: Guarantee) -> PipelineBuilder {
-        let out = self.output.clone();
+        let out = Topic::new(&self.output);
         Pipeline::builder()
             .bootstrap_servers(&self.bootstrap)
             .application_id(app)
@@ -76,7 +78,7 @@ impl Topics {
             .guarantee(guarantee)
             .handle_signals(false)
             .startup_timeout(Duration::from_secs(20))
-            .processor(move |r| Ok(vec![reversed(&out, r)]))
+            .processor(move |ctx, r| emit_reversed(ctx, &out, r))
     }
 
     pub async fn produce(&self, records: u64) {
@@ -121,12 +123,18 @@ impl Topics {
     }
 }
 
-pub fn reversed(out: &str, r: &kafka_eos::InputRecord) -> OutputRecord {
+pub fn reversed(out: &Topic, r: &kafka_eos::InputRecord) -> OutputRecord {
     let mut v = r.value.clone().unwrap_or_default();
     v.reverse();
     let mut o = OutputRecord::to(out).value(v).partition(r.partition);
     o.key = r.key.clone();
     o
+}
+
+/// Emits [`reversed`]`(out, r)`: the test processors' usual output.
+pub fn emit_reversed(ctx: &mut Context<'_>, out: &Topic, r: &InputRecord) -> Result<(), ProcessError> {
+    ctx.emit(reversed(out, r));
+    Ok(())
 }
 
 /// A pipeline running in the background.
@@ -186,15 +194,15 @@ impl Stuck {
         out: &str,
         partition: i32,
         offset: i64,
-    ) -> impl Fn(&InputRecord) -> ProcessResult + Send + Sync + 'static {
-        let (me, out) = (self.clone(), out.to_string());
-        move |r| {
+    ) -> impl FnMut(&mut Context<'_>, &InputRecord) -> Result<(), ProcessError> + Clone + Send + 'static {
+        let (me, out) = (self.clone(), Topic::new(out));
+        move |ctx, r| {
             if r.partition == partition && r.offset == offset && !me.reached.swap(true, Ordering::SeqCst) {
                 while !me.release.load(Ordering::SeqCst) {
                     std::thread::sleep(Duration::from_millis(10));
                 }
             }
-            Ok(vec![reversed(&out, r)])
+            emit_reversed(ctx, &out, r)
         }
     }
 
@@ -220,7 +228,7 @@ pub fn noop(bootstrap: &str, app: &str, topic: &str) -> PipelineBuilder {
         .application_id(app)
         .input_topic(topic)
         .handle_signals(false)
-        .processor(|_| Ok(vec![]))
+        .processor(|_, _| Ok(()))
 }
 
 /// Runs a pipeline that must fail, returning its error.

@@ -8,7 +8,7 @@ use kafka_eos::{Error, Guarantee, OutputRecord, ProcessorErrorPolicy};
 use kafka_eos_testkit::admin;
 use kafka_eos_testkit::verify::VerifyConfig;
 
-use crate::common::{reversed, spawn, topics, unique};
+use crate::common::{emit_reversed, spawn, topics, unique};
 
 const RECORDS: u64 = 4_000;
 
@@ -22,13 +22,13 @@ async fn failed_transaction_outputs_are_never_visible_and_processing_resumes() {
         let t = topics("fail", 2, RECORDS, 100).await;
         let app = unique("fail");
         let calls = Arc::new(AtomicU32::new(0));
-        let out = t.output.clone();
+        let out = kafka_eos::Topic::new(&t.output);
         let c = calls.clone();
         let run = spawn(
             t.pipeline(&app, guarantee)
                 .max_records_per_transaction(500)
                 .on_processor_error(ProcessorErrorPolicy::retry(3).backoff(Duration::from_millis(10)))
-                .processor(move |r| {
+                .processor(move |ctx, r| {
                     if r.partition == 1 && r.offset == 1_200 {
                         // Let the outputs produced so far in this transaction reach the
                         // broker (linger.ms is 5), so that the abort has something to hide.
@@ -39,7 +39,7 @@ async fn failed_transaction_outputs_are_never_visible_and_processing_resumes() {
                             _ => {}
                         }
                     }
-                    Ok(vec![reversed(&out, r)])
+                    emit_reversed(ctx, &out, r)
                 }),
         );
         t.wait_caught_up(&app, Duration::from_secs(60)).await;
@@ -66,17 +66,17 @@ async fn poison_record_is_dead_lettered_and_the_rest_committed() {
     let (b, d) = (t.bootstrap.clone(), dlq.clone());
     tokio::task::spawn_blocking(move || admin::create_topic(&b, &d, 1, 1)).await.unwrap().unwrap();
     let app = unique("dlq");
-    let out = t.output.clone();
+    let out = kafka_eos::Topic::new(&t.output);
     let run = spawn(
         t.pipeline(&app, Guarantee::ExactlyOnce)
             .on_processor_error(
                 ProcessorErrorPolicy::retry(1).backoff(Duration::from_millis(10)).then_dead_letter(&dlq),
             )
-            .processor(move |r| {
+            .processor(move |ctx, r| {
                 if r.partition == 0 && r.offset == 777 {
                     return Err("cannot decode".into());
                 }
-                Ok(vec![reversed(&out, r)])
+                emit_reversed(ctx, &out, r)
             }),
     );
     t.wait_caught_up(&app, Duration::from_secs(60)).await;
@@ -94,18 +94,20 @@ async fn poison_record_is_dead_lettered_and_the_rest_committed() {
 async fn stop_policy_stops_with_the_record_and_a_restart_resumes() {
     let t = topics("stop", 1, RECORDS, 100).await;
     let app = unique("stop");
-    let out = t.output.clone();
+    let out = kafka_eos::Topic::new(&t.output);
     let run = spawn(
         t.pipeline(&app, Guarantee::ExactlyOnce)
             .on_processor_error(ProcessorErrorPolicy::retry(1).backoff(Duration::from_millis(10)))
-            .processor(move |r| if r.offset == 2_500 { Err("bad record".into()) } else { Ok(vec![reversed(&out, r)]) }),
+            .processor(
+                move |ctx, r| if r.offset == 2_500 { Err("bad record".into()) } else { emit_reversed(ctx, &out, r) },
+            ),
     );
     let err = run.finish().await.expect_err("the pipeline must stop");
     match &err {
-        Error::Processor { origin, attempts, message } => {
+        Error::Processor { origin, attempts, source } => {
             assert!(origin.ends_with("/0/2500"), "{origin}");
             assert_eq!(*attempts, 2);
-            assert_eq!(message, "bad record");
+            assert_eq!(source.to_string(), "bad record", "the processor's own error, kept whole");
         }
         other => panic!("expected a processor error, got {other}"),
     }
@@ -113,9 +115,10 @@ async fn stop_policy_stops_with_the_record_and_a_restart_resumes() {
     let partial = t.verify().await;
     assert!(partial.output_records < 2_501 && partial.duplicates == 0, "{partial:?}");
 
-    let out = t.output.clone();
-    let run = spawn(t.pipeline(&app, Guarantee::ExactlyOnce).processor(move |r| {
-        Ok(vec![OutputRecord::to(&out).value(r.value.clone().unwrap_or_default()).partition(r.partition)])
+    let out = kafka_eos::Topic::new(&t.output);
+    let run = spawn(t.pipeline(&app, Guarantee::ExactlyOnce).processor(move |ctx, r| {
+        ctx.emit(OutputRecord::to(&out).value(r.value.clone().unwrap_or_default()).partition(r.partition));
+        Ok(())
     }));
     t.wait_caught_up(&app, Duration::from_secs(60)).await;
     let summary = run.stop().await;

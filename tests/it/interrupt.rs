@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use kafka_eos::observe::{Interruption, Outcome};
 use kafka_eos::{Guarantee, ProcessorErrorPolicy};
 
-use crate::common::{reversed, spawn, topics, unique, Running, Topics};
+use crate::common::{emit_reversed, spawn, topics, unique, Running, Topics};
 
 const RECORDS: u64 = 4_000;
 const TASK_TIMEOUT: Duration = Duration::from_secs(600);
@@ -26,7 +26,7 @@ impl Failing {
     async fn start(t: &Topics, app: &str, shutdown_timeout: Duration) -> Failing {
         let failures = Arc::new(AtomicU64::new(0));
         let dropped: Arc<Mutex<Vec<Interruption>>> = Arc::default();
-        let (out, f, d) = (t.output.clone(), failures.clone(), dropped.clone());
+        let (out, f, d) = (kafka_eos::Topic::new(&t.output), failures.clone(), dropped.clone());
         let run = spawn(
             t.pipeline(app, Guarantee::ExactlyOnce)
                 .task_timeout(TASK_TIMEOUT)
@@ -38,12 +38,12 @@ impl Failing {
                         d.lock().unwrap().push(because);
                     }
                 })
-                .processor(move |r| {
+                .processor(move |ctx, r| {
                     if r.partition == 0 && r.offset == 700 {
                         f.fetch_add(1, Ordering::SeqCst);
                         return Err("always fails".into());
                     }
-                    Ok(vec![reversed(&out, r)])
+                    emit_reversed(ctx, &out, r)
                 }),
         );
         let failing = Failing { run, failures, dropped };

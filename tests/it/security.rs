@@ -16,7 +16,7 @@ use kafka_eos_testkit::admin::{self, ClientExt};
 use kafka_eos_testkit::broker::{ClusterConfig, LocalCluster, SaslConfig, BOOTSTRAP_ENV};
 use kafka_eos_testkit::verify::{verify, VerifyConfig};
 
-use crate::common::{noop, reversed, run_expecting_error, spawn, unique};
+use crate::common::{emit_reversed, noop, run_expecting_error, spawn, unique};
 
 const USER: &str = "alice";
 const PASSWORD: &str = "alice-s3cret-Q7x";
@@ -83,7 +83,7 @@ async fn pipeline_over_sasl_scram_is_exactly_once() {
 
     // The pipeline (consumer and every producer) through SCRAM-SHA-256.
     let scram256 = sasl("SCRAM-SHA-256", PASSWORD);
-    let out = output.clone();
+    let out = kafka_eos::Topic::new(&output);
     let builder = Pipeline::builder()
         .bootstrap_servers(&bootstrap)
         .application_id(&app)
@@ -91,7 +91,7 @@ async fn pipeline_over_sasl_scram_is_exactly_once() {
         .guarantee(Guarantee::ExactlyOnce)
         .handle_signals(false)
         .startup_timeout(Duration::from_secs(20))
-        .processor(move |r| Ok(vec![reversed(&out, r)]));
+        .processor(move |ctx, r| emit_reversed(ctx, &out, r));
     let running = spawn(builder.client_properties(&scram256));
     running.wait_records_in(records, Duration::from_secs(90)).await;
     let lag = admin::Client::new(&bootstrap).properties(scram256.clone());

@@ -39,11 +39,12 @@ async fn a_missing_output_topic_stops_the_pipeline_naming_it() {
             let missing = unique("no-such-output");
             let out = missing.clone();
             let started = Instant::now();
-            let err = run_expecting_error(
-                noop(&t.bootstrap, &unique("no-output"), &t.input)
-                    .guarantee(g)
-                    .processor(move |_| Ok(vec![OutputRecord::to(&out).value("v")])),
-            )
+            let err = run_expecting_error(noop(&t.bootstrap, &unique("no-output"), &t.input).guarantee(g).processor(
+                move |ctx, _| {
+                    ctx.emit(OutputRecord::to(out.as_str()).value("v"));
+                    Ok(())
+                },
+            ))
             .await;
             match &err {
                 Error::UnknownTopics { topics, .. } => assert_eq!(topics, &vec![missing], "{}", g.as_str()),

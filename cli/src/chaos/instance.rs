@@ -229,7 +229,9 @@ async fn run(cfg: InstanceConfig) -> kafka_eos::Result<Summary> {
     let builder = if cfg.financial_close_payments.is_some() {
         crate::workloads::financial_close::pipeline(builder, &cfg.financial_close_topics())
     } else {
-        builder.input_topic(&cfg.input).processor(move |r| {
+        let mut builder = builder.input_topic(&cfg.input);
+        let out = builder.output_topic(&out);
+        builder.processor(move |ctx, r| {
             if stall.swap(false, Ordering::SeqCst) {
                 std::thread::sleep(Duration::from_millis(200));
                 // SAFETY: kill(2) on our own pid with SIGSTOP; no memory is involved.
@@ -242,7 +244,8 @@ async fn run(cfg: InstanceConfig) -> kafka_eos::Result<Summary> {
             value.reverse();
             let mut o = OutputRecord::to(&out).value(value).partition(r.partition);
             o.key = r.key.clone();
-            Ok(vec![o])
+            ctx.emit(o);
+            Ok(())
         })
     };
     let pipeline = builder.build()?;

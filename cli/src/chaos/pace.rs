@@ -130,7 +130,7 @@ impl Input {
     }
 
     pub(crate) fn is_finished(&self) -> bool {
-        self.join.as_ref().map_or(true, |j| j.is_finished())
+        self.join.as_ref().is_none_or(|j| j.is_finished())
     }
 
     /// Waits for the producer to finish (all records written and acknowledged).

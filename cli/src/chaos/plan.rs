@@ -286,7 +286,7 @@ mod tests {
         for sc in Scenario::ALL {
             let plan = Plan::new(sc, &params(2), &mut rng);
             assert!(plan.steps.windows(2).all(|w| w[0].at <= w[1].at), "{sc}");
-            assert!(plan.steps.last().map_or(true, |s| s.at < plan.duration), "{sc}");
+            assert!(plan.steps.last().is_none_or(|s| s.at < plan.duration), "{sc}");
         }
     }
 

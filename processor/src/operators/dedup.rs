@@ -1,12 +1,12 @@
 //! Deduplication by a user-given event id, within a time-to-live of event time.
 
-use std::marker::PhantomData;
 use std::time::Duration;
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use crate::state::{Context, StateError, StoreSpec, Tally};
+use crate::state::{StateError, Store, Tally};
+use crate::{Context, PipelineBuilder};
 
 /// Drops records whose event id was already seen within `ttl`, and forgets ids older than
 /// that so the store stays bounded (by the distinct ids of 1.25 `ttl` of event time).
@@ -21,9 +21,14 @@ use crate::state::{Context, StateError, StoreSpec, Tally};
 /// Duplicates must reach the same input partition (key the input by something the copies
 /// share): state is per partition.
 pub struct Dedup<I> {
-    store: String,
+    store: Store<Key<I>, Val>,
     ttl_ms: i64,
-    _id: PhantomData<fn(I)>,
+}
+
+impl<I> Clone for Dedup<I> {
+    fn clone(&self) -> Self {
+        Dedup { store: self.store.clone(), ttl_ms: self.ttl_ms }
+    }
 }
 
 #[derive(Serialize, Deserialize)]
@@ -43,23 +48,19 @@ enum Val {
 
 impl<I> Dedup<I>
 where
-    I: Serialize + DeserializeOwned + Clone,
+    I: Serialize + DeserializeOwned + Clone + 'static,
 {
-    /// Deduplication kept in store `store`, remembering ids for `ttl` of event time.
-    pub fn new(store: impl Into<String>, ttl: Duration) -> Self {
-        Dedup { store: store.into(), ttl_ms: ttl.as_millis() as i64, _id: PhantomData }
-    }
-
-    /// The store to declare with [`PipelineBuilder::store`](crate::PipelineBuilder::store).
-    pub fn store(&self) -> StoreSpec {
-        StoreSpec::memory(&self.store)
+    /// Deduplication kept in store `store` (declared on `builder`), remembering ids for
+    /// `ttl` of event time.
+    pub fn new(builder: &mut PipelineBuilder, store: impl Into<String>, ttl: Duration) -> Self {
+        Dedup { store: builder.store(store), ttl_ms: ttl.as_millis() as i64 }
     }
 
     /// `true` if `id` is new (or its last sighting expired): process the record. `false`
     /// for a duplicate: drop it (it is counted).
     pub fn first_seen(&self, ctx: &mut Context<'_>, id: &I, event_time_ms: i64) -> Result<bool, StateError> {
         let ttl = self.ttl_ms;
-        let mut store = ctx.store::<Key<I>, Val>(&self.store)?;
+        let mut store = ctx.store(&self.store);
         let (mut max_time, mut next_expiry) = match store.get(&Key::Meta)? {
             Some(Val::Meta { max_time, next_expiry }) => (max_time, next_expiry),
             _ => (i64::MIN, i64::MAX),
@@ -88,7 +89,7 @@ where
         }
         store.put(&Key::Meta, &Val::Meta { max_time, next_expiry })?;
         if duplicate {
-            ctx.tally(Tally::Duplicate, &self.store, 1);
+            ctx.tally(Tally::Duplicate, self.store.name(), 1);
         }
         Ok(!duplicate)
     }
@@ -97,19 +98,21 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::state::PartitionState;
+    use crate::processor::driver::tests::context;
 
     #[test]
     fn drops_repeats_within_ttl_and_purges_expired_ids() {
-        let d = Dedup::<u32>::new("d", Duration::from_millis(100));
-        let mut st = PartitionState::new("app", &[d.store()], 0);
-        let mut ctx = Context::new(&mut st);
+        let mut b = crate::Pipeline::builder();
+        let d = Dedup::<u32>::new(&mut b, "d", Duration::from_millis(100));
+        let mut st = crate::state::tests::state_of(&b, 0);
+        let mut out = Vec::new();
+        let mut ctx = context(&mut st, &mut out);
         assert!(d.first_seen(&mut ctx, &1, 1000).unwrap());
         assert!(!d.first_seen(&mut ctx, &1, 1050).unwrap());
         assert!(d.first_seen(&mut ctx, &2, 1090).unwrap());
         // Time moves past id 1's expiry (1100) plus a quarter TTL: it is purged, and new again.
         assert!(d.first_seen(&mut ctx, &3, 1150).unwrap());
-        let ids = ctx.store::<Key<u32>, Val>("d").unwrap().entries().unwrap();
+        let ids = ctx.store(&d.store).entries().unwrap();
         let mut ids: Vec<u32> =
             ids.into_iter().filter_map(|(k, _)| if let Key::Id(i) = k { Some(i) } else { None }).collect();
         ids.sort();

@@ -1,13 +1,13 @@
 //! Tumbling event-time windows with a per-partition watermark.
 
-use std::marker::PhantomData;
 use std::time::Duration;
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use crate::record::{InputRecord, OutputRecord};
-use crate::state::{Context, StateError, StoreSpec, Tally};
+use crate::record::{InputRecord, OutputRecord, Topic};
+use crate::state::{StateError, Store, Tally};
+use crate::{Context, PipelineBuilder};
 
 /// The header a late record carries on the late-records topic: the partition's watermark
 /// (milliseconds) when it arrived.
@@ -33,11 +33,21 @@ pub const LATE_HEADER: &str = "kafka-eos.late-watermark";
 /// when traffic resumes, or when the processor calls [`advance`](TumblingWindows::advance)
 /// on a heartbeat record.
 pub struct TumblingWindows<K, A> {
-    store: String,
+    store: Store<Key<K>, Val<A>>,
     size_ms: i64,
     lateness_ms: i64,
-    late_topic: String,
-    _types: PhantomData<fn(K) -> A>,
+    late_topic: Topic,
+}
+
+impl<K, A> Clone for TumblingWindows<K, A> {
+    fn clone(&self) -> Self {
+        TumblingWindows {
+            store: self.store.clone(),
+            size_ms: self.size_ms,
+            lateness_ms: self.lateness_ms,
+            late_topic: self.late_topic.clone(),
+        }
+    }
 }
 
 /// A window's final aggregate.
@@ -80,17 +90,17 @@ enum Val<A> {
 
 impl<K, A> TumblingWindows<K, A>
 where
-    K: Serialize + DeserializeOwned + Clone,
-    A: Serialize + DeserializeOwned + Default,
+    K: Serialize + DeserializeOwned + Clone + 'static,
+    A: Serialize + DeserializeOwned + Default + 'static,
 {
-    /// Windows of `size` kept in store `store`; late records go to `late_topic`.
-    pub fn new(store: impl Into<String>, size: Duration, late_topic: impl Into<String>) -> Self {
+    /// Windows of `size` kept in store `store`; late records go to `late_topic`. Both are
+    /// declared on `builder` (the late topic as an output topic).
+    pub fn new(builder: &mut PipelineBuilder, store: impl Into<String>, size: Duration, late_topic: &str) -> Self {
         TumblingWindows {
-            store: store.into(),
+            store: builder.store(store),
             size_ms: (size.as_millis() as i64).max(1),
             lateness_ms: 0,
-            late_topic: late_topic.into(),
-            _types: PhantomData,
+            late_topic: builder.output_topic(late_topic),
         }
     }
 
@@ -101,13 +111,8 @@ where
         self
     }
 
-    /// The store to declare with [`PipelineBuilder::store`](crate::PipelineBuilder::store).
-    pub fn store(&self) -> StoreSpec {
-        StoreSpec::memory(&self.store)
-    }
-
     /// The late-records topic.
-    pub fn late_topic(&self) -> &str {
+    pub fn late_topic(&self) -> &Topic {
         &self.late_topic
     }
 
@@ -123,16 +128,12 @@ where
     ) -> Result<WindowUpdate<K, A>, StateError> {
         let start = event_time_ms.div_euclid(self.size_ms) * self.size_ms;
         let end = start.saturating_add(self.size_ms);
-        let mut store = ctx.store::<Key<K>, Val<A>>(&self.store)?;
+        let mut store = ctx.store(&self.store);
         let (max_time, next_close) = meta(&store.get(&Key::Meta)?);
         let watermark = max_time.saturating_sub(self.lateness_ms);
         if end <= watermark {
-            ctx.tally(Tally::Late, &self.store, 1);
-            let mut late = OutputRecord::to(&self.late_topic);
-            late.key = record.key.clone();
-            late.value = record.value.clone();
-            late.timestamp = record.timestamp;
-            late.headers = record.headers.clone();
+            ctx.tally(Tally::Late, self.store.name(), 1);
+            let late = OutputRecord::copy_of(record, &self.late_topic);
             return Ok(WindowUpdate {
                 late: Some(late.header(LATE_HEADER, watermark.to_string())),
                 closed: Vec::new(),
@@ -153,7 +154,7 @@ where
     /// Moves the watermark to at least `event_time_ms - allowed lateness` without adding a
     /// record (a heartbeat), and returns the windows that closes.
     pub fn advance(&self, ctx: &mut Context<'_>, event_time_ms: i64) -> Result<Vec<ClosedWindow<K, A>>, StateError> {
-        let mut store = ctx.store::<Key<K>, Val<A>>(&self.store)?;
+        let mut store = ctx.store(&self.store);
         let (max_time, mut next_close) = meta(&store.get(&Key::Meta)?);
         let max_time = max_time.max(event_time_ms);
         let watermark = max_time.saturating_sub(self.lateness_ms);
@@ -187,26 +188,20 @@ fn meta<A>(v: &Option<Val<A>>) -> (i64, i64) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::state::PartitionState;
+    use crate::processor::driver::tests::context;
 
     fn rec(offset: i64) -> InputRecord {
-        InputRecord {
-            topic: "in".into(),
-            partition: 0,
-            offset,
-            timestamp: None,
-            key: None,
-            value: Some(b"v".to_vec()),
-            headers: vec![],
-        }
+        InputRecord { value: Some(b"v".to_vec()), ..InputRecord::test("in", 0, offset) }
     }
 
     #[test]
     fn windows_close_once_when_the_watermark_passes_and_late_records_are_routed() {
-        let w = TumblingWindows::<String, u64>::new("w", Duration::from_millis(10), "late")
+        let mut b = crate::Pipeline::builder();
+        let w = TumblingWindows::<String, u64>::new(&mut b, "w", Duration::from_millis(10), "late")
             .allowed_lateness(Duration::from_millis(5));
-        let mut st = PartitionState::new("app", &[w.store()], 0);
-        let mut ctx = Context::new(&mut st);
+        let mut st = crate::state::tests::state_of(&b, 0);
+        let mut out = Vec::new();
+        let mut ctx = context(&mut st, &mut out);
         let add = |ctx: &mut Context<'_>, k: &str, t: i64| w.add(ctx, &rec(t), &k.to_string(), t, |a| *a += 1).unwrap();
         assert!(add(&mut ctx, "a", 1).closed.is_empty());
         assert!(add(&mut ctx, "b", 3).closed.is_empty());

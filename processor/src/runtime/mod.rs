@@ -36,7 +36,7 @@ use crate::config::PipelineConfig;
 use crate::error::{Error, Result};
 use crate::health::{Health, HealthReport};
 use crate::observe::TransactionHook;
-use crate::processor::Processor;
+use crate::processor::driver::ProcessorFactory;
 
 /// `(topic, partition)`.
 pub(crate) type TopicPartition = (String, i32);
@@ -141,7 +141,7 @@ impl Stats {
 /// What the consumer thread and every task share.
 pub(crate) struct Shared {
     pub cfg: Arc<PipelineConfig>,
-    pub processor: Processor,
+    pub processor: ProcessorFactory,
     pub hooks: Vec<TransactionHook>,
     pub rt: tokio::runtime::Handle,
     pub control: std::sync::mpsc::Sender<Control>,
@@ -221,7 +221,7 @@ impl ShutdownHandle {
 /// A configured pipeline; [`run`](Pipeline::run) it.
 pub struct Pipeline {
     cfg: Arc<PipelineConfig>,
-    processor: Processor,
+    processor: ProcessorFactory,
     hooks: Vec<TransactionHook>,
     handle: ShutdownHandle,
 }
@@ -238,7 +238,7 @@ impl Pipeline {
         crate::PipelineBuilder::default()
     }
 
-    pub(crate) fn new((cfg, processor, hooks): (PipelineConfig, Processor, Vec<TransactionHook>)) -> Pipeline {
+    pub(crate) fn new((cfg, processor, hooks): (PipelineConfig, ProcessorFactory, Vec<TransactionHook>)) -> Pipeline {
         let handle = ShutdownHandle::new(cfg.health_threshold);
         Pipeline { cfg: Arc::new(cfg), processor, hooks, handle }
     }

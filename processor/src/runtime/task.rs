@@ -46,6 +46,7 @@ use crate::config::{Exhausted, Guarantee};
 use crate::error::{Error, ErrorClass};
 use crate::metrics::TaskMetrics;
 use crate::observe::{Interruption, Outcome, Reconciliation};
+use crate::processor::driver::Instances;
 use crate::record::InputRecord;
 use crate::runtime::interrupt::{Deadline, Interrupt, ABORT_GRACE};
 use crate::runtime::reconcile::{self, Verdict};
@@ -117,6 +118,8 @@ pub(crate) struct Task {
     /// State stores per input partition (stateful processors only), restored from their
     /// changelogs before the partition's first record and dropped when it is revoked.
     states: HashMap<i32, PartitionState>,
+    /// The processor's instances, one per input partition (made at its first record).
+    processors: Instances,
     stopped: bool,
     control: Sender<Control>,
     /// Set by the consumer thread on revocation and shutdown: bounds the retries of a
@@ -142,6 +145,7 @@ impl Task {
         interrupt: Arc<Interrupt>,
     ) -> Result<Task, Error> {
         let control = shared.control.clone();
+        let processor = shared.processor.clone();
         let label = match (shared.cfg.guarantee, partitions.as_slice()) {
             (Guarantee::ExactlyOnce, [(t, p)]) => format!("{t}-{p}"),
             _ => "all".to_string(),
@@ -160,6 +164,7 @@ impl Task {
             dead: HashMap::new(),
             acked: HashMap::new(),
             states: HashMap::new(),
+            processors: Instances::new(processor),
             stopped: false,
             control,
             interrupt,
@@ -245,6 +250,7 @@ impl Task {
                         partitions.iter().filter_map(|tp| self.acked.remove(tp).map(|o| (tp.clone(), o))).collect();
                     for tp in &partitions {
                         self.owned.remove(tp);
+                        self.processors.close(&tp.0, tp.1, self.states.get(&tp.1));
                         self.states.remove(&tp.1);
                     }
                     // Before the reply: once it is sent the consumer thread may set the
@@ -257,6 +263,7 @@ impl Task {
                 }
                 Ok(TaskMsg::Shutdown) | Err(RecvTimeoutError::Disconnected) => {
                     self.flush(&mut batch);
+                    self.processors.close_all(&self.states);
                     return;
                 }
             }
@@ -283,6 +290,7 @@ impl Task {
                 tracing::warn!(task = self.id, error = %e, "producer given up; the partitions go back to the group");
                 self.producer = None;
                 // The group reassigns the partitions; whoever gets them restores their state.
+                self.processors.close_all(&self.states);
                 self.states.clear();
                 let _ = self.control.send(Control::Fenced { task: self.id, error: e.to_string() });
             }
@@ -350,6 +358,7 @@ impl Task {
                 shared: &self.shared,
                 dead: &self.dead,
                 states: &mut self.states,
+                processors: &mut self.processors,
                 outputs_per_partition: HashMap::new(),
             };
             let result = run_cycle(producer, batch, &mut work, commit_to, deadline);
@@ -363,10 +372,10 @@ impl Task {
                     self.commit_states();
                     (Outcome::Committed, Next::Done(self.committed(batch, stats)))
                 }
-                Err(CycleError::Processor { index, message }) => {
+                Err(CycleError::Processor { index, error }) => {
                     self.discard_states();
-                    last_error = Some(message.clone());
-                    self.processor_failed(batch, index, message, deadline)
+                    last_error = Some(error.to_string());
+                    self.processor_failed(batch, index, error, deadline)
                 }
                 Err(CycleError::Kafka(e)) => {
                     last_error = Some(e.to_string());
@@ -431,9 +440,10 @@ impl Task {
         &mut self,
         batch: &[InputRecord],
         index: usize,
-        message: String,
+        error: crate::error::BoxError,
         deadline: Deadline<'_>,
     ) -> (Outcome, Next) {
+        let message = error.to_string();
         if let Err(gave_up) = self.abort(batch, deadline) {
             return gave_up;
         }
@@ -450,7 +460,7 @@ impl Task {
         if attempts > policy.retries {
             match &policy.then {
                 Exhausted::Stop => {
-                    return (outcome, Next::Done(Flush::Stop(Error::Processor { origin, attempts, message })))
+                    return (outcome, Next::Done(Flush::Stop(Error::Processor { origin, attempts, source: error })))
                 }
                 Exhausted::DeadLetter(_) => {
                     self.dead.insert(origin, (message, attempts));

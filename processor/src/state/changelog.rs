@@ -9,7 +9,7 @@ use rdkafka::message::Message;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
 use super::backend::Change;
-use super::{changelog_topic, PartitionState};
+use super::{changelog_topic, PartitionState, StateError};
 use crate::admin::QuietEof;
 use crate::config::PipelineConfig;
 use crate::error::{Error, Result};
@@ -141,8 +141,24 @@ pub(crate) fn restore(
                     let (p, i) = (m.partition(), index_of(m.partition()));
                     let Some(i) = i else { continue };
                     if let Some(key) = m.key() {
+                        // Every record is checked against the declared types (and migrated
+                        // if it is of an older schema version): wrong state stops here,
+                        // before anything is processed with it.
+                        let change = match (spec.check)(key, m.payload()) {
+                            Ok(None) => (key.to_vec(), m.payload().map(<[u8]>::to_vec)),
+                            Ok(Some((k, v))) => (if k.is_empty() { key.to_vec() } else { k }, v),
+                            Err(problem) => {
+                                return Err(Error::from(StateError::Incompatible {
+                                    store: spec.name.to_string(),
+                                    changelog: topic.clone(),
+                                    partition: p,
+                                    offset: m.offset(),
+                                    problem: problem.to_string(),
+                                }))
+                            }
+                        };
                         let batch = batches.entry(p).or_default();
-                        batch.push((key.to_vec(), m.payload().map(<[u8]>::to_vec)));
+                        batch.push(change);
                         records[i][store] += 1;
                         if batch.len() >= 10_000 {
                             states[i].backend_mut(store).write_batch(std::mem::take(batch));
@@ -280,8 +296,30 @@ mod mock_cluster_tests {
 
     use rdkafka::mocking::MockCluster;
 
-    use crate::state::{changelog_topic, Context, StoreSpec};
+    use crate::state::{changelog_topic, format, StoreSpec};
     use crate::Pipeline;
+
+    fn setup(
+        mock: &MockCluster<'static, rdkafka::producer::DefaultProducerContext>,
+        spec: StoreSpec<u32, u32>,
+    ) -> (crate::state::Store<u32, u32>, crate::PipelineConfig) {
+        mock.create_topic("in", 1, 1).expect("topic");
+        mock.create_topic(&changelog_topic("app", "s"), 1, 1).expect("topic");
+        let mut builder = Pipeline::builder().bootstrap_servers(mock.bootstrap_servers()).application_id("app");
+        let store = builder.store_spec(spec);
+        let pipeline = builder.input_topic("in").processor(|_, _| Ok(())).build().expect("config");
+        (store, pipeline.config().clone())
+    }
+
+    fn write(mock: &MockCluster<'static, rdkafka::producer::DefaultProducerContext>, records: &[(Vec<u8>, Vec<u8>)]) {
+        let producer: rdkafka::producer::BaseProducer =
+            crate::admin::Client::new(mock.bootstrap_servers()).config().create().expect("producer");
+        let topic = changelog_topic("app", "s");
+        for (k, v) in records {
+            producer.send(rdkafka::producer::BaseRecord::to(&topic).partition(0).key(k).payload(v)).unwrap();
+        }
+        rdkafka::producer::Producer::flush(&producer, Duration::from_secs(30)).expect("changelog records");
+    }
 
     /// A broker that goes down while a partition's state is being restored (the chaos
     /// suite's financial-close scenario killed instances this way): the restore keeps going
@@ -289,35 +327,63 @@ mod mock_cluster_tests {
     #[test]
     fn restore_rides_out_a_broker_outage() {
         let mock = MockCluster::new(1).expect("mock cluster");
-        let store = changelog_topic("app", "s");
-        mock.create_topic("in", 1, 1).expect("topic");
-        mock.create_topic(&store, 1, 1).expect("topic");
-        let pipeline = Pipeline::builder()
-            .bootstrap_servers(mock.bootstrap_servers())
-            .application_id("app")
-            .input_topic("in")
-            .store(StoreSpec::memory("s"))
-            .stateful_processor(|_, _| Ok(vec![]))
-            .build()
-            .expect("config");
-        let producer: rdkafka::producer::BaseProducer =
-            crate::admin::Client::new(mock.bootstrap_servers()).config().create().expect("producer");
-        for k in 0..2_000u32 {
-            let (key, value) = (bincode::serialize(&k).unwrap(), bincode::serialize(&(k * 2)).unwrap());
-            producer.send(rdkafka::producer::BaseRecord::to(&store).partition(0).key(&key).payload(&value)).unwrap();
-        }
-        rdkafka::producer::Producer::flush(&producer, Duration::from_secs(30)).expect("changelog records");
+        let (store, cfg) = setup(&mock, StoreSpec::new("s"));
+        let records: Vec<_> = (0..2_000u32)
+            .map(|k| (format::encode_key(&k).unwrap(), format::encode_value(1, &(k * 2)).unwrap()))
+            .collect();
+        write(&mock, &records);
         mock.broker_down(1).expect("broker down");
-        let cfg = pipeline.config().clone();
         let restoring =
             std::thread::spawn(move || super::restore(&cfg, &[0], Instant::now() + Duration::from_secs(60)));
         std::thread::sleep(Duration::from_millis(1_500));
         mock.broker_up(1).expect("broker up");
-        let (mut states, records) = restoring.join().unwrap().expect("restored");
+        let (states, records) = restoring.join().unwrap().expect("restored");
         assert_eq!(records, 2_000);
-        let mut ctx = Context::new(&mut states[0]);
-        let s = ctx.store::<u32, u32>("s").unwrap();
+        let s = states[0].store_ref(&store);
         assert_eq!(s.get(&1_999).unwrap(), Some(3_998));
         assert_eq!(s.entries().unwrap().len(), 2_000);
+    }
+
+    /// Records of an older schema version, and unversioned records written before state was
+    /// versioned, restore through their migrations; without one the restore fails with a
+    /// typed error naming the store, the record and the fixes.
+    #[test]
+    fn restore_checks_versions_and_migrates() {
+        let legacy = (bincode::serialize(&1u32).unwrap(), bincode::serialize(&10u32).unwrap());
+        let v1 = (format::encode_key(&2u32).unwrap(), format::encode_value(1, &20u16).unwrap());
+        let v2 = (format::encode_key(&3u32).unwrap(), format::encode_value(2, &30u32).unwrap());
+        let garbage = (format::encode_key(&4u32).unwrap(), vec![format::FORMAT, 2, 1]);
+        let restore = |spec: StoreSpec<u32, u32>, records: &[(Vec<u8>, Vec<u8>)]| {
+            let mock = MockCluster::new(1).expect("mock cluster");
+            let (store, cfg) = setup(&mock, spec);
+            write(&mock, records);
+            super::restore(&cfg, &[0], Instant::now() + Duration::from_secs(30)).map(|(mut s, _)| (store, s.remove(0)))
+        };
+        let fails = |spec, records: &[_]| match restore(spec, records) {
+            Ok(_) => panic!("the restore must fail"),
+            Err(e) => e,
+        };
+        let migrated = || {
+            StoreSpec::new("s")
+                .version(2)
+                .migrate_from::<u32>(0, |old| old + 1)
+                .migrate_from::<u16>(1, |old| u32::from(old) + 2)
+        };
+        let (store, state) = restore(migrated(), &[legacy.clone(), v1.clone(), v2.clone()]).expect("migrated");
+        let s = state.store_ref(&store);
+        assert_eq!(s.entries().unwrap(), vec![(1, 11), (2, 22), (3, 30)], "keys re-encoded, values migrated");
+
+        let err = fails(StoreSpec::new("s").version(2), &[v2.clone(), legacy]);
+        let text = err.to_string();
+        assert!(
+            matches!(&err, crate::Error::State(e) if matches!(&**e, super::StateError::Incompatible { store, offset: 1, .. } if store == "s")),
+            "{err:?}"
+        );
+        assert!(text.contains("before kafka-eos versioned its state") && text.contains("migrate_from"), "{text}");
+        assert!(text.contains("delete the changelog topic app-s-changelog"), "{text}");
+        let err = fails(StoreSpec::new("s").version(2), &[v1]).to_string();
+        assert!(err.contains("schema version 1, which the store neither is at nor migrates from"), "{err}");
+        let err = fails(migrated(), &[garbage]).to_string();
+        assert!(err.contains("does not decode as u32"), "{err}");
     }
 }

@@ -1,10 +1,13 @@
 //! State stores: keyed state that commits atomically with a transaction's outputs and offsets.
 //!
-//! A stateful processor ([`PipelineBuilder::stateful_processor`](crate::PipelineBuilder::stateful_processor))
-//! receives a [`Context`] with every record; through it, it reads and writes the stores
-//! declared with [`PipelineBuilder::store`](crate::PipelineBuilder::store): named, typed
-//! key-value maps (keys and values are serde types, encoded with bincode), **one instance
-//! per store per input partition**.
+//! A store is declared once on the builder, which returns its typed handle:
+//! `let totals = builder.store::<String, i64>("totals")` (or
+//! [`store_spec`](crate::PipelineBuilder::store_spec) with a [`StoreSpec`] for another
+//! backend, a schema version and migrations). The processor reads and writes it through the
+//! record's [`Context`](crate::Context): `ctx.store(&totals).get(&merchant)?`. Keys and
+//! values are serde types, encoded with bincode behind a version header ([`format`]), **one
+//! instance per store per input partition**. A store with other types than declared does
+//! not compile; a store that was not declared cannot be named.
 //!
 //! # How a store stays exactly-once
 //! ```text
@@ -37,11 +40,15 @@
 //! State lives in memory ([`backend::MemoryBackend`]) and is rebuilt on every assignment:
 //! restore time grows with the live state (see `docs/state.md` for the measured rate). A
 //! disk-backed store implements [`backend::KeyValueBackend`] and is passed with
-//! [`StoreSpec::with_backend`]; processors do not change. Stores need a single input topic:
+//! [`StoreSpec::backend`]; processors do not change. Stores need a single input topic:
 //! changelog partition *n* belongs to input partition *n*.
 
 pub mod backend;
 pub(crate) mod changelog;
+pub mod format;
+mod store;
+
+pub use store::{Store, StoreDef, StoreMut, StoreRef, StoreSpec};
 
 /// Restores the stores of input `partitions` from their changelogs exactly as an assignment
 /// would, then drops them, and returns the number of changelog records read: what a
@@ -56,65 +63,25 @@ pub fn measure_restore(
 
 use std::collections::BTreeMap;
 use std::marker::PhantomData;
+use std::sync::Arc;
 
-use serde::de::DeserializeOwned;
-use serde::Serialize;
-
-use crate::record::OutputRecord;
-use backend::{BackendFactory, KeyValueBackend};
-
-/// A declared store: its name and how its committed state is kept.
-#[derive(Clone)]
-pub struct StoreSpec {
-    pub(crate) name: String,
-    pub(crate) backend: BackendFactory,
-}
-
-impl std::fmt::Debug for StoreSpec {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("StoreSpec").field("name", &self.name).finish_non_exhaustive()
-    }
-}
-
-impl StoreSpec {
-    /// An in-memory store (the default backend).
-    pub fn memory(name: impl Into<String>) -> StoreSpec {
-        StoreSpec { name: name.into(), backend: backend::memory() }
-    }
-
-    /// A store whose committed state is kept by `factory`'s backends (one per partition).
-    pub fn with_backend(name: impl Into<String>, factory: BackendFactory) -> StoreSpec {
-        StoreSpec { name: name.into(), backend: factory }
-    }
-
-    /// The store's name.
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-}
+use crate::record::{OutputRecord, Topic};
+use backend::KeyValueBackend;
 
 /// The changelog topic of `store` in pipeline `application_id`.
 pub fn changelog_topic(application_id: &str, store: &str) -> String {
     format!("{application_id}-{store}-changelog")
 }
 
-/// Why a store operation failed. Returned to the processor, which usually propagates it
+/// Why a store operation, or a store's restore, failed. A processor usually propagates it
 /// with `?`: the batch is then aborted and retried like any processor error.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum StateError {
-    /// The processor asked for a store that was not declared.
-    #[error("no store named {name:?} (declared: {declared:?}); declare it with PipelineBuilder::store")]
-    UnknownStore {
-        /// The name asked for.
-        name: String,
-        /// The stores declared.
-        declared: Vec<String>,
-    },
-    /// A key or value could not be encoded or decoded with bincode (a type mismatch between
-    /// the processor and the stored data, e.g. after changing a state type without a
-    /// migration: reset the changelog or version the store name).
-    #[error("store {store:?}: cannot {op} a {what}: {source}")]
+    /// A key or value could not be encoded or decoded (a type the store's data does not
+    /// match). With typed handles this only happens when the stored bytes are not what the
+    /// declaration says, which the restore already checks: see [`StateError::Incompatible`].
+    #[error("store {store:?}: cannot {op} a {what}: {detail}")]
     Codec {
         /// The store.
         store: String,
@@ -122,8 +89,30 @@ pub enum StateError {
         op: &'static str,
         /// "key" or "value".
         what: &'static str,
-        /// bincode's error.
-        source: bincode::Error,
+        /// The codec's error.
+        detail: String,
+    },
+    /// A changelog record cannot be read as the store's declared types and schema version
+    /// (see [`format`]): the store's partition is not restored and the pipeline stops,
+    /// before processing anything with wrong state.
+    #[error(
+        "store {store:?} cannot restore partition {partition} from {changelog} (offset {offset}): {problem}. \
+         Either declare how to read it (StoreSpec::version(n) with migrate_from::<OldType>(old_version, ..), \
+         version 0 for records written before state was versioned), or reset the store: stop the \
+         pipeline, delete the changelog topic {changelog} and reprocess the input from the start (or \
+         give the store a new name, starting it empty)"
+    )]
+    Incompatible {
+        /// The store.
+        store: String,
+        /// Its changelog topic.
+        changelog: String,
+        /// The input (and changelog) partition.
+        partition: i32,
+        /// The offending record's changelog offset.
+        offset: i64,
+        /// What is wrong with it.
+        problem: String,
     },
 }
 
@@ -147,8 +136,9 @@ pub(crate) struct Committed {
 
 /// One store of one partition: committed backend plus the open transaction's overlay.
 pub(crate) struct StoreCell {
-    name: String,
-    changelog: String,
+    name: Arc<str>,
+    version: u8,
+    changelog: Topic,
     backend: Box<dyn KeyValueBackend>,
     /// Changes of the open transaction, latest per key; `None` is a delete.
     pending: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
@@ -191,12 +181,13 @@ pub(crate) struct PartitionState {
 }
 
 impl PartitionState {
-    pub(crate) fn new(application_id: &str, specs: &[StoreSpec], partition: i32) -> PartitionState {
-        let stores = specs
+    pub(crate) fn new(application_id: &str, defs: &[StoreDef], partition: i32) -> PartitionState {
+        let stores = defs
             .iter()
             .map(|s| StoreCell {
                 name: s.name.clone(),
-                changelog: changelog_topic(application_id, &s.name),
+                version: s.version,
+                changelog: Topic::from(changelog_topic(application_id, &s.name)),
                 backend: (s.backend)(&s.name, partition),
                 pending: BTreeMap::new(),
             })
@@ -214,7 +205,7 @@ impl PartitionState {
 
     /// (entries, bytes) of the committed state of every store.
     pub(crate) fn sizes(&self) -> Vec<(&str, usize, usize)> {
-        self.stores.iter().map(|s| (s.name.as_str(), s.backend.len(), s.backend.size_bytes())).collect()
+        self.stores.iter().map(|s| (&*s.name, s.backend.len(), s.backend.size_bytes())).collect()
     }
 
     /// The open transaction's changelog records: one per changed key per store.
@@ -222,7 +213,7 @@ impl PartitionState {
         let mut out = Vec::new();
         for s in &self.stores {
             for (k, v) in &s.pending {
-                let mut r = OutputRecord::to(s.changelog.clone()).partition(self.partition);
+                let mut r = OutputRecord::to(&s.changelog).partition(self.partition);
                 r.key = Some(k.clone());
                 r.value = v.clone();
                 out.push(r);
@@ -237,7 +228,7 @@ impl PartitionState {
         let mut committed = Committed { tallies: std::mem::take(&mut self.tallies), changes: Vec::new() };
         for s in &mut self.stores {
             if !s.pending.is_empty() {
-                committed.changes.push((s.name.clone(), s.pending.len() as u64));
+                committed.changes.push((s.name.to_string(), s.pending.len() as u64));
                 let changes = std::mem::take(&mut s.pending).into_iter().collect();
                 s.backend.write_batch(changes);
             }
@@ -254,120 +245,65 @@ impl PartitionState {
     }
 }
 
-/// What a stateful processor sees besides the record: the stores of the record's partition.
-pub struct Context<'a> {
-    state: &'a mut PartitionState,
-}
-
-impl<'a> Context<'a> {
-    pub(crate) fn new(state: &'a mut PartitionState) -> Context<'a> {
-        Context { state }
+impl PartitionState {
+    fn index_of<K, V>(&self, store: &Store<K, V>) -> usize {
+        match self.stores.get(store.index) {
+            Some(cell) if Arc::ptr_eq(&cell.name, &store.name) => store.index,
+            _ => panic!(
+                "store handle {:?} was declared on another pipeline's builder: use the handle returned by this \
+                 pipeline's PipelineBuilder::store",
+                &*store.name
+            ),
+        }
     }
 
-    /// The input partition whose state this is.
-    pub fn partition(&self) -> i32 {
-        self.state.partition
+    /// The writable view of `store`. Panics if the handle was declared on another builder.
+    pub(crate) fn store_mut<K, V>(&mut self, store: &Store<K, V>) -> StoreMut<'_, K, V> {
+        let i = self.index_of(store);
+        StoreMut { cell: &mut self.stores[i], _types: PhantomData }
     }
 
-    /// The store `name` with key type `K` and value type `V`. The types are the processor's
-    /// to keep consistent: the store holds bincode bytes, and decoding them as another type
-    /// fails with [`StateError::Codec`] (or, for layout-compatible types, silently
-    /// misreads).
-    pub fn store<K, V>(&mut self, name: &str) -> Result<Store<'_, K, V>, StateError>
-    where
-        K: Serialize + DeserializeOwned,
-        V: Serialize + DeserializeOwned,
-    {
-        let declared = || self.state.stores.iter().map(|s| s.name.clone()).collect();
-        let Some(i) = self.state.stores.iter().position(|s| s.name == name) else {
-            return Err(StateError::UnknownStore { name: name.to_string(), declared: declared() });
-        };
-        Ok(Store { cell: &mut self.state.stores[i], _types: PhantomData })
+    /// The read-only view of `store`. Panics if the handle was declared on another builder.
+    pub(crate) fn store_ref<K, V>(&self, store: &Store<K, V>) -> StoreRef<'_, K, V> {
+        StoreRef { cell: &self.stores[self.index_of(store)], _types: PhantomData }
     }
 
     pub(crate) fn tally(&mut self, what: Tally, store: &str, n: u64) {
-        *self.state.tallies.entry((what, store.to_string())).or_default() += n;
-    }
-}
-
-/// A typed view of one store of one partition. Reads see this transaction's own writes.
-pub struct Store<'s, K, V> {
-    cell: &'s mut StoreCell,
-    _types: PhantomData<fn(K) -> V>,
-}
-
-impl<K, V> Store<'_, K, V>
-where
-    K: Serialize + DeserializeOwned,
-    V: Serialize + DeserializeOwned,
-{
-    fn encode<T: Serialize>(&self, what: &'static str, t: &T) -> Result<Vec<u8>, StateError> {
-        bincode::serialize(t).map_err(|source| StateError::Codec {
-            store: self.cell.name.clone(),
-            op: "encode",
-            what,
-            source,
-        })
-    }
-
-    fn decode<T: DeserializeOwned>(&self, what: &'static str, bytes: &[u8]) -> Result<T, StateError> {
-        bincode::deserialize(bytes).map_err(|source| StateError::Codec {
-            store: self.cell.name.clone(),
-            op: "decode",
-            what,
-            source,
-        })
-    }
-
-    /// The value of `key`, if any.
-    pub fn get(&self, key: &K) -> Result<Option<V>, StateError> {
-        let k = self.encode("key", key)?;
-        self.cell.get(&k).map(|v| self.decode("value", &v)).transpose()
-    }
-
-    /// Sets `key` to `value`.
-    pub fn put(&mut self, key: &K, value: &V) -> Result<(), StateError> {
-        let (k, v) = (self.encode("key", key)?, self.encode("value", value)?);
-        self.cell.pending.insert(k, Some(v));
-        Ok(())
-    }
-
-    /// Removes `key` (a tombstone in the changelog).
-    pub fn delete(&mut self, key: &K) -> Result<(), StateError> {
-        let k = self.encode("key", key)?;
-        self.cell.pending.insert(k, None);
-        Ok(())
-    }
-
-    /// Every entry, in the byte order of the encoded keys (bincode: fixed-width
-    /// little-endian integers, so this is *not* numeric order). Costs a copy of the store:
-    /// operators use it for occasional sweeps, not per record.
-    pub fn entries(&self) -> Result<Vec<(K, V)>, StateError> {
-        self.cell.merged().iter().map(|(k, v)| Ok((self.decode("key", k)?, self.decode("value", v)?))).collect()
+        *self.tallies.entry((what, store.to_string())).or_default() += n;
     }
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+    use crate::Pipeline;
 
-    fn state() -> PartitionState {
-        PartitionState::new("app", &[StoreSpec::memory("s")], 3)
+    /// A partition's state for the stores declared on `builder` (as the runtime makes it).
+    pub(crate) fn state_of(builder: &crate::PipelineBuilder, partition: i32) -> PartitionState {
+        PartitionState::new("app", builder.store_defs(), partition)
+    }
+
+    fn state<K, V>() -> (Store<K, V>, PartitionState)
+    where
+        K: serde::Serialize + serde::de::DeserializeOwned + 'static,
+        V: serde::Serialize + serde::de::DeserializeOwned + 'static,
+    {
+        let mut b = Pipeline::builder();
+        let s = b.store::<K, V>("s");
+        (s, state_of(&b, 3))
     }
 
     #[test]
     fn reads_see_own_writes_and_abort_forgets_them() {
-        let mut st = state();
+        let (h, mut st) = state::<String, u64>();
         {
-            let mut ctx = Context::new(&mut st);
-            let mut s = ctx.store::<String, u64>("s").unwrap();
+            let mut s = st.store_mut(&h);
             s.put(&"a".into(), &1).unwrap();
             assert_eq!(s.get(&"a".into()).unwrap(), Some(1));
         }
         st.commit();
         {
-            let mut ctx = Context::new(&mut st);
-            let mut s = ctx.store::<String, u64>("s").unwrap();
+            let mut s = st.store_mut(&h);
             s.put(&"a".into(), &2).unwrap();
             s.put(&"b".into(), &3).unwrap();
             s.delete(&"a".into()).unwrap();
@@ -375,16 +311,13 @@ mod tests {
             assert_eq!(s.entries().unwrap(), vec![("b".to_string(), 3)]);
         }
         st.abort();
-        let mut ctx = Context::new(&mut st);
-        let s = ctx.store::<String, u64>("s").unwrap();
-        assert_eq!(s.entries().unwrap(), vec![("a".to_string(), 1)]);
+        assert_eq!(st.store_ref(&h).entries().unwrap(), vec![("a".to_string(), 1)]);
     }
 
     #[test]
     fn changelog_has_one_record_per_changed_key_with_tombstones() {
-        let mut st = state();
-        let mut ctx = Context::new(&mut st);
-        let mut s = ctx.store::<u32, u32>("s").unwrap();
+        let (h, mut st) = state::<u32, u32>();
+        let mut s = st.store_mut(&h);
         s.put(&1, &10).unwrap();
         s.put(&1, &11).unwrap();
         s.put(&2, &20).unwrap();
@@ -392,25 +325,32 @@ mod tests {
         let recs = st.changelog_records();
         assert_eq!(recs.len(), 2);
         assert!(recs.iter().all(|r| r.topic == "app-s-changelog" && r.partition == Some(3)));
-        assert_eq!(recs[0].value, Some(bincode::serialize(&11u32).unwrap()));
+        assert_eq!(recs[0].key, Some(format::encode_key(&1u32).unwrap()));
+        assert_eq!(recs[0].value, Some(format::encode_value(1, &11u32).unwrap()));
         assert_eq!(recs[1].value, None);
     }
 
     #[test]
     fn merged_view_interleaves_overlay_and_committed() {
-        let mut st = state();
-        st.backend_mut(0).write_batch(vec![
-            (bincode::serialize(&2u8).unwrap(), Some(bincode::serialize(&20u8).unwrap())),
-            (bincode::serialize(&4u8).unwrap(), Some(bincode::serialize(&40u8).unwrap())),
-        ]);
-        let mut ctx = Context::new(&mut st);
-        let mut s = ctx.store::<u8, u8>("s").unwrap();
+        let (h, mut st) = state::<u8, u8>();
+        let kv = |k: u8, v: u8| (format::encode_key(&k).unwrap(), Some(format::encode_value(1, &v).unwrap()));
+        st.backend_mut(0).write_batch(vec![kv(2, 20), kv(4, 40)]);
+        let mut s = st.store_mut(&h);
         s.put(&1, &10).unwrap();
         s.put(&3, &30).unwrap();
         s.put(&4, &41).unwrap();
         s.delete(&2).unwrap();
         s.put(&5, &50).unwrap();
         assert_eq!(s.entries().unwrap(), vec![(1, 10), (3, 30), (4, 41), (5, 50)]);
-        assert!(matches!(ctx.store::<u8, u8>("nope"), Err(StateError::UnknownStore { .. })));
+    }
+
+    #[test]
+    #[should_panic(expected = "declared on another pipeline's builder")]
+    fn a_handle_of_another_builder_is_refused() {
+        let (_, mut st) = state::<u8, u8>();
+        let mut other = Pipeline::builder();
+        let _first = other.store::<u8, u8>("t");
+        let foreign = other.store::<u8, u8>("s");
+        st.store_mut(&foreign);
     }
 }

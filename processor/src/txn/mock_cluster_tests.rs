@@ -28,7 +28,7 @@ fn setup_with_config() -> (MockCluster<'static, DefaultProducerContext>, TxnProd
         .bootstrap_servers(mock.bootstrap_servers())
         .application_id("mock")
         .input_topic("in")
-        .processor(|_| Ok(vec![]))
+        .processor(|_, _| Ok(()))
         .build()
         .expect("config");
     let mut p = TxnProducer::create(pipeline.config(), Some("mock-in-0".into()), "in-0").expect("producer");

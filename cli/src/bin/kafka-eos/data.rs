@@ -150,7 +150,7 @@ pub fn tail(a: TailArgs) -> Outcome {
     let client = a.cluster.client()?;
     let mut lines = Vec::new();
     read_to_end(&client, &a.topic, Instant::now() + Duration::from_secs(a.timeout_secs), |m| {
-        if a.max.map_or(true, |max| lines.len() < max) {
+        if a.max.is_none_or(|max| lines.len() < max) {
             lines.push(((rdkafka::Message::partition(m), rdkafka::Message::offset(m)), describe(m)));
         }
     })?;

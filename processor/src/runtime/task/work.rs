@@ -4,7 +4,8 @@
 use std::collections::HashMap;
 
 use crate::config::Exhausted;
-use crate::record::{InputRecord, OutputRecord, ORIGIN_HEADER};
+use crate::processor::driver::Instances;
+use crate::record::{InputRecord, OutputRecord};
 use crate::runtime::{Shared, TopicPartition};
 use crate::state::PartitionState;
 use crate::txn::Work;
@@ -16,16 +17,17 @@ pub(super) struct BatchWork<'a> {
     /// Records that exhausted their retries under a dead-letter policy, with their error.
     pub(super) dead: &'a HashMap<String, (String, u32)>,
     pub(super) states: &'a mut HashMap<i32, PartitionState>,
+    pub(super) processors: &'a mut Instances,
     pub(super) outputs_per_partition: HashMap<TopicPartition, u64>,
 }
 
 impl Work for BatchWork<'_> {
     /// A record's outputs: the processor's, or — once it exhausted its retries under a
     /// dead-letter policy — the record itself, to the dead-letter topic.
-    fn process(&mut self, r: &InputRecord) -> Result<Vec<OutputRecord>, String> {
+    fn process(&mut self, r: &InputRecord) -> Result<&[OutputRecord], crate::error::BoxError> {
         let outputs = match dead_letter(self.shared, self.dead, r) {
-            Some(out) => vec![out],
-            None => self.shared.processor.call(&self.shared.rt, r, self.states.get_mut(&r.partition))?,
+            Some(out) => self.processors.only(out),
+            None => self.processors.process(&self.shared.rt, r, self.states.get_mut(&r.partition))?,
         };
         *self.outputs_per_partition.entry((r.topic.clone(), r.partition)).or_default() += outputs.len() as u64;
         Ok(outputs)
@@ -44,11 +46,7 @@ fn dead_letter(shared: &Shared, dead: &HashMap<String, (String, u32)>, r: &Input
     if let (Some((message, attempts)), Exhausted::DeadLetter(topic)) =
         (dead.get(&r.origin()), &shared.cfg.processor_error_policy.then)
     {
-        let mut out = OutputRecord::to(topic.clone());
-        out.key = r.key.clone();
-        out.value = r.value.clone();
-        out.timestamp = r.timestamp;
-        out.headers = r.headers.iter().filter(|(k, _)| k != ORIGIN_HEADER).cloned().collect();
+        let out = OutputRecord::copy_of(r, topic.as_str());
         return Some(out.header("kafka-eos.error", message).header("kafka-eos.attempts", attempts.to_string()));
     }
     None

@@ -1,386 +1,18 @@
-//! Pipeline configuration: the builder, every option's default and the trade-off behind it,
-//! and the validation that rejects unsafe combinations before anything connects.
-//!
-//! ```no_run
-//! use std::time::Duration;
-//! use kafka_eos::{Guarantee, OutputRecord, Pipeline, ProcessorErrorPolicy};
-//! # async fn demo() -> Result<(), kafka_eos::Error> {
-//! let pipeline = Pipeline::builder()
-//!     .bootstrap_servers("127.0.0.1:9092")
-//!     .application_id("uppercase")
-//!     .input_topic("words")
-//!     .guarantee(Guarantee::ExactlyOnce)
-//!     .commit_interval(Duration::from_millis(100))
-//!     .on_processor_error(ProcessorErrorPolicy::retry(2).then_dead_letter("words-dlq"))
-//!     .processor(|rec| {
-//!         let upper = rec.value.as_deref().unwrap_or_default().to_ascii_uppercase();
-//!         Ok(vec![OutputRecord::to("words-upper").value(upper)])
-//!     })
-//!     .build()?;
-//! let summary = pipeline.run().await?;
-//! println!("{summary:?}");
-//! # Ok(()) }
-//! ```
+//! The pipeline builder: every option with its default and trade-off, the declarations of
+//! stores and output topics, and the validation that rejects unsafe combinations.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
-use rdkafka::ClientConfig;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
 
+use super::{Exhausted, Guarantee, PipelineConfig, ProcessorErrorPolicy, Properties};
 use crate::error::{Error, Result};
 use crate::observe::{TransactionEvent, TransactionHook};
-use crate::processor::{ProcessResult, Processor};
-use crate::record::InputRecord;
-use crate::state::StoreSpec;
-
-/// The delivery guarantee of a pipeline. Chosen per pipeline: exactly-once costs a
-/// transaction per batch (a few milliseconds of coordinator round trips, amortised over
-/// the commit interval); at-least-once costs nothing extra but may write an output twice
-/// after a crash or rebalance. See `docs/semantics.md` for the full contract.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Guarantee {
-    /// One transactional producer per assigned input partition, with
-    /// `transactional.id = <application-id>:<topic>:<partition>`. Its `init_transactions` on
-    /// assignment fences the partition's previous owner and resolves its open transaction
-    /// before this instance reads the committed offset. Isolates failures per partition
-    /// (one partition's abort does not touch the others); costs one librdkafka producer
-    /// (threads, sockets, buffers) per partition. The default.
-    #[default]
-    ExactlyOnce,
-    /// One transactional producer per instance, committing all its partitions' offsets in
-    /// one transaction and fenced by consumer-group generation (KIP-447,
-    /// `transactional.id = <application-id>:<instance-id>`). Fewer producers and
-    /// transactions; an abort replays every partition's batch.
-    ExactlyOncePerConsumer,
-    /// An idempotent producer and no transaction: a batch's offsets are committed only after
-    /// every one of its outputs is acknowledged, so nothing is lost, but a crash between the
-    /// two writes the batch's outputs again.
-    AtLeastOnce,
-}
-
-impl Guarantee {
-    /// Whether this guarantee uses Kafka transactions.
-    pub fn is_transactional(self) -> bool {
-        !matches!(self, Guarantee::AtLeastOnce)
-    }
-
-    /// `exactly-once`, `exactly-once-per-consumer` or `at-least-once`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Guarantee::ExactlyOnce => "exactly-once",
-            Guarantee::ExactlyOncePerConsumer => "exactly-once-per-consumer",
-            Guarantee::AtLeastOnce => "at-least-once",
-        }
-    }
-}
-
-impl std::str::FromStr for Guarantee {
-    type Err = Error;
-    fn from_str(s: &str) -> Result<Self> {
-        match s {
-            "exactly-once" | "eos" => Ok(Guarantee::ExactlyOnce),
-            "exactly-once-per-consumer" | "eos-per-consumer" => Ok(Guarantee::ExactlyOncePerConsumer),
-            "at-least-once" | "alo" => Ok(Guarantee::AtLeastOnce),
-            _ => Err(Error::Config(format!(
-                "unknown guarantee {s:?}; use exactly-once, exactly-once-per-consumer or at-least-once"
-            ))),
-        }
-    }
-}
-
-/// What to do when the processor returns an error or panics on a record.
-///
-/// Whatever the policy, the transaction holding the failing record is aborted first, so
-/// none of its outputs become visible, and the batch is replayed from the last committed
-/// offset. The policy then decides the failing record's fate once it has failed
-/// `retries + 1` times. Default: 2 retries (100 ms apart), then stop the pipeline.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ProcessorErrorPolicy {
-    /// Replays of the batch before the record is given up on. Default 2.
-    pub retries: u32,
-    /// Pause before each replay. Default 100 ms.
-    pub backoff: Duration,
-    /// What happens to a record that failed every attempt.
-    pub then: Exhausted,
-}
-
-/// The fate of a record that failed every attempt.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Exhausted {
-    /// Stop the pipeline with [`Error::Processor`]; nothing of the failing batch is
-    /// committed, so a restart resumes at that batch. Right when every record matters
-    /// (a financial close) and a human should look.
-    Stop,
-    /// Write the input record, unchanged, to this topic **inside the transaction** (with
-    /// headers `kafka-eos.error`, `kafka-eos.origin`, `kafka-eos.attempts`) and go on. Right
-    /// when one poison record must not stall the partition.
-    DeadLetter(String),
-}
-
-impl ProcessorErrorPolicy {
-    /// Stop at the first failure (no retries).
-    pub fn stop() -> Self {
-        ProcessorErrorPolicy { retries: 0, backoff: Duration::from_millis(100), then: Exhausted::Stop }
-    }
-
-    /// Retry `n` times, then stop (chain [`then_dead_letter`](Self::then_dead_letter) to
-    /// dead-letter instead).
-    pub fn retry(n: u32) -> Self {
-        ProcessorErrorPolicy { retries: n, ..Self::stop() }
-    }
-
-    /// After the retries, route the record to `topic` instead of stopping.
-    pub fn then_dead_letter(mut self, topic: impl Into<String>) -> Self {
-        self.then = Exhausted::DeadLetter(topic.into());
-        self
-    }
-
-    /// Sets the pause before each replay.
-    pub fn backoff(mut self, backoff: Duration) -> Self {
-        self.backoff = backoff;
-        self
-    }
-}
-
-impl Default for ProcessorErrorPolicy {
-    fn default() -> Self {
-        ProcessorErrorPolicy::retry(2)
-    }
-}
-
-/// librdkafka properties whose values are secrets: never printed by `Debug` or logs. Any
-/// key ending in `password`, `secret` or `passphrase` is treated as one too.
-const SENSITIVE: &[&str] = &[
-    "sasl.password",
-    "sasl.oauthbearer.client.secret",
-    "sasl.oauthbearer.client.credentials.client.secret",
-    "sasl.oauthbearer.config",
-    "sasl.oauthbearer.assertion.private.key.passphrase",
-    "sasl.oauthbearer.assertion.private.key.pem",
-    "ssl.key.password",
-    "ssl.keystore.password",
-    "ssl.key.pem",
-    "ssl_key",
-];
-
-/// Whether the value of librdkafka property `key` is a secret (see [`Properties`]).
-pub fn is_sensitive(key: &str) -> bool {
-    SENSITIVE.contains(&key) || ["password", "secret", "passphrase"].iter().any(|s| key.ends_with(s))
-}
-
-/// A librdkafka client-creation error as text, without the value of a sensitive property
-/// (rust-rdkafka's `Display` of a rejected property includes its value).
-pub fn client_error(e: &rdkafka::error::KafkaError) -> String {
-    match e {
-        rdkafka::error::KafkaError::ClientConfig(_, desc, key, _) if is_sensitive(key) => {
-            format!("Client config error: {desc} {key} [redacted]")
-        }
-        e => e.to_string(),
-    }
-}
-
-/// Properties passed to librdkafka verbatim, with secrets redacted in `Debug`: the values of
-/// `sasl.password`, `ssl.key.password`, `ssl.keystore.password`, `ssl.key.pem`,
-/// `sasl.oauthbearer.config`, `sasl.oauthbearer.client.secret` and the other keys
-/// [`is_sensitive`] names print as `[redacted]`.
-#[derive(Clone, Default, PartialEq, Eq)]
-pub struct Properties(BTreeMap<String, String>);
-
-impl Properties {
-    /// Sets `key` to `value`.
-    pub fn set(&mut self, key: impl Into<String>, value: impl Into<String>) {
-        self.0.insert(key.into(), value.into());
-    }
-    /// The value of `key`, if set.
-    pub fn get(&self, key: &str) -> Option<&str> {
-        self.0.get(key).map(String::as_str)
-    }
-    /// Every property, in key order.
-    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
-        self.0.iter().map(|(k, v)| (k.as_str(), v.as_str()))
-    }
-    /// `text` with the value of every sensitive property replaced by `[redacted]`: for
-    /// quoting librdkafka's messages in errors and logs.
-    pub fn redact(&self, text: &str) -> String {
-        self.iter()
-            .filter(|(k, v)| is_sensitive(k) && !v.is_empty())
-            .fold(text.to_string(), |text, (_, v)| text.replace(v, "[redacted]"))
-    }
-    /// Sets every property on `cfg` (after what it has: a later value wins).
-    pub fn apply(&self, cfg: &mut ClientConfig) {
-        for (k, v) in self.iter() {
-            cfg.set(k, v);
-        }
-    }
-
-    /// Sets every property of `other`, overriding the ones set here.
-    pub fn extend(&mut self, other: &Properties) {
-        for (k, v) in other.iter() {
-            self.set(k, v);
-        }
-    }
-
-    /// Parses a client configuration file's text: one `key=value` a line, as in the
-    /// `client.properties` files Kafka's own tools take (`--command-config`). Blank lines and
-    /// lines starting with `#` or `!` are skipped; white space around the key and the value
-    /// is trimmed; the value runs to the end of the line (it may contain `=`).
-    ///
-    /// # Errors
-    /// [`Error::Config`] naming the line (never quoting it: it may hold a secret) when a
-    /// line has no `=` or an empty key.
-    pub fn parse(text: &str) -> Result<Properties> {
-        let mut props = Properties::default();
-        for (n, line) in text.lines().enumerate() {
-            let line = line.trim();
-            if line.is_empty() || line.starts_with('#') || line.starts_with('!') {
-                continue;
-            }
-            match line.split_once('=') {
-                Some((k, v)) if !k.trim().is_empty() => props.set(k.trim(), v.trim()),
-                _ => {
-                    return Err(Error::Config(format!("line {} of the client configuration is not `key=value`", n + 1)))
-                }
-            }
-        }
-        Ok(props)
-    }
-
-    /// Reads and [parses](Self::parse) a client configuration file.
-    ///
-    /// # Errors
-    /// [`Error::Config`] when the file cannot be read or a line is not `key=value`.
-    pub fn from_file(path: &std::path::Path) -> Result<Properties> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| Error::Config(format!("cannot read the client configuration {}: {e}", path.display())))?;
-        Properties::parse(&text).map_err(|e| match e {
-            Error::Config(m) => Error::Config(format!("{m} ({})", path.display())),
-            e => e,
-        })
-    }
-
-    /// The properties as the text [`parse`](Self::parse) reads, secrets included: for
-    /// handing them to a child process through a private file, never for printing.
-    pub fn to_file_text(&self) -> String {
-        self.iter().map(|(k, v)| format!("{k}={v}\n")).collect()
-    }
-}
-
-impl std::fmt::Debug for Properties {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_map().entries(self.iter().map(|(k, v)| (k, if is_sensitive(k) { "[redacted]" } else { v }))).finish()
-    }
-}
-
-/// A validated pipeline configuration. Build it with [`PipelineBuilder`].
-#[derive(Debug, Clone)]
-pub struct PipelineConfig {
-    /// `bootstrap.servers` of every client.
-    pub bootstrap_servers: String,
-    /// The consumer `group.id` and the prefix of every `transactional.id`.
-    pub application_id: String,
-    /// Topics consumed.
-    pub input_topics: Vec<String>,
-    /// The delivery guarantee.
-    pub guarantee: Guarantee,
-    /// Longest time a batch collects records before its transaction commits.
-    pub commit_interval: Duration,
-    /// Most input records in one transaction.
-    pub max_records_per_transaction: usize,
-    /// Producer `transaction.timeout.ms`.
-    pub transaction_timeout: Duration,
-    /// Longest time a batch may keep failing (or a revocation wait) before giving up.
-    pub task_timeout: Duration,
-    /// Longest time the startup checks wait for the cluster.
-    pub startup_timeout: Duration,
-    /// Longest time a graceful shutdown waits for in-flight transactions.
-    pub shutdown_timeout: Duration,
-    /// What a processor failure leads to.
-    pub processor_error_policy: ProcessorErrorPolicy,
-    /// Whether outputs carry the [`ORIGIN_HEADER`](crate::record::ORIGIN_HEADER).
-    pub origin_header: bool,
-    /// Whether `run` stops on SIGINT/SIGTERM.
-    pub handle_signals: bool,
-    /// Names this instance in the per-consumer transactional.id.
-    pub instance_id: String,
-    /// Where `/metrics` and `/health` are served, if anywhere.
-    pub ops_address: Option<std::net::SocketAddr>,
-    /// How long input may wait without a commit before `/health` reports unhealthy.
-    pub health_threshold: Duration,
-    /// librdkafka `statistics.interval.ms` (consumer lag, producer epoch metrics); zero = off.
-    pub statistics_interval: Duration,
-    /// Extra consumer properties, verbatim.
-    pub consumer_properties: Properties,
-    /// Extra producer properties, verbatim.
-    pub producer_properties: Properties,
-    /// The state stores of a stateful processor.
-    pub stores: Vec<StoreSpec>,
-    /// Replication factor of changelog topics this pipeline creates (-1: the broker's
-    /// `default.replication.factor`).
-    pub changelog_replication: i32,
-    /// Test-only fault injection ([`PipelineBuilder::inject_unknown_outcome`]); `None` in
-    /// every real pipeline.
-    pub(crate) fault: Option<std::sync::Arc<FaultInjection>>,
-}
-
-impl PipelineConfig {
-    /// The consumer's librdkafka configuration: ours, then the user's verbatim properties
-    /// (validation has already refused the ones that would break the guarantee).
-    pub(crate) fn consumer_config(&self) -> ClientConfig {
-        let mut c = ClientConfig::new();
-        c.set("bootstrap.servers", &self.bootstrap_servers)
-            .set("group.id", &self.application_id)
-            .set("enable.auto.commit", "false")
-            .set("enable.auto.offset.store", "false")
-            .set("isolation.level", "read_committed")
-            .set("auto.offset.reset", "earliest")
-            .set("enable.partition.eof", "false")
-            .set("partition.assignment.strategy", "range,roundrobin")
-            // librdkafka prefetches up to 64 MiB per consumer by default; our own channels
-            // already buffer a transaction's worth per partition.
-            .set("queued.max.messages.kbytes", "16384")
-            .set("statistics.interval.ms", self.statistics_interval.as_millis().to_string());
-        self.consumer_properties.apply(&mut c);
-        c
-    }
-
-    /// A producer's librdkafka configuration; `transactional_id` is `None` for at-least-once.
-    pub(crate) fn producer_config(&self, transactional_id: Option<&str>) -> ClientConfig {
-        let mut c = ClientConfig::new();
-        c.set("bootstrap.servers", &self.bootstrap_servers)
-            .set("enable.idempotence", "true")
-            .set("linger.ms", "5")
-            .set("transaction.timeout.ms", self.transaction_timeout.as_millis().to_string())
-            .set("statistics.interval.ms", self.statistics_interval.as_millis().to_string());
-        self.producer_properties.apply(&mut c);
-        if let Some(id) = transactional_id {
-            c.set("transactional.id", id);
-        }
-        c
-    }
-
-    /// The transactional.id of an input partition in [`Guarantee::ExactlyOnce`]:
-    /// `<application-id>:<topic>:<partition>`.
-    ///
-    /// # Why `:`
-    /// Application ids, instance ids and Kafka topic names are all limited to letters,
-    /// digits, `.`, `_` and `-`, so `:` can never occur inside a part: an id splits back into
-    /// its parts in exactly one way, and two pipelines can only share an id if they share the
-    /// application id (the old `-` separator let `a-b` + topic `c` and `a` + topic `b-c` both
-    /// give `a-b-c-0`, and the two pipelines fenced each other forever). A per-partition id
-    /// has two `:`, a [per-consumer](Self::instance_transactional_id) one has one, so the two
-    /// modes never share an id either. Changing the format changes every id: see
-    /// `docs/operations.md` ("Upgrading across a transactional.id change").
-    pub fn partition_transactional_id(&self, topic: &str, partition: i32) -> String {
-        format!("{}:{}:{}", self.application_id, topic, partition)
-    }
-
-    /// The transactional.id of this instance in [`Guarantee::ExactlyOncePerConsumer`]:
-    /// `<application-id>:<instance-id>` (unambiguous for the reason given on
-    /// [`partition_transactional_id`](Self::partition_transactional_id)).
-    pub fn instance_transactional_id(&self) -> String {
-        format!("{}:{}", self.application_id, self.instance_id)
-    }
-}
+use crate::processor::driver::ProcessorFactory;
+use crate::processor::{AsyncFnProcessor, Context, FnProcessor, ProcessError, Processor};
+use crate::record::{InputRecord, Topic};
+use crate::state::{Store, StoreDef, StoreSpec};
 
 /// Builds a [`Pipeline`](crate::Pipeline). Required: bootstrap servers, application id, at
 /// least one input topic, a processor. Everything else has a default, given on its setter.
@@ -389,7 +21,7 @@ pub struct PipelineBuilder {
     bootstrap_servers: Option<String>,
     application_id: Option<String>,
     input_topics: Vec<String>,
-    processor: Option<Processor>,
+    processor: Option<ProcessorFactory>,
     guarantee: Guarantee,
     commit_interval: Option<Duration>,
     max_records: Option<usize>,
@@ -407,7 +39,8 @@ pub struct PipelineBuilder {
     consumer_properties: Properties,
     producer_properties: Properties,
     hooks: Vec<TransactionHook>,
-    stores: Vec<StoreSpec>,
+    stores: Vec<StoreDef>,
+    output_topics: Vec<Topic>,
     changelog_replication: Option<i32>,
     fault: Option<std::sync::Arc<FaultInjection>>,
 }
@@ -464,44 +97,90 @@ impl PipelineBuilder {
         self
     }
 
-    /// The synchronous processor.
-    pub fn processor<F>(mut self, f: F) -> Self
+    /// The processor, as a sync closure: called with the record's
+    /// [`Context`] (outputs, stores) and the record. It is cloned once per input partition
+    /// (see [`crate::processor`]), so it must be `Clone`: capture handles, topics, codecs
+    /// and `Arc`s.
+    pub fn processor<F>(self, f: F) -> Self
     where
-        F: Fn(&InputRecord) -> ProcessResult + Send + Sync + 'static,
+        F: FnMut(&mut Context<'_>, &InputRecord) -> Result<(), ProcessError> + Clone + Send + 'static,
     {
-        self.processor = Some(Processor::sync(f));
+        self.processor_impl(FnProcessor(f))
+    }
+
+    /// The processor, as an async closure (`async move |ctx, rec| { .. }`): it may await
+    /// while holding the context. See [`crate::processor`] for how the future is driven.
+    pub fn async_processor<F>(self, f: F) -> Self
+    where
+        F: AsyncFnMut(&mut Context<'_>, &InputRecord) -> Result<(), ProcessError> + Clone + Send + 'static,
+    {
+        self.processor_impl(AsyncFnProcessor(f))
+    }
+
+    /// The processor, as any [`Processor`] (async and stateful at once, with `init` and
+    /// `close` hooks): one clone per input partition.
+    pub fn processor_impl<P: Processor + Clone>(mut self, processor: P) -> Self {
+        self.processor = Some(ProcessorFactory::new(processor));
         self
     }
 
-    /// The asynchronous processor; see [`Processor`] for how it is driven.
-    pub fn async_processor<F, Fut>(mut self, f: F) -> Self
+    /// Declares an in-memory state store with key type `K` and value type `V` (schema
+    /// version 1) and returns its handle: `ctx.store(&handle)` in the processor. Its
+    /// changelog topic `<application_id>-<name>-changelog` is created at start-up if
+    /// missing: compacted, one partition per input partition. Stores need a single input
+    /// topic. See [`crate::state`].
+    ///
+    /// Takes `&mut self` (unlike the other options) because it returns the handle:
+    /// ```
+    /// # use kafka_eos::Pipeline;
+    /// let mut builder = Pipeline::builder().application_id("close");
+    /// let totals = builder.store::<String, i64>("totals");
+    /// let builder = builder.processor(move |ctx, _rec| {
+    ///     let n = ctx.store(&totals).get(&"all".to_string())?.unwrap_or(0);
+    ///     ctx.store(&totals).put(&"all".to_string(), &(n + 1))?;
+    ///     Ok(())
+    /// });
+    /// ```
+    pub fn store<K, V>(&mut self, name: impl Into<String>) -> Store<K, V>
     where
-        F: Fn(InputRecord) -> Fut + Send + Sync + 'static,
-        Fut: std::future::Future<Output = ProcessResult> + Send + 'static,
+        K: Serialize + DeserializeOwned + 'static,
+        V: Serialize + DeserializeOwned + 'static,
     {
-        self.processor = Some(Processor::from_async(f));
-        self
+        self.store_spec(StoreSpec::new(name))
     }
 
-    /// The stateful processor: it also receives the [`Context`](crate::state::Context) of
-    /// the record's input partition, to read and write the stores declared with
-    /// [`store`](Self::store). See [`crate::state`] for how state commits with the
-    /// transaction, and [`crate::operators`] for dedup, windows and aggregates.
-    pub fn stateful_processor<F>(mut self, f: F) -> Self
+    /// Declares a state store from a full [`StoreSpec`] (another backend, a schema version,
+    /// migrations) and returns its handle.
+    pub fn store_spec<K, V>(&mut self, spec: StoreSpec<K, V>) -> Store<K, V>
     where
-        F: Fn(&mut crate::state::Context<'_>, &InputRecord) -> ProcessResult + Send + Sync + 'static,
+        K: Serialize + DeserializeOwned + 'static,
+        V: Serialize + DeserializeOwned + 'static,
     {
-        self.processor = Some(Processor::stateful(f));
-        self
+        let def = spec.into_def();
+        let handle = Store::new(self.stores.len(), def.name.clone());
+        self.stores.push(def);
+        handle
     }
 
-    /// Declares a state store (e.g. `StoreSpec::memory("totals")`, or an operator's
-    /// `.store()`). Its changelog topic `<application_id>-<name>-changelog` is created at
-    /// start-up if missing: compacted, one partition per input partition. Requires a
-    /// stateful processor and a single input topic.
-    pub fn store(mut self, spec: StoreSpec) -> Self {
-        self.stores.push(spec);
-        self
+    /// The stores declared so far.
+    #[cfg(test)]
+    pub(crate) fn store_defs(&self) -> &[StoreDef] {
+        &self.stores
+    }
+
+    /// Declares an output topic and returns its handle, for
+    /// [`OutputRecord::to`](crate::OutputRecord::to) and [`Context::forward`]: cloning it
+    /// costs a reference count, where a topic `String` per output cost an allocation.
+    /// Declared topics are listed in [`PipelineConfig::output_topics`]. Declaring the same
+    /// name twice returns the same topic.
+    pub fn output_topic(&mut self, name: impl AsRef<str>) -> Topic {
+        let name = name.as_ref();
+        if let Some(t) = self.output_topics.iter().find(|t| t.as_str() == name) {
+            return t.clone();
+        }
+        let topic = Topic::new(name);
+        self.output_topics.push(topic.clone());
+        topic
     }
 
     /// Replication factor of the changelog topics the pipeline creates. Default: -1, the
@@ -692,7 +371,7 @@ impl PipelineBuilder {
         Ok(crate::Pipeline::new(self.validate()?))
     }
 
-    fn validate(self) -> Result<(PipelineConfig, Processor, Vec<TransactionHook>)> {
+    fn validate(self) -> Result<(PipelineConfig, ProcessorFactory, Vec<TransactionHook>)> {
         let cfg_err = |m: String| Err(Error::Config(m));
         let Some(bootstrap_servers) = self.bootstrap_servers.filter(|s| !s.trim().is_empty()) else {
             return cfg_err("bootstrap_servers is required (e.g. \"127.0.0.1:9092\")".into());
@@ -710,7 +389,11 @@ impl PipelineBuilder {
             return cfg_err("at least one input_topic is required".into());
         }
         let Some(processor) = self.processor else {
-            return cfg_err("a processor is required: call .processor(|record| ...) or .async_processor(...)".into());
+            return cfg_err(
+                "a processor is required: call .processor(|ctx, record| ...), .async_processor(async |ctx, record| ...) \
+                 or .processor_impl(..)"
+                    .into(),
+            );
         };
         let commit_interval = self.commit_interval.unwrap_or(Duration::from_millis(100));
         if commit_interval.is_zero() {
@@ -774,16 +457,7 @@ impl PipelineBuilder {
                 return cfg_err(format!("the dead-letter topic {t:?} cannot also be an input topic"));
             }
         }
-        if processor.is_stateful() || !self.stores.is_empty() {
-            if !processor.is_stateful() {
-                return cfg_err(
-                    "stores are declared but the processor is not stateful: use .stateful_processor(|ctx, record| ...)"
-                        .into(),
-                );
-            }
-            if self.stores.is_empty() {
-                return cfg_err("a stateful processor needs at least one store: declare it with .store(StoreSpec::memory(\"name\")) or an operator's .store()".into());
-            }
+        if !self.stores.is_empty() {
             if self.input_topics.len() != 1 {
                 return cfg_err(format!(
                     "state stores need exactly one input topic (changelog partition n belongs to input partition n), not {:?}",
@@ -795,8 +469,14 @@ impl PipelineBuilder {
                 if s.name.is_empty() || !s.name.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c)) {
                     return cfg_err(format!("store name {:?} must be non-empty and use only letters, digits, '.', '_' and '-' (it names a topic)", s.name));
                 }
-                if !names.insert(s.name.as_str()) {
+                if !names.insert(&*s.name) {
                     return cfg_err(format!("store {:?} is declared twice", s.name));
+                }
+                if s.version == crate::state::format::UNVERSIONED {
+                    return cfg_err(format!(
+                        "store {:?} has schema version 0, which stands for records written before state was versioned: use 1 or more",
+                        s.name
+                    ));
                 }
             }
         }
@@ -832,6 +512,7 @@ impl PipelineBuilder {
                 consumer_properties: self.consumer_properties,
                 producer_properties: self.producer_properties,
                 stores: self.stores,
+                output_topics: self.output_topics.iter().map(|t| t.to_string()).collect(),
                 changelog_replication: self.changelog_replication.unwrap_or(-1),
                 fault: self.fault,
             },
@@ -859,7 +540,7 @@ mod tests {
             .bootstrap_servers("127.0.0.1:1")
             .application_id("app")
             .input_topic("in")
-            .processor(|_| Ok(vec![]))
+            .processor(|_, _| Ok(()))
     }
 
     fn err(b: PipelineBuilder) -> String {
@@ -888,6 +569,15 @@ mod tests {
         assert!(
             err(base().on_processor_error(ProcessorErrorPolicy::stop().then_dead_letter("in"))).contains("dead-letter")
         );
+        let mut twice = base();
+        let _ = (twice.store::<u8, u8>("s"), twice.store::<u8, u8>("s"));
+        assert!(err(twice).contains("declared twice"));
+        let mut v0 = base();
+        v0.store_spec(StoreSpec::<u8, u8>::new("s").version(0));
+        assert!(err(v0).contains("schema version 0"));
+        let mut two_inputs = base().input_topic("in2");
+        two_inputs.store::<u8, u8>("s");
+        assert!(err(two_inputs).contains("exactly one input topic"));
         // at-least-once does not care about the transaction timeout
         assert!(base()
             .guarantee(Guarantee::AtLeastOnce)
@@ -934,37 +624,5 @@ mod tests {
         let s = format!("{:?}", cfg.config());
         assert!(!s.contains("hunter2") && s.contains("sasl.password"), "{s}");
         assert_eq!(p.redact("user alice, password hunter2"), "user alice, password [redacted]");
-    }
-
-    #[test]
-    fn client_configuration_files_parse_and_round_trip() {
-        let text = "# SASL over TLS\n\nsecurity.protocol = SASL_SSL\n! also a comment\nsasl.jaas.config=a=b c=d\n  sasl.password=hunter2  \n";
-        let p = Properties::parse(text).unwrap();
-        assert_eq!(p.get("security.protocol"), Some("SASL_SSL"));
-        assert_eq!(p.get("sasl.jaas.config"), Some("a=b c=d"), "the value runs to the end of the line");
-        assert_eq!(p.get("sasl.password"), Some("hunter2"));
-        assert_eq!(p.iter().count(), 3);
-        assert_eq!(Properties::parse(&p.to_file_text()).unwrap(), p);
-        let e = Properties::parse("security.protocol=SSL\nhunter2\n").unwrap_err().to_string();
-        assert!(e.contains("line 2") && !e.contains("hunter2"), "names the line, never quotes it: {e}");
-        assert!(Properties::parse("=value").is_err());
-        let mut q = Properties::default();
-        q.set("security.protocol", "PLAINTEXT");
-        q.set("linger.ms", "1");
-        q.extend(&p);
-        assert_eq!((q.get("security.protocol"), q.get("linger.ms")), (Some("SASL_SSL"), Some("1")));
-    }
-
-    #[test]
-    fn client_errors_redact_secrets() {
-        // librdkafka refuses `ssl_key` as a string, and rust-rdkafka quotes the value.
-        let create = |k: &str, v: &str| {
-            ClientConfig::new().set(k, v).create::<rdkafka::consumer::BaseConsumer>().err().expect("rejected")
-        };
-        let e = create("ssl_key", "hunter2");
-        assert!(e.to_string().contains("hunter2"), "{e}");
-        let s = client_error(&e);
-        assert!(!s.contains("hunter2") && s.contains("ssl_key"), "{s}");
-        assert!(client_error(&create("linger.ms", "soon")).contains("soon"));
     }
 }

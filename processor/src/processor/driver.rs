@@ -1,0 +1,253 @@
+//! How the runtime holds and calls processors: type-erased, one instance per partition,
+//! futures driven on the task thread, panics caught.
+
+use std::future::Future;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::pin::pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Poll, Waker};
+
+use tokio::runtime::Handle;
+
+use super::{Context, HookContext, Processor, ProcessorPanic};
+use crate::error::BoxError;
+use crate::record::{InputRecord, OutputRecord};
+use crate::state::PartitionState;
+
+/// A processor behind a vtable: each method drives the processor's own future to the end,
+/// so no future is boxed.
+pub(crate) trait Erased: Send {
+    fn init(&mut self, rt: &Handle, ctx: &HookContext<'_>) -> Result<(), BoxError>;
+    fn process(&mut self, rt: &Handle, ctx: &mut Context<'_>, record: &InputRecord) -> Result<(), BoxError>;
+    fn close(&mut self, ctx: &HookContext<'_>) -> Result<(), BoxError>;
+}
+
+impl<P: Processor> Erased for P {
+    fn init(&mut self, rt: &Handle, ctx: &HookContext<'_>) -> Result<(), BoxError> {
+        caught(|| drive(rt, Processor::init(self, ctx)))
+    }
+    fn process(&mut self, rt: &Handle, ctx: &mut Context<'_>, record: &InputRecord) -> Result<(), BoxError> {
+        caught(|| drive(rt, Processor::process(self, ctx, record)))
+    }
+    fn close(&mut self, ctx: &HookContext<'_>) -> Result<(), BoxError> {
+        caught(|| {
+            Processor::close(self, ctx);
+            Ok(())
+        })
+    }
+}
+
+/// Polls `fut` once in the runtime's context (the sync fast path: a ready future never
+/// leaves the stack); if it is pending, blocks on it with the runtime.
+fn drive<F: Future>(rt: &Handle, fut: F) -> F::Output {
+    let mut fut = pin!(fut);
+    {
+        let _entered = rt.enter();
+        if let Poll::Ready(out) = fut.as_mut().poll(&mut std::task::Context::from_waker(Waker::noop())) {
+            return out;
+        }
+    }
+    rt.block_on(fut)
+}
+
+/// Runs `f`, turning a panic into a [`ProcessorPanic`]. (A panic may leave the open
+/// transaction's state changes half made: the batch is aborted, which discards them.)
+fn caught(f: impl FnOnce() -> Result<(), BoxError>) -> Result<(), BoxError> {
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|panic| Err(Box::new(ProcessorPanic { message: message(&panic) })))
+}
+
+fn message(p: &Box<dyn std::any::Any + Send>) -> String {
+    if let Some(s) = p.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = p.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "non-string panic payload".to_string()
+    }
+}
+
+/// Makes the per-partition instances: clones of the processor given to the builder.
+#[derive(Clone)]
+pub(crate) struct ProcessorFactory(Arc<dyn Fn() -> Box<dyn Erased> + Send + Sync>);
+
+impl ProcessorFactory {
+    pub(crate) fn new<P: Processor + Clone>(prototype: P) -> ProcessorFactory {
+        // Behind a mutex so the prototype needs only `Send`, not `Sync`: it is cloned once
+        // per partition assignment, never per record.
+        let prototype = Mutex::new(prototype);
+        ProcessorFactory(Arc::new(move || Box::new(prototype.lock().unwrap_or_else(|p| p.into_inner()).clone())))
+    }
+}
+
+impl std::fmt::Debug for ProcessorFactory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Processor")
+    }
+}
+
+/// One task's processor instances, one per input partition, and the output buffer they
+/// share (reused from record to record).
+pub(crate) struct Instances {
+    factory: ProcessorFactory,
+    live: Vec<((String, i32), Box<dyn Erased>)>,
+    out: Vec<OutputRecord>,
+}
+
+impl Instances {
+    pub(crate) fn new(factory: ProcessorFactory) -> Instances {
+        Instances { factory, live: Vec::new(), out: Vec::new() }
+    }
+
+    /// Calls the processor of `record`'s partition (making and initialising it first if
+    /// it has none) and returns the record's outputs.
+    pub(crate) fn process(
+        &mut self,
+        rt: &Handle,
+        record: &InputRecord,
+        state: Option<&mut PartitionState>,
+    ) -> Result<&[OutputRecord], BoxError> {
+        self.out.clear();
+        let found = self.live.iter().position(|((t, p), _)| *p == record.partition && *t == record.topic);
+        let i = match found {
+            Some(i) => i,
+            None => {
+                let mut instance = (self.factory.0)();
+                let hook = HookContext { topic: &record.topic, partition: record.partition, state: state.as_deref() };
+                instance.init(rt, &hook)?;
+                self.live.push(((record.topic.clone(), record.partition), instance));
+                self.live.len() - 1
+            }
+        };
+        let mut ctx = Context { topic: &record.topic, partition: record.partition, state, out: &mut self.out };
+        self.live[i].1.process(rt, &mut ctx, record)?;
+        Ok(&self.out)
+    }
+
+    /// Just `record`, as the outputs of a call (the dead-letter route).
+    pub(crate) fn only(&mut self, record: OutputRecord) -> &[OutputRecord] {
+        self.out.clear();
+        self.out.push(record);
+        &self.out
+    }
+
+    /// Closes and drops the instance of `topic`/`partition`, if any; `state` is its
+    /// partition's state (read-only), if it has any.
+    pub(crate) fn close(&mut self, topic: &str, partition: i32, state: Option<&PartitionState>) {
+        if let Some(i) = self.live.iter().position(|((t, p), _)| *p == partition && t == topic) {
+            let ((topic, partition), mut instance) = self.live.swap_remove(i);
+            let hook = HookContext { topic: &topic, partition, state };
+            if let Err(e) = instance.close(&hook) {
+                tracing::warn!(topic, partition, error = %e, "processor close failed");
+            }
+        }
+    }
+
+    /// Closes every instance.
+    pub(crate) fn close_all(&mut self, states: &std::collections::HashMap<i32, PartitionState>) {
+        while let Some(((topic, partition), _)) = self.live.last() {
+            let (topic, partition) = (topic.clone(), *partition);
+            self.close(&topic, partition, states.get(&partition));
+        }
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+    use crate::processor::{AsyncFnProcessor, FnProcessor, ProcessError};
+    use crate::record::Topic;
+
+    /// A context on partition 0 of topic "in" with `state`, emitting into `out`.
+    pub(crate) fn context<'a>(state: &'a mut PartitionState, out: &'a mut Vec<OutputRecord>) -> Context<'a> {
+        Context { topic: "in", partition: state.partition(), state: Some(state), out }
+    }
+
+    fn rec(partition: i32, offset: i64) -> InputRecord {
+        InputRecord { value: Some(b"v".to_vec()), ..InputRecord::test("t", partition, offset) }
+    }
+
+    #[test]
+    fn panics_and_errors_keep_their_type() {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        #[derive(Debug, thiserror::Error)]
+        #[error("bad offset {0}")]
+        struct Bad(i64);
+        let mut inst = Instances::new(ProcessorFactory::new(FnProcessor(|_: &mut Context<'_>, r: &InputRecord| {
+            if r.offset == 5 {
+                panic!("boom at {}", r.offset)
+            }
+            Err::<(), ProcessError>(Box::new(Bad(r.offset)))
+        })));
+        let err = inst.process(rt.handle(), &rec(0, 5), None).unwrap_err();
+        assert_eq!(err.downcast_ref::<ProcessorPanic>().map(|p| p.message.as_str()), Some("boom at 5"));
+        let err = inst.process(rt.handle(), &rec(0, 6), None).unwrap_err();
+        assert!(matches!(err.downcast_ref::<Bad>(), Some(Bad(6))), "{err:?}");
+    }
+
+    #[derive(Clone, Default)]
+    struct Counting {
+        inits: Arc<AtomicUsize>,
+        closes: Arc<AtomicUsize>,
+        seen: u64,
+        out: Option<Topic>,
+    }
+
+    impl Processor for Counting {
+        async fn init(&mut self, _: &HookContext<'_>) -> Result<(), ProcessError> {
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+            self.inits.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        }
+        async fn process(&mut self, ctx: &mut Context<'_>, rec: &InputRecord) -> Result<(), ProcessError> {
+            self.seen += 1;
+            if rec.offset % 2 == 0 {
+                tokio::time::sleep(std::time::Duration::from_millis(1)).await; // a pending future
+            }
+            for _ in 0..self.seen {
+                ctx.forward(rec, self.out.as_ref().expect("topic"));
+            }
+            Ok(())
+        }
+        fn close(&mut self, _: &HookContext<'_>) {
+            self.closes.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn one_instance_per_partition_with_init_and_close() {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let proto = Counting { out: Some(Topic::new("out")), ..Counting::default() };
+        let (inits, closes) = (proto.inits.clone(), proto.closes.clone());
+        let mut inst = Instances::new(ProcessorFactory::new(proto));
+        assert_eq!(inst.process(rt.handle(), &rec(0, 0), None).unwrap().len(), 1);
+        assert_eq!(inst.process(rt.handle(), &rec(0, 1), None).unwrap().len(), 2, "state of self is per instance");
+        assert_eq!(
+            inst.process(rt.handle(), &rec(1, 0), None).unwrap().len(),
+            1,
+            "another partition, another instance"
+        );
+        assert_eq!(inits.load(Ordering::SeqCst), 2);
+        inst.close("t", 0, None);
+        assert_eq!(closes.load(Ordering::SeqCst), 1);
+        assert_eq!(inst.process(rt.handle(), &rec(0, 2), None).unwrap().len(), 1, "a fresh instance after close");
+        inst.close_all(&Default::default());
+        assert_eq!((inits.load(Ordering::SeqCst), closes.load(Ordering::SeqCst)), (3, 3));
+    }
+
+    #[test]
+    fn async_closures_may_await_with_the_context_borrowed() {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let out = Topic::new("out");
+        let mut inst = Instances::new(ProcessorFactory::new(AsyncFnProcessor(
+            async move |ctx: &mut Context<'_>, rec: &InputRecord| -> Result<(), ProcessError> {
+                tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+                ctx.forward(rec, &out);
+                Ok(())
+            },
+        )));
+        let outputs = inst.process(rt.handle(), &rec(0, 0), None).unwrap();
+        assert_eq!(outputs[0].topic, "out");
+    }
+}
