@@ -58,3 +58,24 @@ async fn a_missing_output_topic_stops_the_pipeline_naming_it() {
         assert!(elapsed < Duration::from_secs(90), "{}: took {elapsed:?}", g.as_str());
     }
 }
+
+/// Declared output topics (and with them a window's late-records topic) are checked before
+/// the pipeline joins its group, like the input: a missing one is named at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_declared_output_topic_is_named_at_start_up() {
+    let t = crate::common::topics("declared-output", 1, 0, 10).await;
+    let missing = unique("no-such-declared-output");
+    let mut builder = noop(&t.bootstrap, &unique("declared-output"), &t.input);
+    let out = builder.output_topic(missing.as_str());
+    let started = Instant::now();
+    let err = run_expecting_error(builder.processor(move |ctx, rec| {
+        ctx.forward(rec, &out);
+        Ok(())
+    }))
+    .await;
+    match err {
+        Error::UnknownTopics { topics, .. } => assert_eq!(topics, vec![missing]),
+        other => panic!("expected UnknownTopics, got {other}"),
+    }
+    assert!(started.elapsed() < Duration::from_secs(10), "took {:?}", started.elapsed());
+}

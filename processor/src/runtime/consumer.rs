@@ -108,10 +108,14 @@ pub(crate) fn preflight(cfg: &PipelineConfig) -> Result<()> {
     };
     let exists =
         |t: &str| md.topics().iter().any(|mt| mt.name() == t && mt.error().is_none() && !mt.partitions().is_empty());
+    // Inputs, declared outputs and the dead-letter topic must exist before anything runs: a
+    // missing output would otherwise surface only as produce timeouts in the first batch.
     let mut wanted = cfg.input_topics.clone();
+    wanted.extend(cfg.output_topics.iter().cloned());
     if let Exhausted::DeadLetter(t) = &cfg.processor_error_policy.then {
         wanted.push(t.clone());
     }
+    wanted.dedup();
     let missing: Vec<String> = wanted.into_iter().filter(|t| !exists(t)).collect();
     if !missing.is_empty() {
         return Err(Error::UnknownTopics { topics: missing, servers: cfg.bootstrap_servers.clone() });
