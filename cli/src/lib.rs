@@ -5,11 +5,13 @@
 //!
 //! - [`bench`]: what each guarantee costs (`kafka-eos bench`, `cargo bench`);
 //! - [`chaos`]: exactly-once under injected faults (`kafka-eos chaos`);
-//! - [`workloads`]: the financial-close workload shared by the chaos suite and the tests.
+//! - [`workloads`]: the financial-close workload shared by the chaos suite and the tests;
+//! - [`client_config`]: `client.properties` files (`--client-config`).
 //!
 //! It runs processes and sends them POSIX signals: it builds on Unix only.
 #![warn(missing_docs)]
 
 pub mod bench;
 pub mod chaos;
+pub mod client_config;
 pub mod workloads;

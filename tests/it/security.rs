@@ -172,7 +172,7 @@ async fn chaos_command_passes_client_properties_to_every_client() {
     let file = dir.join("client.properties");
     let mut in_file = sasl("PLAIN", PASSWORD);
     in_file.set("sasl.mechanism", "GSSAPI"); // overridden by -X below
-    std::fs::write(&file, in_file.to_file_text()).unwrap();
+    std::fs::write(&file, kafka_eos_cli::client_config::to_text(&in_file)).unwrap();
     let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_kafka-eos"))
         .args(["chaos", "--bootstrap", &bootstrap, "--scenario", "random-aborts", "--records", "3000"])
         .args(["--partitions", "2", "--replication", "1", "--seed", "7"])

@@ -791,7 +791,7 @@ impl PrivateFile {
             .create_new(true)
             .mode(0o600)
             .open(&file.path)
-            .and_then(|mut f| f.write_all(props.to_file_text().as_bytes()))
+            .and_then(|mut f| f.write_all(crate::client_config::to_text(props).as_bytes()))
             .map_err(|e| format!("writing {}: {e}", file.path.display()))?;
         Ok(Some(file))
     }

@@ -4,8 +4,6 @@ use std::collections::BTreeMap;
 
 use rdkafka::ClientConfig;
 
-use crate::error::{Error, Result};
-
 /// librdkafka properties whose values are secrets: never printed by `Debug` or logs. Any
 /// key ending in `password`, `secret` or `passphrase` is treated as one too.
 const SENSITIVE: &[&str] = &[
@@ -77,50 +75,6 @@ impl Properties {
             self.set(k, v);
         }
     }
-
-    /// Parses a client configuration file's text: one `key=value` a line, as in the
-    /// `client.properties` files Kafka's own tools take (`--command-config`). Blank lines and
-    /// lines starting with `#` or `!` are skipped; white space around the key and the value
-    /// is trimmed; the value runs to the end of the line (it may contain `=`).
-    ///
-    /// # Errors
-    /// [`Error::Config`] naming the line (never quoting it: it may hold a secret) when a
-    /// line has no `=` or an empty key.
-    pub fn parse(text: &str) -> Result<Properties> {
-        let mut props = Properties::default();
-        for (n, line) in text.lines().enumerate() {
-            let line = line.trim();
-            if line.is_empty() || line.starts_with('#') || line.starts_with('!') {
-                continue;
-            }
-            match line.split_once('=') {
-                Some((k, v)) if !k.trim().is_empty() => props.set(k.trim(), v.trim()),
-                _ => {
-                    return Err(Error::Config(format!("line {} of the client configuration is not `key=value`", n + 1)))
-                }
-            }
-        }
-        Ok(props)
-    }
-
-    /// Reads and [parses](Self::parse) a client configuration file.
-    ///
-    /// # Errors
-    /// [`Error::Config`] when the file cannot be read or a line is not `key=value`.
-    pub fn from_file(path: &std::path::Path) -> Result<Properties> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| Error::Config(format!("cannot read the client configuration {}: {e}", path.display())))?;
-        Properties::parse(&text).map_err(|e| match e {
-            Error::Config(m) => Error::Config(format!("{m} ({})", path.display())),
-            e => e,
-        })
-    }
-
-    /// The properties as the text [`parse`](Self::parse) reads, secrets included: for
-    /// handing them to a child process through a private file, never for printing.
-    pub fn to_file_text(&self) -> String {
-        self.iter().map(|(k, v)| format!("{k}={v}\n")).collect()
-    }
 }
 
 impl std::fmt::Debug for Properties {
@@ -134,22 +88,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn client_configuration_files_parse_and_round_trip() {
-        let text = "# SASL over TLS\n\nsecurity.protocol = SASL_SSL\n! also a comment\nsasl.jaas.config=a=b c=d\n  sasl.password=hunter2  \n";
-        let p = Properties::parse(text).unwrap();
-        assert_eq!(p.get("security.protocol"), Some("SASL_SSL"));
-        assert_eq!(p.get("sasl.jaas.config"), Some("a=b c=d"), "the value runs to the end of the line");
-        assert_eq!(p.get("sasl.password"), Some("hunter2"));
-        assert_eq!(p.iter().count(), 3);
-        assert_eq!(Properties::parse(&p.to_file_text()).unwrap(), p);
-        let e = Properties::parse("security.protocol=SSL\nhunter2\n").unwrap_err().to_string();
-        assert!(e.contains("line 2") && !e.contains("hunter2"), "names the line, never quotes it: {e}");
-        assert!(Properties::parse("=value").is_err());
+    fn later_values_win_and_debug_redacts() {
+        let mut p = Properties::default();
+        p.set("security.protocol", "SASL_SSL");
+        p.set("sasl.password", "hunter2");
         let mut q = Properties::default();
         q.set("security.protocol", "PLAINTEXT");
         q.set("linger.ms", "1");
         q.extend(&p);
         assert_eq!((q.get("security.protocol"), q.get("linger.ms")), (Some("SASL_SSL"), Some("1")));
+        assert!(!format!("{q:?}").contains("hunter2"));
     }
 
     #[test]

@@ -114,7 +114,7 @@ pub struct ClientArgs {
     /// Prefer --client-config for secrets: a command line is visible to every user.
     #[arg(short = 'X', long = "property", value_name = "KEY=VALUE", value_parser = parse_kv)]
     property: Vec<(String, String)>,
-    /// File of `key=value` lines (a Kafka `client.properties`; `#` comments) passed to every
+    /// A Kafka `client.properties` (Java properties format: `key=value`, `#` comments, `\` continuations) passed to every
     /// client the command creates.
     #[arg(long, value_name = "FILE")]
     client_config: Option<PathBuf>,
@@ -124,7 +124,7 @@ impl ClientArgs {
     /// The file's properties, then the `-X` ones over them.
     pub fn properties(&self) -> Result<Properties, kafka_eos::Error> {
         let mut props = match &self.client_config {
-            Some(path) => Properties::from_file(path)?,
+            Some(path) => kafka_eos_cli::client_config::read(path)?,
             None => Properties::default(),
         };
         for (k, v) in &self.property {
