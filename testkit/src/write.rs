@@ -6,8 +6,8 @@
 //! pays that once, and writes what a pipeline's input can hold: keys, values, tombstones
 //! (`value: None`), headers, explicit partitions and timestamps.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use kafka_eos::admin::Client;
@@ -56,6 +56,8 @@ impl ProducerContext for Deliveries {
 pub struct Writer {
     producer: ThreadedProducer<Deliveries>,
     sent: AtomicU64,
+    /// Set by [`stop_when`](Writer::stop_when): a send waiting for room gives up once it is.
+    stop: Option<Arc<AtomicBool>>,
 }
 
 impl std::fmt::Debug for Writer {
@@ -73,7 +75,15 @@ impl Writer {
             .set("linger.ms", "5")
             .create_with_context(Deliveries::default())
             .map_err(|e| Error::Config(client_error(&e)))?;
-        Ok(Writer { producer, sent: AtomicU64::new(0) })
+        Ok(Writer { producer, sent: AtomicU64::new(0), stop: None })
+    }
+
+    /// Makes a send that waits for room in librdkafka's queue (brokers slow or down) fail
+    /// once `flag` is set, instead of waiting for the message timeout: for a generator
+    /// that must stop promptly when its run is abandoned.
+    pub fn stop_when(mut self, flag: Arc<AtomicBool>) -> Self {
+        self.stop = Some(flag);
+        self
     }
 
     /// Enqueues `record` (a `None` value writes a tombstone), waiting while librdkafka's
@@ -115,7 +125,9 @@ impl Writer {
                     self.sent.fetch_add(1, Ordering::Relaxed);
                     return Ok(());
                 }
-                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back))
+                    if !self.stop.as_ref().is_some_and(|s| s.load(Ordering::SeqCst)) =>
+                {
                     r = back;
                     std::thread::sleep(Duration::from_millis(5));
                 }

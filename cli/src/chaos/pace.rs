@@ -9,13 +9,11 @@
 //! instead of letting it run dry, and the next fault still finds records flowing.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
-use rdkafka::ClientContext;
+use kafka_eos_testkit::write::Writer;
 
 use crate::workloads::financial_close::{payment_records, tick_records};
 
@@ -52,25 +50,6 @@ fn due(records: u64, v: Duration, duration: Duration) -> u64 {
         records
     } else {
         (records as u128 * v.as_millis() / duration.as_millis()) as u64
-    }
-}
-
-/// Counts failed deliveries of the input producer.
-#[derive(Default)]
-struct Deliveries {
-    failed: AtomicU64,
-    first_error: Mutex<Option<String>>,
-}
-
-impl ClientContext for Deliveries {}
-
-impl ProducerContext for Deliveries {
-    type DeliveryOpaque = ();
-    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
-        if let Err((e, _)) = result {
-            self.failed.fetch_add(1, Ordering::Relaxed);
-            self.first_error.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert_with(|| e.to_string());
-        }
     }
 }
 
@@ -111,16 +90,9 @@ impl Input {
     /// to partition `i % partitions`, paced by the clock. The clock starts capped at 0: the
     /// suite lifts the cap when it runs its plan.
     pub(crate) fn start(spec: InputSpec) -> Result<Input, String> {
-        let producer: ThreadedProducer<Deliveries> = spec
-            .client
-            .config()
-            .set("enable.idempotence", "true")
-            .set("linger.ms", "5")
-            .set("log_level", "3")
-            .create_with_context(Deliveries::default())
-            .map_err(|e| format!("input producer: {e}"))?;
         let clock = Arc::new(Clock::default());
         let stop = Arc::new(AtomicBool::new(false));
+        let producer = Writer::new(&spec.client).map_err(|e| format!("input producer: {e}"))?.stop_when(stop.clone());
         let (c, s) = (clock.clone(), stop.clone());
         let join = std::thread::Builder::new()
             .name("chaos-input".into())
@@ -149,12 +121,7 @@ impl Drop for Input {
     }
 }
 
-fn produce(
-    producer: ThreadedProducer<Deliveries>,
-    spec: &InputSpec,
-    clock: &Clock,
-    stop: &AtomicBool,
-) -> Result<InputStats, String> {
+fn produce(producer: Writer, spec: &InputSpec, clock: &Clock, stop: &AtomicBool) -> Result<InputStats, String> {
     let mut value = vec![b'.'; spec.value_size];
     // `next` counts input items (a sequence number, or a payment with its copies), `sent`
     // the records they made.
@@ -175,12 +142,13 @@ fn produce(
                     vec![(Some((next % spec.partitions as u64) as i32), key.into_bytes(), value.clone())]
                 }
             };
-            sent += send_all(&producer, &spec.topic, records, stop)?;
+            sent += producer.send_all(&spec.topic, records).map_err(|e| format!("producing an input record: {e}"))?;
             next += 1;
         }
         if next >= spec.records && v >= spec.duration {
             if let Some(g) = &spec.payments {
-                sent += send_all(&producer, &spec.topic, tick_records(g, spec.partitions), stop)?;
+                let ticks = tick_records(g, spec.partitions);
+                sent += producer.send_all(&spec.topic, ticks).map_err(|e| format!("producing a tick: {e}"))?;
             }
             break;
         }
@@ -189,40 +157,8 @@ fn produce(
     // The default delivery timeout (300 s) rides out any broker restart of the suite; when
     // stopped early (the scenario failed), do not hold its cleanup up that long.
     let flush = if stop.load(Ordering::SeqCst) { Duration::from_secs(5) } else { Duration::from_secs(330) };
-    producer.flush(flush).map_err(|e| format!("flushing the input: {e}"))?;
-    let ctx = producer.context();
-    Ok(InputStats {
-        sent,
-        failed: ctx.failed.load(Ordering::Relaxed),
-        first_error: ctx.first_error.lock().unwrap_or_else(|p| p.into_inner()).clone(),
-    })
-}
-
-/// Sends `records` (waiting while librdkafka's queue is full); returns how many.
-fn send_all(
-    producer: &ThreadedProducer<Deliveries>,
-    topic: &str,
-    records: Vec<(Option<i32>, Vec<u8>, Vec<u8>)>,
-    stop: &AtomicBool,
-) -> Result<u64, String> {
-    let n = records.len() as u64;
-    for (partition, key, value) in records {
-        let mut record = BaseRecord::to(topic).key(&key[..]).payload(&value[..]);
-        record.partition = partition;
-        loop {
-            match producer.send(record) {
-                Ok(()) => break,
-                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r))
-                    if !stop.load(Ordering::SeqCst) =>
-                {
-                    record = r;
-                    std::thread::sleep(Duration::from_millis(5));
-                }
-                Err((e, _)) => return Err(format!("producing an input record: {e}")),
-            }
-        }
-    }
-    Ok(n)
+    let delivered = producer.flush(flush).map_err(|e| format!("flushing the input: {e}"))?;
+    Ok(InputStats { sent, failed: delivered.failed, first_error: delivered.first_error })
 }
 
 #[cfg(test)]

@@ -36,6 +36,17 @@ fn setup_with_config() -> (MockCluster<'static, DefaultProducerContext>, TxnProd
     (mock, p, pipeline.config().clone())
 }
 
+/// The group metadata of a consumer of group `mock` on the mock cluster.
+fn group_metadata(mock: &MockCluster<'static, DefaultProducerContext>) -> rdkafka::consumer::ConsumerGroupMetadata {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    let consumer: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", mock.bootstrap_servers())
+        .set("group.id", "mock")
+        .create()
+        .expect("consumer");
+    consumer.group_metadata().expect("group metadata")
+}
+
 fn soon(secs: u64) -> Deadline<'static> {
     (Instant::now() + Duration::from_secs(secs)).into()
 }
@@ -78,17 +89,11 @@ fn failed_produce_is_abortable_and_the_next_transaction_commits() {
 /// group metadata can never succeed); an abortable refusal for another reason does not.
 #[test]
 fn offsets_refused_for_a_member_that_left_the_group_give_the_producer_up() {
-    use rdkafka::consumer::{BaseConsumer, Consumer};
     use RDKafkaRespErr as E;
 
     let refuse = |code: E| {
         let (mock, mut p) = setup();
-        let consumer: BaseConsumer = rdkafka::ClientConfig::new()
-            .set("bootstrap.servers", mock.bootstrap_servers())
-            .set("group.id", "mock")
-            .create()
-            .expect("consumer");
-        let group = consumer.group_metadata().expect("group metadata");
+        let group = group_metadata(&mock);
         produce_one(&mut p).expect("produce");
         mock.request_errors(RDKafkaApiKey::TxnOffsetCommit, &[code]);
         let offsets = next_offsets(&[rec("in", 0, 0)]);
@@ -159,14 +164,8 @@ fn commit_without_an_answer_is_reconciled_with_a_fresh_producer() {
 /// same epoch, so the task reconciles rather than retrying or aborting on this producer.
 #[test]
 fn offsets_without_an_answer_are_reconciled() {
-    use rdkafka::consumer::{BaseConsumer, Consumer};
     let (mock, mut p) = setup();
-    let consumer: BaseConsumer = rdkafka::ClientConfig::new()
-        .set("bootstrap.servers", mock.bootstrap_servers())
-        .set("group.id", "mock")
-        .create()
-        .expect("consumer");
-    let group = consumer.group_metadata().expect("group metadata");
+    let group = group_metadata(&mock);
     produce_one(&mut p).expect("produce");
     mock.broker_down(1).expect("broker down");
     let offsets = next_offsets(&[rec("in", 0, 0)]);
