@@ -29,14 +29,14 @@ use serde::{Deserialize, Serialize};
 const PARTITIONS: i32 = 4;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-struct Customer {
+pub(crate) struct Customer {
     id: u32,
     name: String,
     tier: String,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
-enum Change {
+pub(crate) enum Change {
     Upsert { lsn: u64, row: Customer },
     Delete { lsn: u64, id: u32 },
 }
@@ -57,7 +57,7 @@ async fn main() -> ExitCode {
 }
 
 /// The change stream: 2,000 customers, updated and now and then deleted and re-created.
-fn changes(n: u64) -> Vec<(u32, Change)> {
+pub(crate) fn changes(n: u64) -> Vec<(u32, Change)> {
     (0..n)
         .map(|lsn| {
             let id = ((lsn * 2_654_435_761) % 2_000) as u32;

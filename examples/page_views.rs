@@ -32,8 +32,8 @@ const PARTITIONS: i32 = 4;
 const HOUR_MS: i64 = 3_600_000;
 
 #[derive(Serialize, Deserialize)]
-struct PageView {
-    page: String,
+pub(crate) struct PageView {
+    pub(crate) page: String,
     user: u32,
     time_ms: i64,
 }
@@ -65,7 +65,7 @@ pub fn pipeline(builder: PipelineBuilder, views: &str, counts: &str) -> Pipeline
 
 /// View `i` of `events` (24 hours of views over 50 pages), keyed by page (a page's views
 /// share a partition).
-fn view(i: u64, events: u64) -> PageView {
+pub(crate) fn view(i: u64, events: u64) -> PageView {
     PageView {
         page: format!("/page/{}", (i * 7919) % 50),
         user: (i % 5000) as u32,

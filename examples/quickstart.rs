@@ -27,9 +27,9 @@ const ORDERS: u64 = 100_000;
 const PARTITIONS: i32 = 4;
 
 #[derive(Serialize, Deserialize)]
-struct Order {
+pub(crate) struct Order {
     id: u64,
-    customer: String,
+    pub(crate) customer: String,
     cents: i64,
     country: String,
 }
@@ -75,7 +75,7 @@ pub fn pipeline(builder: PipelineBuilder, orders: &str, invoices: &str) -> Pipel
 }
 
 /// Order `id` of the sample data, keyed by customer.
-fn order(id: u64) -> Order {
+pub(crate) fn order(id: u64) -> Order {
     let countries = ["DE", "FR", "NL", "US"];
     Order {
         id,
