@@ -65,8 +65,10 @@
 //! call), transaction hooks and metrics. Those are the integration tests' and the chaos
 //! suite's business; `tests/it/equivalence.rs` shows the driver and a real broker agree.
 //!
-//! Call the driver from plain `#[test]` functions, not inside a Tokio runtime: async
-//! processors that wait are driven on the driver's own runtime.
+//! Call the driver from plain `#[test]` functions: an async processor whose future has to
+//! wait is driven to completion on the driver's own runtime with `Handle::block_on`, which
+//! panics on a thread that is already running async code. (Sync processors, and async ones
+//! that never wait, work from async tests too.)
 
 mod record;
 mod replay;
@@ -125,7 +127,9 @@ pub(crate) struct Faults {
 pub struct TestDriver {
     // Declared before the runtime, so instances are dropped while it still exists.
     engine: Engine,
-    rt: tokio::runtime::Runtime,
+    /// Taken on drop, to shut down in the background (a test may drop the driver inside an
+    /// async context, where a blocking shutdown panics).
+    rt: Option<tokio::runtime::Runtime>,
     input_topic: String,
     next_offset: BTreeMap<i32, i64>,
     /// Piped, not yet committed, in pipe order.
@@ -154,7 +158,7 @@ impl TestDriver {
         let input_topic = engine.config().input_topics[0].clone();
         Ok(TestDriver {
             engine,
-            rt,
+            rt: Some(rt),
             input_topic,
             next_offset: BTreeMap::new(),
             pending: Vec::new(),
@@ -325,7 +329,7 @@ impl TestDriver {
 
     /// The Tokio runtime async processors are driven on.
     pub fn runtime(&self) -> &tokio::runtime::Handle {
-        self.rt.handle()
+        self.rt.as_ref().expect("the runtime lives until drop").handle()
     }
 
     fn crash(&mut self) {
@@ -418,5 +422,8 @@ impl Drop for TestDriver {
     /// The pipeline stops: every instance's `close` hook runs, as on a graceful shutdown.
     fn drop(&mut self) {
         self.engine.close_all();
+        if let Some(rt) = self.rt.take() {
+            rt.shutdown_background();
+        }
     }
 }
