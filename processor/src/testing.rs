@@ -68,6 +68,12 @@ pub struct Tallies {
 /// A changelog record as the driver keeps it: offset, key, value (`None`: a tombstone).
 pub type ChangelogEntry = (i64, Vec<u8>, Option<Vec<u8>>);
 
+/// A store's committed entries (encoded keys and values), in key byte order.
+pub type Entries = Vec<(Vec<u8>, Vec<u8>)>;
+
+/// Every store's committed entries, by (store, partition).
+pub type Snapshot = BTreeMap<(String, i32), Entries>;
+
 /// The processing half of a partition task, without Kafka. See the [module docs](self).
 pub struct Engine {
     processing: Processing,
@@ -203,7 +209,7 @@ impl Engine {
     }
 
     /// Every store's committed entries (encoded), by (store, partition).
-    pub fn snapshot(&self) -> BTreeMap<(String, i32), Vec<(Vec<u8>, Vec<u8>)>> {
+    pub fn snapshot(&self) -> Snapshot {
         let mut out = BTreeMap::new();
         for state in self.processing.states() {
             for (store, entries) in state.committed_entries() {

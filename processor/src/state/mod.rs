@@ -210,7 +210,7 @@ impl PartitionState {
 
     /// Every store's committed entries (the overlay left out), by store name: what the
     /// test driver compares between runs.
-    pub(crate) fn committed_entries(&self) -> Vec<(&str, Vec<(Vec<u8>, Vec<u8>)>)> {
+    pub(crate) fn committed_entries(&self) -> Vec<(&str, crate::testing::Entries)> {
         self.stores.iter().map(|s| (&*s.name, s.backend.scan().collect())).collect()
     }
 

@@ -80,7 +80,7 @@ use std::collections::BTreeMap;
 use kafka_eos::codec::{Codec, DecodeError};
 use kafka_eos::config::PipelineConfig;
 use kafka_eos::state::{Store, StoreRef};
-use kafka_eos::testing::{AfterFailure, ChangelogEntry, Engine, Failure};
+use kafka_eos::testing::{AfterFailure, ChangelogEntry, Engine, Failure, Snapshot};
 use kafka_eos::{Error, Exhausted, Guarantee, InputRecord, PipelineBuilder};
 
 pub use record::{TestInput, TestRecord};
@@ -309,7 +309,7 @@ impl TestDriver {
     /// Every store's committed entries (encoded keys and values), by (store, partition),
     /// for every partition records were piped into (restored first if not in memory): the
     /// final state the replay-safety check compares.
-    pub fn state_snapshot(&mut self) -> Result<BTreeMap<(String, i32), Vec<(Vec<u8>, Vec<u8>)>>, Error> {
+    pub fn state_snapshot(&mut self) -> Result<Snapshot, Error> {
         let partitions: Vec<i32> = self.next_offset.keys().copied().collect();
         for p in partitions {
             self.ensure_state(p)?;

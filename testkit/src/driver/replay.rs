@@ -158,7 +158,7 @@ impl std::error::Error for ReplayViolation {}
 struct Outcome {
     /// Outputs per (topic, input partition), in order.
     outputs: BTreeMap<(String, i32), Vec<TestRecord>>,
-    state: BTreeMap<(String, i32), Vec<(Vec<u8>, Vec<u8>)>>,
+    state: kafka_eos::testing::Snapshot,
     error: Option<String>,
     stats: super::DriverStats,
 }
