@@ -19,7 +19,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use kafka_eos::codec::Json;
-use kafka_eos::{Guarantee, OutputRecord, Pipeline};
+use kafka_eos::{Guarantee, OutputRecord, Pipeline, PipelineBuilder};
 use kafka_eos_testkit::admin::{self, ClientExt};
 use kafka_eos_testkit::broker::{Cluster, ClusterConfig};
 use kafka_eos_testkit::verify::{read_to_end, VerifyConfig};
@@ -29,14 +29,14 @@ use serde::{Deserialize, Serialize};
 const PARTITIONS: i32 = 4;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-struct Customer {
+pub(crate) struct Customer {
     id: u32,
     name: String,
     tier: String,
 }
 
-#[derive(Serialize, Deserialize)]
-enum Change {
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) enum Change {
     Upsert { lsn: u64, row: Customer },
     Delete { lsn: u64, id: u32 },
 }
@@ -57,7 +57,7 @@ async fn main() -> ExitCode {
 }
 
 /// The change stream: 2,000 customers, updated and now and then deleted and re-created.
-fn changes(n: u64) -> Vec<(u32, Change)> {
+pub(crate) fn changes(n: u64) -> Vec<(u32, Change)> {
     (0..n)
         .map(|lsn| {
             let id = ((lsn * 2_654_435_761) % 2_000) as u32;
@@ -71,6 +71,38 @@ fn changes(n: u64) -> Vec<(u32, Change)> {
         })
         .collect()
 }
+
+/// The pipeline: change events -> the latest row per key, stale events dropped by their
+/// `lsn`. `builder` brings the connection settings; the unit test below and
+/// `tests/it/equivalence.rs` run this same definition with the test driver and on a real
+/// broker.
+pub fn pipeline(builder: PipelineBuilder, input: &str, table: &str) -> PipelineBuilder {
+    let mut builder = builder.input_topic(input).guarantee(Guarantee::ExactlyOnce);
+    // The last change applied per row id: typed once, here.
+    let applied = builder.store::<u32, u64>(APPLIED_STORE);
+    let out = builder.output_topic(table);
+    builder.processor(move |ctx, rec| {
+        let change: Change = rec.value_as(&Json)?;
+        let (lsn, id) = match &change {
+            Change::Upsert { lsn, row } => (*lsn, row.id),
+            Change::Delete { lsn, id } => (*lsn, *id),
+        };
+        let mut applied = ctx.store(&applied);
+        if applied.get(&id)?.is_some_and(|last| lsn <= last) {
+            return Ok(()); // stale: already applied (a replay)
+        }
+        applied.put(&id, &lsn)?;
+        let out = OutputRecord::to(&out).key(id.to_be_bytes());
+        ctx.emit(match change {
+            Change::Upsert { row, .. } => out.encode_value(&Json, &row)?,
+            Change::Delete { .. } => out, // a tombstone: no value
+        });
+        Ok(())
+    })
+}
+
+/// The store of the last `lsn` applied per row id.
+const APPLIED_STORE: &str = "applied-lsn";
 
 async fn run() -> Result<bool, Box<dyn std::error::Error>> {
     let n: u64 = std::env::args().nth(1).map(|n| n.parse()).transpose()?.unwrap_or(50_000);
@@ -95,34 +127,7 @@ async fn run() -> Result<bool, Box<dyn std::error::Error>> {
         };
     }
 
-    let pipeline = || {
-        let mut builder = Pipeline::builder()
-            .bootstrap_servers(&bootstrap)
-            .application_id(&app)
-            .input_topic(&input)
-            .guarantee(Guarantee::ExactlyOnce);
-        // The last change applied per row id: typed once, here.
-        let applied = builder.store::<u32, u64>("applied-lsn");
-        let out = builder.output_topic(&table);
-        builder.processor(move |ctx, rec| {
-            let change: Change = rec.value_as(&Json)?;
-            let (lsn, id) = match &change {
-                Change::Upsert { lsn, row } => (*lsn, row.id),
-                Change::Delete { lsn, id } => (*lsn, *id),
-            };
-            let mut applied = ctx.store(&applied);
-            if applied.get(&id)?.is_some_and(|last| lsn <= last) {
-                return Ok(()); // stale: already applied (a replay)
-            }
-            applied.put(&id, &lsn)?;
-            let out = OutputRecord::to(&out).key(id.to_be_bytes());
-            ctx.emit(match change {
-                Change::Upsert { row, .. } => out.encode_value(&Json, &row)?,
-                Change::Delete { .. } => out, // a tombstone: no value
-            });
-            Ok(())
-        })
-    };
+    let pipeline = || pipeline(Pipeline::builder().bootstrap_servers(&bootstrap).application_id(&app), &input, &table);
 
     let mut tables = Vec::new();
     for pass in 1..=2 {
@@ -176,4 +181,48 @@ fn read_table(cfg: &VerifyConfig, topic: &str) -> kafka_eos::Result<Table> {
         }
     })?;
     Ok(rows)
+}
+
+/// The pipeline without a broker (`cargo test --example cdc_upsert`): milliseconds, no Java.
+#[cfg(test)]
+mod tests {
+    use kafka_eos_testkit::driver::{check_replay_safe, TestDriver, TestInput};
+
+    use super::*;
+
+    fn inputs(n: u64) -> Vec<TestInput> {
+        changes(n)
+            .into_iter()
+            .map(|(id, c)| {
+                let input = TestInput::new().partition((id % 4) as i32).key(id.to_be_bytes());
+                input.encode_value(&Json, &c).expect("json")
+            })
+            .collect()
+    }
+
+    #[test]
+    fn upserts_and_deletes_apply_once_and_stale_changes_are_dropped() {
+        let mut driver = TestDriver::new(pipeline(Pipeline::builder(), "cdc", "customers")).unwrap();
+        let row = |lsn| Customer { id: 7, name: format!("v{lsn}"), tier: "gold".into() };
+        let change = |c: &Change| TestInput::new().key(7u32.to_be_bytes()).encode_value(&Json, c).unwrap();
+        driver.pipe(change(&Change::Upsert { lsn: 1, row: row(1) })).unwrap();
+        driver.pipe(change(&Change::Upsert { lsn: 3, row: row(3) })).unwrap();
+        driver.pipe(change(&Change::Upsert { lsn: 2, row: row(2) })).unwrap(); // stale
+        driver.pipe(change(&Change::Delete { lsn: 4, id: 7 })).unwrap();
+        let out = driver.output("customers");
+        let names: Vec<_> = out.iter().map(|r| r.value_as::<Customer>(&Json).ok().map(|c| c.name)).collect();
+        assert_eq!(names, [Some("v1".into()), Some("v3".into()), None], "the delete is a tombstone");
+        let applied = driver.store_handle::<u32, u64>(APPLIED_STORE).unwrap();
+        assert_eq!(driver.store(&applied, 0).get(&7).unwrap(), Some(4));
+    }
+
+    #[test]
+    fn replaying_the_whole_input_changes_nothing() {
+        let mut driver = TestDriver::new(pipeline(Pipeline::builder(), "cdc", "customers")).unwrap();
+        driver.pipe_all(inputs(500)).unwrap();
+        let first = driver.output("customers").len();
+        driver.pipe_all(inputs(500)).unwrap();
+        assert_eq!(driver.output("customers").len(), first, "every replayed change is stale");
+        check_replay_safe(|| pipeline(Pipeline::builder(), "cdc", "customers"), &inputs(300), 3).unwrap();
+    }
 }

@@ -101,3 +101,59 @@ async fn run() -> Result<bool, Box<dyn std::error::Error>> {
     println!("{rec}");
     Ok(rec.is_exact())
 }
+
+/// The pipeline without a broker (`cargo test --example financial_close`): milliseconds, no
+/// Java.
+#[cfg(test)]
+mod tests {
+    use kafka_eos::codec::Json;
+    use kafka_eos_cli::workloads::financial_close::{
+        payment_records, tick_records, DailyRevenue, Event, Payment, DEDUP_STORE,
+    };
+    use kafka_eos_testkit::driver::{check_replay_safe, TestDriver, TestInput};
+
+    use super::*;
+
+    const DAY_MS: i64 = 86_400_000;
+
+    fn topics() -> Topics {
+        Topics::with_suffix("test")
+    }
+
+    fn payment(event_id: u64, merchant: u32, cents: i64, day: i64) -> TestInput {
+        let p = Payment { event_id, merchant, amount_cents: cents, time_ms: day * DAY_MS + 1_000 };
+        TestInput::new().key(merchant.to_string()).encode_value(&Json, &Event::Payment(p)).unwrap()
+    }
+
+    #[test]
+    fn a_day_is_emitted_once_when_it_closes_without_duplicates_and_late_payments() {
+        let t = topics();
+        let mut driver = TestDriver::new(financial_close::pipeline(Pipeline::builder(), &t)).unwrap();
+        driver.pipe(payment(1, 7, 500, 20_000)).unwrap();
+        driver.pipe(payment(1, 7, 500, 20_000)).unwrap(); // redelivered: dropped
+        driver.pipe(payment(2, 7, 250, 20_000)).unwrap();
+        assert!(driver.output(&t.revenue).is_empty(), "the day is still open");
+        driver.pipe(payment(3, 7, 100, 20_001)).unwrap(); // next day; the watermark lags an hour
+        let tick = Event::Tick { time_ms: 20_002 * DAY_MS + 2 * 3_600_000 }; // past the lateness
+        driver.pipe(TestInput::new().key("tick").encode_value(&Json, &tick).unwrap()).unwrap();
+        driver.pipe(payment(4, 7, 999, 20_000)).unwrap(); // day 20,000 closed: late
+        let days = driver.values::<DailyRevenue>(&t.revenue, &Json).unwrap();
+        let got: Vec<_> = days.iter().map(|d| (d.day, d.cents, d.payments)).collect();
+        assert_eq!(got, [(20_000, 750, 2), (20_001, 100, 1)]);
+        assert_eq!(driver.output(&t.late).len(), 1);
+        assert_eq!((driver.stats().duplicates_dropped, driver.stats().late_records), (1, 1));
+        assert!(driver.store_handle::<u64, ()>(DEDUP_STORE).is_some());
+    }
+
+    #[test]
+    fn the_processor_is_replay_safe() {
+        let g = financial_close::Generate { payments: 300, merchants: 12, days: 3, ..Default::default() };
+        let mut records: Vec<_> = (0..g.payments).flat_map(|i| payment_records(&g, i, 4)).collect();
+        records.extend(tick_records(&g, 4));
+        let inputs: Vec<_> =
+            records.into_iter().map(|(p, k, v)| TestInput::new().partition(p.unwrap_or(0)).key(k).value(v)).collect();
+        let t = topics();
+        let report = check_replay_safe(|| financial_close::pipeline(Pipeline::builder(), &t), &inputs, 4).unwrap();
+        assert!(report.outputs > 30, "{report:?}");
+    }
+}

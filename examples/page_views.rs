@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use kafka_eos::codec::Json;
 use kafka_eos::operators::Aggregate;
-use kafka_eos::{Guarantee, OutputRecord, Pipeline};
+use kafka_eos::{Guarantee, OutputRecord, Pipeline, PipelineBuilder};
 use kafka_eos_testkit::admin::{self, ClientExt};
 use kafka_eos_testkit::broker::{Cluster, ClusterConfig};
 use kafka_eos_testkit::verify::{read_to_end, VerifyConfig};
@@ -32,8 +32,8 @@ const PARTITIONS: i32 = 4;
 const HOUR_MS: i64 = 3_600_000;
 
 #[derive(Serialize, Deserialize)]
-struct PageView {
-    page: String,
+pub(crate) struct PageView {
+    pub(crate) page: String,
     user: u32,
     time_ms: i64,
 }
@@ -44,6 +44,33 @@ struct HourlyViews {
     /// Hours since the epoch.
     hour: i64,
     views: u64,
+}
+
+/// The pipeline: page views -> running count per page-hour, at-least-once. `builder` brings
+/// the connection settings; the unit test below and `tests/it/equivalence.rs` run this
+/// same definition with the test driver and on a real broker.
+pub fn pipeline(builder: PipelineBuilder, views: &str, counts: &str) -> PipelineBuilder {
+    let mut builder = builder.input_topic(views).guarantee(Guarantee::AtLeastOnce);
+    let hourly = Aggregate::<(String, i64), u64>::new(&mut builder, "hourly-views");
+    let out = builder.output_topic(counts);
+    builder.processor(move |ctx, rec| {
+        let v: PageView = rec.value_as(&Json)?;
+        let key = (v.page, v.time_ms.div_euclid(HOUR_MS));
+        let views = hourly.update(ctx, &key, |n| *n += 1)?;
+        let value = HourlyViews { page: key.0.clone(), hour: key.1, views };
+        ctx.emit(OutputRecord::to(&out).key(format!("{}/{}", key.0, key.1)).encode_value(&Json, &value)?);
+        Ok(())
+    })
+}
+
+/// View `i` of `events` (24 hours of views over 50 pages), keyed by page (a page's views
+/// share a partition).
+pub(crate) fn view(i: u64, events: u64) -> PageView {
+    PageView {
+        page: format!("/page/{}", (i * 7919) % 50),
+        user: (i % 5000) as u32,
+        time_ms: 1_767_225_600_000 + (i as i64 * 24 * HOUR_MS) / events as i64,
+    }
 }
 
 #[tokio::main]
@@ -75,36 +102,16 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
         admin.produce(
             &v,
             (0..events).map(|i| {
-                let page = format!("/page/{}", (i * 7919) % 50);
-                let view = PageView {
-                    page: page.clone(),
-                    user: (i % 5000) as u32,
-                    time_ms: 1_767_225_600_000 + (i as i64 * 24 * HOUR_MS) / events as i64,
-                };
-                (None, page.into_bytes(), serde_json::to_vec(&view).expect("json"))
+                let view = view(i, events);
+                (None, view.page.clone().into_bytes(), serde_json::to_vec(&view).expect("json"))
             }),
         )
     })
     .await??;
     println!("produced {events} page views to {views}");
 
-    let mut builder = Pipeline::builder()
-        .bootstrap_servers(&bootstrap)
-        .application_id(&app)
-        .input_topic(&views)
-        .guarantee(Guarantee::AtLeastOnce);
-    let hourly = Aggregate::<(String, i64), u64>::new(&mut builder, "hourly-views");
-    let out = builder.output_topic(&counts);
-    let pipeline = builder
-        .processor(move |ctx, rec| {
-            let v: PageView = rec.value_as(&Json)?;
-            let key = (v.page, v.time_ms.div_euclid(HOUR_MS));
-            let views = hourly.update(ctx, &key, |n| *n += 1)?;
-            let value = HourlyViews { page: key.0.clone(), hour: key.1, views };
-            ctx.emit(OutputRecord::to(&out).key(format!("{}/{}", key.0, key.1)).encode_value(&Json, &value)?);
-            Ok(())
-        })
-        .build()?;
+    let builder = Pipeline::builder().bootstrap_servers(&bootstrap).application_id(&app);
+    let pipeline = pipeline(builder, &views, &counts).build()?;
     let handle = pipeline.shutdown_handle();
     let running = tokio::spawn(pipeline.run());
     let (b, g, t) = (bootstrap.clone(), app.clone(), vec![views.clone()]);
@@ -146,4 +153,37 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
         drift * 100.0
     );
     Ok(())
+}
+
+/// The pipeline without a broker (`cargo test --example page_views`): milliseconds, no Java.
+#[cfg(test)]
+mod tests {
+    use kafka_eos_testkit::driver::{check_replay_safe, TestDriver, TestInput};
+
+    use super::*;
+
+    fn input(i: u64, events: u64) -> TestInput {
+        let v = view(i, events);
+        TestInput::new().partition((i % 4) as i32).key(v.page.clone()).encode_value(&Json, &v).expect("json")
+    }
+
+    #[test]
+    fn each_view_emits_its_page_hour_running_count() {
+        let mut driver = TestDriver::new(pipeline(Pipeline::builder(), "views", "counts")).unwrap();
+        // Views 0, 50 and 5,000 of 10,000 are all of /page/0; the last one twelve hours later.
+        for i in [0, 50, 5_000] {
+            driver.pipe(input(i, 10_000).partition(0)).unwrap();
+        }
+        let counts = driver.values::<HourlyViews>("counts", &Json).unwrap();
+        let got: Vec<_> = counts.iter().map(|c| (c.page.as_str(), c.hour % 24, c.views)).collect();
+        assert_eq!(got, [("/page/0", 0, 1), ("/page/0", 0, 2), ("/page/0", 12, 1)]);
+        let store = driver.store_handle::<(String, i64), u64>("hourly-views").unwrap();
+        assert_eq!(driver.store(&store, 0).entries().unwrap().len(), 2);
+    }
+
+    #[test]
+    fn the_processor_is_replay_safe() {
+        let inputs: Vec<_> = (0..200).map(|i| input(i, 200)).collect();
+        check_replay_safe(|| pipeline(Pipeline::builder(), "views", "counts"), &inputs, 2).unwrap();
+    }
 }

@@ -17,7 +17,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use kafka_eos::codec::Json;
-use kafka_eos::{Guarantee, OutputRecord, Pipeline};
+use kafka_eos::{Guarantee, OutputRecord, Pipeline, PipelineBuilder};
 use kafka_eos_testkit::admin;
 use kafka_eos_testkit::broker::{Cluster, ClusterConfig};
 use kafka_eos_testkit::verify::{verify, VerifyConfig};
@@ -27,9 +27,9 @@ const ORDERS: u64 = 100_000;
 const PARTITIONS: i32 = 4;
 
 #[derive(Serialize, Deserialize)]
-struct Order {
+pub(crate) struct Order {
     id: u64,
-    customer: String,
+    pub(crate) customer: String,
     cents: i64,
     country: String,
 }
@@ -50,6 +50,38 @@ fn vat_bp(country: &str) -> i64 {
         "FR" => 2000,
         "NL" => 2100,
         _ => 0,
+    }
+}
+
+/// The pipeline: order -> invoice, one per order. `builder` brings the connection and the
+/// delivery settings; the unit test below and `tests/it/equivalence.rs` run this same
+/// definition with the test driver and on a real broker.
+pub fn pipeline(builder: PipelineBuilder, orders: &str, invoices: &str) -> PipelineBuilder {
+    let mut builder = builder.input_topic(orders);
+    let out = builder.output_topic(invoices); // declared once: no topic String per record
+    builder.processor(move |ctx, rec| {
+        let order: Order = rec.value_as(&Json)?;
+        let vat = order.cents * vat_bp(&order.country) / 10_000;
+        let invoice = Invoice {
+            order_id: order.id,
+            customer: order.customer.clone(),
+            net_cents: order.cents,
+            vat_cents: vat,
+            gross_cents: order.cents + vat,
+        };
+        ctx.emit(OutputRecord::to(&out).key(&order.customer).encode_value(&Json, &invoice)?);
+        Ok(())
+    })
+}
+
+/// Order `id` of the sample data, keyed by customer.
+pub(crate) fn order(id: u64) -> Order {
+    let countries = ["DE", "FR", "NL", "US"];
+    Order {
+        id,
+        customer: format!("customer-{}", id % 997),
+        cents: 100 + (id as i64 * 37) % 50_000,
+        country: countries[id as usize % 4].into(),
     }
 }
 
@@ -78,17 +110,11 @@ async fn run() -> Result<bool, Box<dyn std::error::Error>> {
     tokio::task::spawn_blocking(move || {
         admin::create_topic(&b, &o, PARTITIONS, 1)?;
         admin::create_topic(&b, &i, PARTITIONS, 1)?;
-        let countries = ["DE", "FR", "NL", "US"];
         admin::produce(
             &b,
             &o,
             (0..ORDERS).map(|id| {
-                let order = Order {
-                    id,
-                    customer: format!("customer-{}", id % 997),
-                    cents: 100 + (id as i64 * 37) % 50_000,
-                    country: countries[id as usize % 4].into(),
-                };
+                let order = order(id);
                 (None, order.customer.clone().into_bytes(), serde_json::to_vec(&order).expect("json"))
             }),
         )
@@ -97,30 +123,14 @@ async fn run() -> Result<bool, Box<dyn std::error::Error>> {
     println!("produced {ORDERS} orders to {orders} ({PARTITIONS} partitions) on {bootstrap}");
 
     // 3. The pipeline: order -> invoice, exactly once.
-    let mut builder = Pipeline::builder()
+    let builder = Pipeline::builder()
         .bootstrap_servers(&bootstrap)
         .application_id(format!("quickstart-{suffix}"))
-        .input_topic(&orders)
         .guarantee(Guarantee::ExactlyOnce)
         .commit_interval(Duration::from_millis(100))
         .handle_signals(true) // Ctrl-C stops it gracefully
         .ops_address(std::env::var("KAFKA_EOS_OPS_ADDR").unwrap_or_else(|_| "127.0.0.1:0".into()).parse()?);
-    let out = builder.output_topic(&invoices); // declared once: no topic String per record
-    let pipeline = builder
-        .processor(move |ctx, rec| {
-            let order: Order = rec.value_as(&Json)?;
-            let vat = order.cents * vat_bp(&order.country) / 10_000;
-            let invoice = Invoice {
-                order_id: order.id,
-                customer: order.customer.clone(),
-                net_cents: order.cents,
-                vat_cents: vat,
-                gross_cents: order.cents + vat,
-            };
-            ctx.emit(OutputRecord::to(&out).key(&order.customer).encode_value(&Json, &invoice)?);
-            Ok(())
-        })
-        .build()?;
+    let pipeline = pipeline(builder, &orders, &invoices).build()?;
     let handle = pipeline.shutdown_handle();
     let started = Instant::now();
     let running = tokio::spawn(pipeline.run());
@@ -168,4 +178,36 @@ fn scrape(addr: std::net::SocketAddr) -> std::io::Result<String> {
     let mut response = String::new();
     s.read_to_string(&mut response)?;
     Ok(response.split_once("\r\n\r\n").map(|(_, body)| body.to_string()).unwrap_or_default())
+}
+
+/// The pipeline without a broker (`cargo test --example quickstart`): milliseconds, no Java.
+#[cfg(test)]
+mod tests {
+    use kafka_eos_testkit::driver::{check_replay_safe, TestDriver, TestInput};
+
+    use super::*;
+
+    fn input(id: u64) -> TestInput {
+        let o = order(id);
+        TestInput::new().partition((id % 4) as i32).key(o.customer.clone()).encode_value(&Json, &o).expect("json")
+    }
+
+    #[test]
+    fn every_order_gets_one_invoice_with_its_country_vat() {
+        let mut driver = TestDriver::new(pipeline(Pipeline::builder(), "orders", "invoices")).unwrap();
+        driver.pipe_all((0..8).map(input)).unwrap();
+        let invoices = driver.values::<Invoice>("invoices", &Json).unwrap();
+        assert_eq!(invoices.len(), 8);
+        let de = &invoices[0]; // order 0: DE, 100 cents
+        assert_eq!((de.order_id, de.net_cents, de.vat_cents, de.gross_cents), (0, 100, 19, 119));
+        let us = &invoices[3]; // order 3: US, no VAT
+        assert_eq!((us.vat_cents, us.gross_cents), (0, us.net_cents));
+        assert_eq!(driver.output("invoices")[1].key_str().as_deref(), Some("customer-1"));
+    }
+
+    #[test]
+    fn the_processor_is_replay_safe() {
+        let inputs: Vec<_> = (0..100).map(input).collect();
+        check_replay_safe(|| pipeline(Pipeline::builder(), "orders", "invoices"), &inputs, 1).unwrap();
+    }
 }

@@ -89,10 +89,13 @@ mod metrics;
 pub mod observe;
 pub mod operators;
 pub mod ops;
+mod processing;
 pub mod processor;
 pub mod record;
 mod runtime;
 pub mod state;
+#[doc(hidden)]
+pub mod testing;
 mod txn;
 
 pub use config::{Exhausted, Guarantee, PipelineBuilder, PipelineConfig, ProcessorErrorPolicy};

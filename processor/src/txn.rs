@@ -546,17 +546,7 @@ pub(crate) fn run_cycle(
     let mut stats = CycleStats::default();
     let mut phase = Instant::now();
     producer.begin()?;
-    for (index, record) in batch.iter().enumerate() {
-        let outputs = work.process(record).map_err(|error| CycleError::Processor { index, error })?;
-        for out in outputs {
-            producer.send(out, Some(record), deadline)?;
-        }
-        stats.outputs += outputs.len() as u64;
-    }
-    for change in work.state_changes() {
-        producer.send(&change, None, deadline)?;
-        stats.changelog += 1;
-    }
+    (stats.outputs, stats.changelog) = process_batch(batch, work, |out, origin| producer.send(out, origin, deadline))?;
     stats.process = lap(&mut phase);
     producer.await_acks(deadline)?;
     stats.await_acks = lap(&mut phase);
@@ -566,6 +556,31 @@ pub(crate) fn run_cycle(
         stats.commit = lap(&mut phase);
     }
     Ok(stats)
+}
+
+/// The processing part of a cycle: runs `work` over `batch` in order and hands `send` each
+/// record's outputs (with the record they came from), then the batch's state changes (with
+/// none) — the order in which they join the transaction. Returns (outputs, changelog
+/// records). [`run_cycle`] sends to the producer; the test driver
+/// ([`crate::testing`]) to its simulated topics, so both process a batch the same way.
+pub(crate) fn process_batch(
+    batch: &[InputRecord],
+    work: &mut dyn Work,
+    mut send: impl FnMut(&OutputRecord, Option<&InputRecord>) -> Result<(), StepError>,
+) -> Result<(u64, u64), CycleError> {
+    let (mut outputs_sent, mut changes) = (0, 0);
+    for (index, record) in batch.iter().enumerate() {
+        let outputs = work.process(record).map_err(|error| CycleError::Processor { index, error })?;
+        for out in outputs {
+            send(out, Some(record))?;
+        }
+        outputs_sent += outputs.len() as u64;
+    }
+    for change in work.state_changes() {
+        send(&change, None)?;
+        changes += 1;
+    }
+    Ok((outputs_sent, changes))
 }
 
 fn lap(since: &mut Instant) -> Duration {

@@ -1,5 +1,8 @@
 //! # kafka-eos-testkit: test support for kafka-eos pipelines
 //!
+//! - [`driver`]: **no broker, no Java** — a test driver that runs a pipeline's processor
+//!   (the same builder, the runtime's own processing code) over piped records with simulated
+//!   transactions, changelogs and crashes, and a one-call replay-safety check.
 //! - [`broker`]: a real local Apache Kafka cluster (KRaft, jars fetched once from Maven
 //!   Central with Maven and cached), started on free ports and stopped with the process;
 //!   or your own cluster through `KAFKA_BOOTSTRAP`. Needs Java 17 and Maven.
@@ -15,6 +18,7 @@
 pub mod admin;
 #[cfg(unix)]
 pub mod broker;
+pub mod driver;
 pub mod read;
 pub mod verify;
 pub mod write;

@@ -8,6 +8,7 @@ mod aborts;
 mod cli;
 mod common;
 mod eos;
+mod equivalence;
 mod failures;
 mod fencing;
 mod interrupt;

@@ -371,6 +371,15 @@ impl PipelineBuilder {
         Ok(crate::Pipeline::new(self.validate()?))
     }
 
+    /// Validates for the test driver ([`crate::testing`]): the same checks, but a pipeline
+    /// without bootstrap servers or an application id gets a placeholder, since the driver
+    /// connects to nothing (the application id only names the changelog topics).
+    pub(crate) fn validate_for_driver(mut self) -> Result<(PipelineConfig, ProcessorFactory, Vec<TransactionHook>)> {
+        self.bootstrap_servers.get_or_insert_with(|| "test-driver:9092".into());
+        self.application_id.get_or_insert_with(|| "test-driver".into());
+        self.validate()
+    }
+
     fn validate(self) -> Result<(PipelineConfig, ProcessorFactory, Vec<TransactionHook>)> {
         let cfg_err = |m: String| Err(Error::Config(m));
         let Some(bootstrap_servers) = self.bootstrap_servers.filter(|s| !s.trim().is_empty()) else {

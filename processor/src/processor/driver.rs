@@ -98,6 +98,11 @@ impl Instances {
         Instances { factory, live: Vec::new(), out: Vec::new() }
     }
 
+    /// The factory the instances are made by.
+    pub(crate) fn factory(&self) -> ProcessorFactory {
+        self.factory.clone()
+    }
+
     /// Calls the processor of `record`'s partition (making and initialising it first if
     /// it has none) and returns the record's outputs.
     pub(crate) fn process(

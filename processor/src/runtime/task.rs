@@ -42,23 +42,19 @@ use std::time::{Duration, Instant};
 
 use rdkafka::consumer::ConsumerGroupMetadata;
 
-use crate::config::{Exhausted, Guarantee};
+use crate::config::Guarantee;
 use crate::error::{Error, ErrorClass};
 use crate::metrics::TaskMetrics;
 use crate::observe::{Interruption, Outcome, Reconciliation};
-use crate::processor::driver::Instances;
+use crate::processing::{AfterFailure, Processing};
 use crate::record::InputRecord;
 use crate::runtime::interrupt::{Deadline, Interrupt, ABORT_GRACE};
 use crate::runtime::reconcile::{self, Verdict};
 use crate::runtime::{Control, Shared, TopicPartition};
-use crate::state::PartitionState;
 use crate::txn::{next_offsets, run_cycle, CommitTo, CycleError, CycleStats, Step, StepError, TxnProducer};
 
 mod report;
 mod state;
-mod work;
-
-use work::BatchWork;
 
 /// What the consumer thread sends a task.
 pub(crate) enum TaskMsg {
@@ -109,17 +105,11 @@ pub(crate) struct Task {
     transactional_id: Option<String>,
     group: Option<Arc<ConsumerGroupMetadata>>,
     owned: HashSet<TopicPartition>,
-    /// Failed attempts per input record (by origin) in the current batch.
-    failures: HashMap<String, u32>,
-    /// Records to route to the dead-letter topic on the next attempt, with their error.
-    dead: HashMap<String, (String, u32)>,
     /// At-least-once: next offset acknowledged per partition.
     acked: HashMap<TopicPartition, i64>,
-    /// State stores per input partition (stateful processors only), restored from their
-    /// changelogs before the partition's first record and dropped when it is revoked.
-    states: HashMap<i32, PartitionState>,
-    /// The processor's instances, one per input partition (made at its first record).
-    processors: Instances,
+    /// The processor instances, the partitions' state and the error policy's bookkeeping:
+    /// the part of the task the test driver runs too (see [`crate::processing`]).
+    processing: Processing,
     stopped: bool,
     control: Sender<Control>,
     /// Set by the consumer thread on revocation and shutdown: bounds the retries of a
@@ -145,7 +135,7 @@ impl Task {
         interrupt: Arc<Interrupt>,
     ) -> Result<Task, Error> {
         let control = shared.control.clone();
-        let processor = shared.processor.clone();
+        let processing = Processing::new(shared.cfg.clone(), shared.rt.clone(), shared.processor.clone());
         let label = match (shared.cfg.guarantee, partitions.as_slice()) {
             (Guarantee::ExactlyOnce, [(t, p)]) => format!("{t}-{p}"),
             _ => "all".to_string(),
@@ -160,11 +150,8 @@ impl Task {
             transactional_id,
             group,
             owned: partitions.into_iter().collect(),
-            failures: HashMap::new(),
-            dead: HashMap::new(),
             acked: HashMap::new(),
-            states: HashMap::new(),
-            processors: Instances::new(processor),
+            processing,
             stopped: false,
             control,
             interrupt,
@@ -211,7 +198,7 @@ impl Task {
                     {
                         continue; // never committed: the partition's next owner reads it again
                     }
-                    if !cfg.stores.is_empty() && !self.states.contains_key(&r.partition) {
+                    if self.processing.needs_restore(r.partition) {
                         if let Err(e) = self.restore() {
                             self.stop(e);
                             continue;
@@ -250,8 +237,7 @@ impl Task {
                         partitions.iter().filter_map(|tp| self.acked.remove(tp).map(|o| (tp.clone(), o))).collect();
                     for tp in &partitions {
                         self.owned.remove(tp);
-                        self.processors.close(&tp.0, tp.1, self.states.get(&tp.1));
-                        self.states.remove(&tp.1);
+                        self.processing.revoke(tp);
                     }
                     // Before the reply: once it is sent the consumer thread may set the
                     // next revocation's interrupt, which must not be cleared here.
@@ -263,7 +249,7 @@ impl Task {
                 }
                 Ok(TaskMsg::Shutdown) | Err(RecvTimeoutError::Disconnected) => {
                     self.flush(&mut batch);
-                    self.processors.close_all(&self.states);
+                    self.processing.close_all();
                     return;
                 }
             }
@@ -290,8 +276,7 @@ impl Task {
                 tracing::warn!(task = self.id, error = %e, "producer given up; the partitions go back to the group");
                 self.producer = None;
                 // The group reassigns the partitions; whoever gets them restores their state.
-                self.processors.close_all(&self.states);
-                self.states.clear();
+                self.processing.give_up_all();
                 let _ = self.control.send(Control::Fenced { task: self.id, error: e.to_string() });
             }
             Flush::Dropped { because, reason } => {
@@ -305,8 +290,7 @@ impl Task {
             }
             Flush::Stop(e) => self.stop(e),
         }
-        self.failures.clear();
-        self.dead.clear();
+        self.processing.batch_done();
         batch.clear();
     }
 
@@ -354,13 +338,7 @@ impl Task {
             );
             let _entered = span.enter();
             let started = Instant::now();
-            let mut work = BatchWork {
-                shared: &self.shared,
-                dead: &self.dead,
-                states: &mut self.states,
-                processors: &mut self.processors,
-                outputs_per_partition: HashMap::new(),
-            };
+            let mut work = self.processing.work();
             let result = run_cycle(producer, batch, &mut work, commit_to, deadline);
             let outputs_per_partition = std::mem::take(&mut work.outputs_per_partition);
             let elapsed = started.elapsed();
@@ -397,7 +375,7 @@ impl Task {
         s.records_in.add(batch.len() as u64);
         s.records_out.add(stats.outputs);
         s.transactions_committed.inc();
-        s.dead_lettered.add(self.dead.len() as u64);
+        s.dead_lettered.add(self.processing.dead_lettered().count() as u64);
         let offsets: Vec<_> = next_offsets(batch)
             .elements()
             .iter()
@@ -450,24 +428,13 @@ impl Task {
         if let Some(because) = self.interrupt.expired() {
             return dropped(because, message);
         }
-        let origin = batch[index].origin();
-        let attempts = self.failures.entry(origin.clone()).or_insert(0);
-        *attempts += 1;
-        let attempts = *attempts;
-        tracing::warn!(task = self.id, record = %origin, attempts, error = %message, "processor failed; transaction aborted");
-        let outcome = Outcome::Aborted { class: None, reason: message.clone() };
-        let policy = &self.shared.cfg.processor_error_policy;
-        if attempts > policy.retries {
-            match &policy.then {
-                Exhausted::Stop => {
-                    return (outcome, Next::Done(Flush::Stop(Error::Processor { origin, attempts, source: error })))
-                }
-                Exhausted::DeadLetter(_) => {
-                    self.dead.insert(origin, (message, attempts));
-                }
-            }
+        let (attempts, after) = self.processing.processor_failed(&batch[index], error);
+        tracing::warn!(task = self.id, record = %batch[index].origin(), attempts, error = %message, "processor failed; transaction aborted");
+        let outcome = Outcome::Aborted { class: None, reason: message };
+        match after {
+            AfterFailure::Replay(pause) => (outcome, Next::Retry(pause)),
+            AfterFailure::Stop(e) => (outcome, Next::Done(Flush::Stop(e))),
         }
-        (outcome, Next::Retry(policy.backoff))
     }
 
     /// A Kafka call failed ([`reconcile::verdict`]): reconcile an unknown outcome, give a

@@ -9,7 +9,7 @@ use rdkafka::message::Message;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
 use super::backend::Change;
-use super::{changelog_topic, PartitionState, StateError};
+use super::{changelog_topic, PartitionState, StateError, StoreDef};
 use crate::admin::QuietEof;
 use crate::config::PipelineConfig;
 use crate::error::{Error, Result};
@@ -141,22 +141,7 @@ pub(crate) fn restore(
                     let (p, i) = (m.partition(), index_of(m.partition()));
                     let Some(i) = i else { continue };
                     if let Some(key) = m.key() {
-                        // Every record is checked against the declared types (and migrated
-                        // if it is of an older schema version): wrong state stops here,
-                        // before anything is processed with it.
-                        let change = match (spec.check)(key, m.payload()) {
-                            Ok(None) => (key.to_vec(), m.payload().map(<[u8]>::to_vec)),
-                            Ok(Some((k, v))) => (if k.is_empty() { key.to_vec() } else { k }, v),
-                            Err(problem) => {
-                                return Err(Error::from(StateError::Incompatible {
-                                    store: spec.name.to_string(),
-                                    changelog: topic.clone(),
-                                    partition: p,
-                                    offset: m.offset(),
-                                    problem: problem.to_string(),
-                                }))
-                            }
-                        };
+                        let change = decode_change(spec, &topic, p, m.offset(), key, m.payload())?;
                         let batch = batches.entry(p).or_default();
                         batch.push(change);
                         records[i][store] += 1;
@@ -213,6 +198,31 @@ pub(crate) fn restore(
         }
     }
     Ok((states, records.iter().flatten().sum()))
+}
+
+/// One changelog record as the change to apply to its store's backend. Every record is
+/// checked against the declared types (and migrated if it is of an older schema version):
+/// wrong state stops the restore here, before anything is processed with it. Shared by the
+/// restore from Kafka and the test driver's restore from its simulated changelog.
+pub(crate) fn decode_change(
+    spec: &StoreDef,
+    topic: &str,
+    partition: i32,
+    offset: i64,
+    key: &[u8],
+    value: Option<&[u8]>,
+) -> Result<Change> {
+    match (spec.check)(key, value) {
+        Ok(None) => Ok((key.to_vec(), value.map(<[u8]>::to_vec))),
+        Ok(Some((k, v))) => Ok((if k.is_empty() { key.to_vec() } else { k }, v)),
+        Err(problem) => Err(Error::from(StateError::Incompatible {
+            store: spec.name.to_string(),
+            changelog: topic.to_string(),
+            partition,
+            offset,
+            problem: problem.to_string(),
+        })),
+    }
 }
 
 /// The configuration of a client that reads the pipeline's committed offsets (and, for a

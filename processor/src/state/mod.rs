@@ -208,6 +208,12 @@ impl PartitionState {
         self.stores.iter().map(|s| (&*s.name, s.backend.len(), s.backend.size_bytes())).collect()
     }
 
+    /// Every store's committed entries (the overlay left out), by store name: what the
+    /// test driver compares between runs.
+    pub(crate) fn committed_entries(&self) -> Vec<(&str, crate::testing::Entries)> {
+        self.stores.iter().map(|s| (&*s.name, s.backend.scan().collect())).collect()
+    }
+
     /// The open transaction's changelog records: one per changed key per store.
     pub(crate) fn changelog_records(&self) -> Vec<OutputRecord> {
         let mut out = Vec::new();

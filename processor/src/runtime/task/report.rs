@@ -34,7 +34,7 @@ impl Task {
                     *inputs.entry((r.topic.clone(), r.partition)).or_default() += 1;
                 }
                 let mut dead: HashMap<TopicPartition, u64> = HashMap::new();
-                for (origin, _) in self.dead.iter() {
+                for origin in self.processing.dead_lettered() {
                     if let Some((t, p, _)) = crate::record::parse_origin(origin.as_bytes()) {
                         *dead.entry((t, p)).or_default() += 1;
                     }

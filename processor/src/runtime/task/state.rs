@@ -5,12 +5,12 @@ use std::time::Instant;
 
 use super::Task;
 use crate::error::Error;
-use crate::state::{changelog, PartitionState, Tally};
+use crate::state::{changelog, Tally};
 
 impl Task {
     /// The transaction aborted: every partition's state overlay is forgotten.
     pub(super) fn discard_states(&mut self) {
-        self.states.values_mut().for_each(PartitionState::abort);
+        self.processing.discard_states();
     }
 
     /// Rebuilds the stores of every owned partition that has none yet from their changelogs
@@ -18,12 +18,12 @@ impl Task {
     /// restores the whole assignment of an instance task in one pass.
     pub(super) fn restore(&mut self) -> Result<(), Error> {
         let mut partitions: Vec<i32> =
-            self.owned.iter().map(|tp| tp.1).filter(|p| !self.states.contains_key(p)).collect();
+            self.owned.iter().map(|tp| tp.1).filter(|p| self.processing.needs_restore(*p)).collect();
         partitions.sort_unstable();
         let deadline = Instant::now() + self.shared.cfg.task_timeout;
         let (states, records) = changelog::restore(&self.shared.cfg, &partitions, deadline)?;
         self.shared.shutdown.stats().restored_records.add(records);
-        self.states.extend(states.into_iter().map(|s| (s.partition(), s)));
+        self.processing.restored(states);
         Ok(())
     }
 
@@ -32,8 +32,7 @@ impl Task {
     pub(super) fn commit_states(&mut self) {
         let pipeline = &self.shared.cfg.application_id;
         let stats = self.shared.shutdown.stats();
-        for st in self.states.values_mut() {
-            let committed = st.commit();
+        for committed in self.processing.commit_states() {
             for (store, n) in committed.changes {
                 crate::metrics::changelog_committed(pipeline, &store, n);
                 stats.changelog_records.add(n);

@@ -1,0 +1,224 @@
+//! The processing half of a partition task, with no Kafka client in it: the processor
+//! instances, the partitions' state (committed backend + the open transaction's overlay),
+//! the dead-letter route, and the bookkeeping of the processor error policy.
+//!
+//! The runtime's task ([`crate::runtime::task`]) wraps it in real transactions; the test
+//! driver ([`crate::testing`], used by `kafka-eos-testkit`) wraps it in simulated ones. Both
+//! call exactly this code, so what a processor sees — instances made per partition after the
+//! state is restored, reads of its own writes, overlays merged on commit and discarded on
+//! abort, retries counted per record, dead-letter copies with their headers — cannot drift
+//! between the tests and production.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::runtime::Handle;
+
+use crate::config::{Exhausted, PipelineConfig};
+use crate::error::{BoxError, Error};
+use crate::processor::driver::{Instances, ProcessorFactory};
+use crate::record::{InputRecord, OutputRecord};
+use crate::runtime::TopicPartition;
+use crate::state::{Committed, PartitionState};
+use crate::txn::Work;
+
+/// What the processor error policy says after a failed attempt (the batch is aborted).
+#[derive(Debug)]
+pub enum AfterFailure {
+    /// Replay the batch after this pause (the record may now be routed to the dead-letter
+    /// topic, if it exhausted its retries under a dead-letter policy).
+    Replay(Duration),
+    /// The record exhausted its retries under [`Exhausted::Stop`]: stop the pipeline.
+    Stop(Error),
+}
+
+/// A task's processor instances and partition state, and the error policy's bookkeeping
+/// for the batch in flight.
+pub(crate) struct Processing {
+    cfg: Arc<PipelineConfig>,
+    rt: Handle,
+    /// The processor's instances, one per input partition (made at its first record).
+    processors: Instances,
+    /// State stores per input partition (stateful processors only), restored from their
+    /// changelogs before the partition's first record and dropped when it is revoked.
+    states: HashMap<i32, PartitionState>,
+    /// Failed attempts per input record (by origin) in the current batch.
+    failures: HashMap<String, u32>,
+    /// Records to route to the dead-letter topic on the next attempt, with their error.
+    dead: HashMap<String, (String, u32)>,
+}
+
+impl Processing {
+    pub(crate) fn new(cfg: Arc<PipelineConfig>, rt: Handle, factory: ProcessorFactory) -> Processing {
+        Processing {
+            cfg,
+            rt,
+            processors: Instances::new(factory),
+            states: HashMap::new(),
+            failures: HashMap::new(),
+            dead: HashMap::new(),
+        }
+    }
+
+    pub(crate) fn config(&self) -> &PipelineConfig {
+        &self.cfg
+    }
+
+    /// The work of one attempt of a batch, for [`run_cycle`](crate::txn::run_cycle) or
+    /// [`process_batch`](crate::txn::process_batch).
+    pub(crate) fn work(&mut self) -> BatchWork<'_> {
+        BatchWork {
+            cfg: &self.cfg,
+            rt: &self.rt,
+            dead: &self.dead,
+            states: &mut self.states,
+            processors: &mut self.processors,
+            outputs_per_partition: HashMap::new(),
+        }
+    }
+
+    /// Whether `partition`'s state must be restored before its next record is processed.
+    pub(crate) fn needs_restore(&self, partition: i32) -> bool {
+        !self.cfg.stores.is_empty() && !self.states.contains_key(&partition)
+    }
+
+    /// Adds restored partition states.
+    pub(crate) fn restored(&mut self, states: impl IntoIterator<Item = PartitionState>) {
+        self.states.extend(states.into_iter().map(|s| (s.partition(), s)));
+    }
+
+    pub(crate) fn state(&self, partition: i32) -> Option<&PartitionState> {
+        self.states.get(&partition)
+    }
+
+    pub(crate) fn states(&self) -> impl Iterator<Item = &PartitionState> {
+        self.states.values()
+    }
+
+    /// The transaction committed: every partition's overlay becomes committed state.
+    /// Returns what each committed (changelog records per store, operator tallies).
+    pub(crate) fn commit_states(&mut self) -> Vec<Committed> {
+        self.states.values_mut().map(PartitionState::commit).collect()
+    }
+
+    /// The transaction aborted (or its outcome is given up on): every overlay is forgotten.
+    pub(crate) fn discard_states(&mut self) {
+        self.states.values_mut().for_each(PartitionState::abort);
+    }
+
+    /// The processor failed on `record` (the caller aborts the attempt): counts the
+    /// attempt, and applies the policy once the record has failed more than `retries`
+    /// times — stop, or route it to the dead-letter topic on the replay. Returns the
+    /// attempts so far and what to do.
+    pub(crate) fn processor_failed(&mut self, record: &InputRecord, error: BoxError) -> (u32, AfterFailure) {
+        let origin = record.origin();
+        let attempts = self.failures.entry(origin.clone()).or_insert(0);
+        *attempts += 1;
+        let attempts = *attempts;
+        let policy = &self.cfg.processor_error_policy;
+        if attempts > policy.retries {
+            match &policy.then {
+                Exhausted::Stop => {
+                    return (attempts, AfterFailure::Stop(Error::Processor { origin, attempts, source: error }))
+                }
+                Exhausted::DeadLetter(_) => {
+                    self.dead.insert(origin, (error.to_string(), attempts));
+                }
+            }
+        }
+        (attempts, AfterFailure::Replay(policy.backoff))
+    }
+
+    /// The records routed to the dead-letter topic in the batch in flight (by origin).
+    pub(crate) fn dead_lettered(&self) -> impl Iterator<Item = &str> {
+        self.dead.keys().map(String::as_str)
+    }
+
+    /// The batch is done with (committed, dropped or given up): its failure counts go.
+    pub(crate) fn batch_done(&mut self) {
+        self.failures.clear();
+        self.dead.clear();
+    }
+
+    /// Closes `partition`'s instance (with its state, read-only) and drops its state:
+    /// the partition was revoked.
+    pub(crate) fn revoke(&mut self, tp: &TopicPartition) {
+        self.processors.close(&tp.0, tp.1, self.states.get(&tp.1));
+        self.states.remove(&tp.1);
+    }
+
+    /// Closes every instance and keeps the state (the pipeline stops).
+    pub(crate) fn close_all(&mut self) {
+        self.processors.close_all(&self.states);
+    }
+
+    /// Closes every instance and drops every state: the partitions go back to the group,
+    /// whose next owner restores them.
+    pub(crate) fn give_up_all(&mut self) {
+        self.close_all();
+        self.states.clear();
+    }
+
+    /// Drops every instance *without* its `close` hook, and every state: what a crash of
+    /// the process loses (the test driver's `crash_and_restore`).
+    pub(crate) fn crash(&mut self) {
+        self.processors = Instances::new(self.processors.factory());
+        self.states.clear();
+        self.batch_done();
+    }
+}
+
+/// One attempt's work for [`run_cycle`](crate::txn::run_cycle): the processor (with the
+/// record's partition state), or the dead-letter route; then the state changes.
+pub(crate) struct BatchWork<'a> {
+    cfg: &'a PipelineConfig,
+    rt: &'a Handle,
+    /// Records that exhausted their retries under a dead-letter policy, with their error.
+    dead: &'a HashMap<String, (String, u32)>,
+    states: &'a mut HashMap<i32, PartitionState>,
+    processors: &'a mut Instances,
+    /// Outputs per input partition (dead-letter copies included), for the reports.
+    pub(crate) outputs_per_partition: HashMap<TopicPartition, u64>,
+}
+
+impl Work for BatchWork<'_> {
+    /// A record's outputs: the processor's, or — once it exhausted its retries under a
+    /// dead-letter policy — the record itself, to the dead-letter topic.
+    fn process(&mut self, r: &InputRecord) -> Result<&[OutputRecord], BoxError> {
+        let outputs = match dead_letter(self.cfg, self.dead, r) {
+            Some(out) => self.processors.only(out),
+            None => self.processors.process(self.rt, r, self.states.get_mut(&r.partition))?,
+        };
+        *self.outputs_per_partition.entry((r.topic.clone(), r.partition)).or_default() += outputs.len() as u64;
+        Ok(outputs)
+    }
+
+    fn state_changes(&mut self) -> Vec<OutputRecord> {
+        let mut partitions: Vec<&PartitionState> = self.states.values().collect();
+        // In partition order, so the changelog is written the same way every time.
+        partitions.sort_by_key(|s| s.partition());
+        partitions.into_iter().flat_map(PartitionState::changelog_records).collect()
+    }
+}
+
+/// The header of a dead-letter copy naming the processor's last error.
+pub const DEAD_LETTER_ERROR_HEADER: &str = "kafka-eos.error";
+/// The header of a dead-letter copy counting the failed attempts.
+pub const DEAD_LETTER_ATTEMPTS_HEADER: &str = "kafka-eos.attempts";
+
+/// The dead-letter copy of `r`, if it exhausted its retries under a dead-letter policy.
+fn dead_letter(cfg: &PipelineConfig, dead: &HashMap<String, (String, u32)>, r: &InputRecord) -> Option<OutputRecord> {
+    if dead.is_empty() {
+        return None; // the usual case: no need to format the record's origin to look it up
+    }
+    if let (Some((message, attempts)), Exhausted::DeadLetter(topic)) =
+        (dead.get(&r.origin()), &cfg.processor_error_policy.then)
+    {
+        let out = OutputRecord::copy_of(r, topic.as_str());
+        return Some(
+            out.header(DEAD_LETTER_ERROR_HEADER, message).header(DEAD_LETTER_ATTEMPTS_HEADER, attempts.to_string()),
+        );
+    }
+    None
+}

@@ -1,0 +1,211 @@
+//! The driver's own tests: the simulated semantics, and the replay-safety check catching the
+//! two classic mistakes.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use kafka_eos::codec::Json;
+use kafka_eos::operators::TumblingWindows;
+use kafka_eos::processor::{Context, HookContext, ProcessError, Processor};
+use kafka_eos::{Error, InputRecord, OutputRecord, Pipeline, PipelineBuilder, ProcessorErrorPolicy, Topic};
+
+use super::*;
+
+/// Counts per key in a store and emits the new count: replay-safe.
+fn counting(builder: PipelineBuilder) -> (PipelineBuilder, Store<String, u64>) {
+    let mut b = builder.input_topic("in");
+    let counts = b.store::<String, u64>("counts");
+    let out = b.output_topic("out");
+    let handle = counts.clone();
+    let b = b.processor(move |ctx, rec| {
+        let key = rec.key_as::<String>(&kafka_eos::codec::Raw).unwrap_or_default();
+        if rec.value.as_deref() == Some(b"fail") {
+            return Err("bad record".into());
+        }
+        let n = ctx.store(&counts).get(&key)?.unwrap_or(0) + 1;
+        ctx.store(&counts).put(&key, &n)?;
+        ctx.emit(OutputRecord::to(&out).key(key).value(n.to_string()));
+        Ok(())
+    });
+    (b, handle)
+}
+
+fn input(p: i32, key: &str, value: &str) -> TestInput {
+    TestInput::new().partition(p).key(key).value(value)
+}
+
+fn values(d: &TestDriver, topic: &str) -> Vec<String> {
+    d.output(topic).iter().map(|r| String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).into()).collect()
+}
+
+/// The test of `docs/testing.md`: a stateful, windowed processor, under 30 lines.
+#[test]
+fn a_windowed_count_closes_its_windows_and_routes_late_records() -> Result<(), Box<dyn std::error::Error>> {
+    let mut builder = Pipeline::builder().input_topic("clicks");
+    let windows = TumblingWindows::<String, u64>::new(&mut builder, "per-minute", Duration::from_secs(60), "late");
+    let out = builder.output_topic("clicks-per-minute");
+    let builder = builder.processor(move |ctx, rec| {
+        let page: String = rec.value_as(&Json)?;
+        let update = windows.add(ctx, rec, &page, rec.timestamp.unwrap_or(0), |n| *n += 1)?;
+        if let Some(late) = update.late {
+            ctx.emit(late);
+        }
+        for w in update.closed {
+            ctx.emit(OutputRecord::to(&out).key(w.key).value(format!("{}@{}", w.value, w.start_ms)));
+        }
+        Ok(())
+    });
+    let mut driver = TestDriver::new(builder)?;
+    for (t, page) in [(0, "/a"), (10_000, "/a"), (30_000, "/b"), (61_000, "/a"), (5_000, "/b")] {
+        driver.set_time(t);
+        driver.pipe(TestInput::new().encode_value(&Json, &page.to_string())?)?;
+    }
+    let closed: Vec<_> = driver.output("clicks-per-minute").iter().map(|r| (r.key_str(), r.value.clone())).collect();
+    assert_eq!(closed, [(Some("/a".into()), Some(b"2@0".to_vec())), (Some("/b".into()), Some(b"1@0".to_vec()))]);
+    assert_eq!(driver.values::<String>("late", &Json)?, ["/b"], "the minute [0, 60 s) had closed");
+    assert_eq!(driver.stats().late_records, 1);
+    Ok(())
+}
+
+#[test]
+fn a_processor_error_aborts_the_batch_then_retries_then_dead_letters() {
+    let (b, counts) = counting(Pipeline::builder());
+    let b = b.on_processor_error(ProcessorErrorPolicy::retry(2).then_dead_letter("dlq"));
+    let mut d = TestDriver::new(b).unwrap().batch_size(None);
+    d.pipe_all([input(0, "k", "1"), input(0, "k", "fail"), input(0, "k", "2")]).unwrap();
+    assert!(d.output("out").is_empty(), "nothing is visible before the commit");
+    d.commit().unwrap();
+    // Three failed attempts (1 + 2 retries) aborted everything; the fourth routed the bad
+    // record and committed the others once.
+    assert_eq!(values(&d, "out"), ["1", "2"]);
+    assert_eq!(d.store(&counts, 0).get(&"k".to_string()).unwrap(), Some(2));
+    let dead = d.dead_letters();
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0].header(kafka_eos::testing::DEAD_LETTER_ERROR_HEADER), Some(&b"bad record"[..]));
+    assert_eq!(dead[0].header(kafka_eos::testing::DEAD_LETTER_ATTEMPTS_HEADER), Some(&b"3"[..]));
+    let s = d.stats();
+    assert_eq!((s.transactions_aborted, s.transactions_committed, s.dead_lettered), (3, 1, 1));
+}
+
+#[test]
+fn a_stop_policy_returns_the_error_and_commits_nothing_of_the_batch() {
+    let (b, counts) = counting(Pipeline::builder());
+    let mut d = TestDriver::new(b.on_processor_error(ProcessorErrorPolicy::retry(1))).unwrap();
+    d.pipe(input(0, "k", "1")).unwrap();
+    let err = d.pipe(input(0, "k", "fail")).unwrap_err();
+    assert!(matches!(&err, Error::Processor { attempts: 2, origin, .. } if origin == "in/0/1"), "{err:?}");
+    assert_eq!(values(&d, "out"), ["1"]);
+    assert_eq!(d.store(&counts, 0).get(&"k".to_string()).unwrap(), Some(1));
+}
+
+#[derive(Clone)]
+struct Tracked {
+    inits: Arc<AtomicUsize>,
+    closes: Arc<AtomicUsize>,
+    counts: Store<String, u64>,
+    out: Topic,
+}
+
+impl Processor for Tracked {
+    async fn init(&mut self, _: &HookContext<'_>) -> Result<(), ProcessError> {
+        self.inits.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+    async fn process(&mut self, ctx: &mut Context<'_>, rec: &InputRecord) -> Result<(), ProcessError> {
+        tokio::time::sleep(Duration::from_millis(1)).await; // a pending future, driven on the driver's runtime
+        let n = ctx.store(&self.counts).get(&"all".into())?.unwrap_or(0) + 1;
+        ctx.store(&self.counts).put(&"all".into(), &n)?;
+        ctx.forward(rec, &self.out);
+        Ok(())
+    }
+    fn close(&mut self, _: &HookContext<'_>) {
+        self.closes.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+#[test]
+fn a_crash_loses_instances_and_memory_and_restores_the_committed_state() {
+    let mut b = Pipeline::builder().input_topic("in");
+    let counts = b.store::<String, u64>("counts");
+    let p = Tracked {
+        inits: Default::default(),
+        closes: Default::default(),
+        counts: counts.clone(),
+        out: b.output_topic("out"),
+    };
+    let (inits, closes) = (p.inits.clone(), p.closes.clone());
+    let mut d = TestDriver::new(b.processor_impl(p)).unwrap().batch_size(Some(2));
+    d.pipe_all((0..5).map(|i| input(i % 2, "k", "v"))).unwrap(); // 4 committed, 1 pending
+    assert_eq!(d.output("out").len(), 4);
+    d.crash_and_restore().unwrap();
+    assert_eq!(closes.load(Ordering::SeqCst), 0, "a crash runs no close hook");
+    assert_eq!(d.store(&counts, 0).get(&"all".into()).unwrap(), Some(2), "restored from the changelog");
+    assert!(d.stats().restored_records >= 2);
+    d.commit().unwrap(); // the pending record, processed by a fresh instance
+    assert_eq!(inits.load(Ordering::SeqCst), 3, "partitions 0 and 1, then 0 again after the crash");
+    assert_eq!(d.store(&counts, 0).get(&"all".into()).unwrap(), Some(3));
+    assert_eq!(d.output("out").len(), 5);
+    drop(d);
+    assert_eq!(closes.load(Ordering::SeqCst), 1, "dropping the driver stops the pipeline");
+}
+
+fn inputs() -> Vec<TestInput> {
+    (0..120).map(|i| input(i % 3, &format!("k{}", i % 7), "v")).collect()
+}
+
+#[test]
+fn the_replay_check_passes_a_processor_that_keeps_its_state_in_stores() {
+    let report = check_replay_safe(|| counting(Pipeline::builder()).0, &inputs(), 42).expect("replay-safe");
+    assert!(report.aborts > 10 && report.crashes > 3, "{report:?}");
+    assert_eq!(report.outputs, 120);
+}
+
+#[test]
+fn the_replay_check_catches_a_counter_kept_outside_the_stores() {
+    let pipeline = || {
+        let mut b = Pipeline::builder().input_topic("in");
+        let out = b.output_topic("out");
+        let mut seen = 0u64; // per instance, never rolled back
+        b.processor(move |ctx, _rec| {
+            seen += 1;
+            ctx.emit(OutputRecord::to(&out).value(seen.to_string()));
+            Ok(())
+        })
+    };
+    let violation =
+        check_replay_safe(pipeline, &inputs(), 42).expect_err("a counter in the closure is not replay-safe");
+    assert!(violation.difference.contains("topic \"out\""), "{violation}");
+    assert!(violation.to_string().contains("not replay-safe"), "{violation}");
+}
+
+#[test]
+fn the_replay_check_catches_a_processor_that_reads_the_wall_clock() {
+    let pipeline = || {
+        let mut b = Pipeline::builder().input_topic("in");
+        let out = b.output_topic("out");
+        b.processor(move |ctx, rec| {
+            let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis();
+            ctx.emit(OutputRecord::copy_of(rec, &out).value(now.to_string()));
+            Ok(())
+        })
+    };
+    let violation = check_replay_safe(pipeline, &inputs(), 42).expect_err("the wall clock is not replay-safe");
+    assert!(violation.difference.contains("differs"), "{violation}");
+}
+
+#[test]
+fn the_replay_check_catches_state_written_outside_the_stores_even_without_outputs() {
+    let pipeline = || {
+        let mut b = Pipeline::builder().input_topic("in");
+        let last = b.store::<(), u64>("last");
+        let mut seen = 0u64;
+        b.processor(move |ctx, _rec| {
+            seen += 1;
+            ctx.store(&last).put(&(), &seen)?; // a store fed from a field
+            Ok(())
+        })
+    };
+    let violation = check_replay_safe(pipeline, &inputs(), 9).expect_err("state fed from a field");
+    assert!(violation.difference.contains("final state of store \"last\""), "{violation}");
+}
