@@ -15,11 +15,10 @@
 //! A peer is a separate process: its CPU comes from `/proc/<pid>/stat` and its peak RSS
 //! from `/proc/<pid>/status`, and its progress from its consumer group's committed offsets,
 //! polled every 50 ms from here (so the polling costs *this* process, not the peer). It is
-//! started with `PR_SET_PDEATHSIG = SIGKILL` from the bench's main thread, so it dies with
-//! the bench however the bench ends.
+//! started attached (`kafka_eos_testkit::process`), so it dies with the bench however the
+//! bench ends.
 
 use std::fs;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, OnceLock};
@@ -27,6 +26,7 @@ use std::time::{Duration, Instant};
 
 use kafka_eos_cli::bench::{peak_rss, CopyResult, CpuSource, Input, Progress, Verified};
 use kafka_eos_testkit::broker::{cache_dir, copy_dependencies, KAFKA_VERSION};
+use kafka_eos_testkit::process::{self, SpawnMode};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
@@ -100,14 +100,7 @@ impl Peers {
         let mut cmd = Command::new(&self.java);
         cmd.args(jvm).arg("-cp").arg(self.classpath()).arg(main).args(args);
         cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(log);
-        // SAFETY: prctl is async-signal-safe; the child dies when this thread does.
-        unsafe {
-            cmd.pre_exec(|| {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-                Ok(())
-            });
-        }
-        let mut child = cmd.spawn().map_err(|e| format!("starting {main}: {e}"))?;
+        let mut child = process::spawn(cmd, SpawnMode::Attached).map_err(|e| format!("starting {main}: {e}"))?;
         let stdout = child.stdout.take().ok_or("no stdout")?;
         std::thread::spawn(move || {
             for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
@@ -349,8 +342,7 @@ fn stop(child: &mut Child) {
     if let Ok(Some(_)) = child.try_wait() {
         return;
     }
-    // SAFETY: signalling the PID of a child we spawned and have not reaped.
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let _ = process::signal(child.id(), process::Signal::SIGTERM);
     let until = Instant::now() + Duration::from_secs(15);
     while Instant::now() < until {
         if let Ok(Some(_)) = child.try_wait() {

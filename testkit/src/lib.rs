@@ -19,6 +19,8 @@ pub mod admin;
 #[cfg(unix)]
 pub mod broker;
 pub mod driver;
+#[cfg(unix)]
+pub mod process;
 pub mod read;
 pub mod verify;
 pub mod write;

@@ -28,19 +28,16 @@ impl CpuSource {
 
 /// `CLOCK_MONOTONIC` now, in seconds.
 fn monotonic_seconds() -> f64 {
-    // SAFETY: clock_gettime writes into the zeroed struct we own.
-    let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9
+    let ts = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).expect("CLOCK_MONOTONIC");
+    ts.tv_sec() as f64 + ts.tv_nsec() as f64 / 1e9
 }
 
 /// User + system CPU time of this process so far.
 pub fn self_cpu() -> Duration {
-    // SAFETY: getrusage writes into the zeroed struct we own.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
-    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, (t.tv_usec as u32) * 1000);
-    tv(ru.ru_utime) + tv(ru.ru_stime)
+    use nix::sys::resource::{getrusage, UsageWho};
+    use nix::sys::time::TimeValLike;
+    let Ok(ru) = getrusage(UsageWho::RUSAGE_SELF) else { return Duration::ZERO };
+    Duration::from_micros((ru.user_time().num_microseconds() + ru.system_time().num_microseconds()).max(0) as u64)
 }
 
 /// User + system CPU time of process `pid` so far, from `/proc/<pid>/stat` (clock ticks).
@@ -51,8 +48,7 @@ pub fn pid_cpu(pid: u32) -> Option<Duration> {
     let f: Vec<&str> = rest.split_whitespace().collect();
     // rest starts at field 3 (state): utime is field 14, stime field 15.
     let ticks: u64 = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    let hz = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK).ok().flatten().unwrap_or(100).max(1) as u64;
     Some(Duration::from_nanos(ticks * 1_000_000_000 / hz))
 }
 

@@ -14,7 +14,6 @@
 
 use std::fs::File;
 use std::io::{BufRead, BufReader};
-use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -24,6 +23,7 @@ use std::time::{Duration, Instant};
 use super::instance::parse_status;
 use super::rng::Rng;
 use kafka_eos::Summary;
+use kafka_eos_testkit::process::{self, Signal, SpawnMode};
 
 /// The latest status an instance printed.
 #[derive(Debug, Default, Clone, Copy)]
@@ -45,11 +45,9 @@ impl Proc {
     fn status(&self) -> Status {
         *self.status.lock().unwrap_or_else(|p| p.into_inner())
     }
-    fn signal(&self, sig: libc::c_int) {
-        if let Ok(pid) = libc::pid_t::try_from(self.child.id()) {
-            // SAFETY: kill(2) on the pid of a child we have not reaped yet (so not recycled).
-            unsafe { libc::kill(pid, sig) };
-        }
+    /// Signals the instance (a child not reaped yet, so its pid is not recycled).
+    fn signal(&self, sig: Signal) {
+        let _ = process::signal(self.child.id(), sig);
     }
     /// Waits for the stdout thread so the final status line is read.
     fn drain(&mut self) {
@@ -118,23 +116,9 @@ impl Fleet {
         } else if std::env::var_os("RUST_LOG").is_none() {
             cmd.env("RUST_LOG", "warn,kafka_eos=info");
         }
-        // SAFETY: getpid is always safe.
-        let parent = unsafe { libc::getpid() };
-        // SAFETY: runs between fork and exec and only makes async-signal-safe system calls
-        // (prctl, getppid), without allocating.
-        unsafe {
-            cmd.pre_exec(move || {
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                // The parent died between fork and prctl: nobody would ever kill us.
-                if libc::getppid() != parent {
-                    return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
-                }
-                Ok(())
-            });
-        }
-        let mut child = cmd.spawn().map_err(|e| format!("starting {} chaos instance: {e}", self.exe.display()))?;
+        // Dies with the suite however it ends (see kafka_eos_testkit::process).
+        let mut child = process::spawn(cmd, SpawnMode::Attached)
+            .map_err(|e| format!("starting {} chaos instance: {e}", self.exe.display()))?;
         let status: Arc<Mutex<Status>> = Arc::default();
         let stdout = child.stdout.take().map(|out| {
             let status = status.clone();
@@ -231,10 +215,10 @@ impl Fleet {
             let p = &mut self.running[i];
             tracing::debug!(id = p.id, "SIGTERM chaos instance");
             if p.stopped {
-                p.signal(libc::SIGCONT);
+                p.signal(Signal::SIGCONT);
                 p.stopped = false;
             }
-            p.signal(libc::SIGTERM);
+            p.signal(Signal::SIGTERM);
         }
         let deadline = Instant::now() + timeout;
         while Instant::now() < deadline && idxs.iter().any(|&i| matches!(self.running[i].child.try_wait(), Ok(None))) {
@@ -275,7 +259,7 @@ impl Fleet {
     /// SIGSTOP now, wherever the instance is.
     pub(crate) fn stop_now(&mut self, idx: usize) {
         let p = &mut self.running[idx];
-        p.signal(libc::SIGSTOP);
+        p.signal(Signal::SIGSTOP);
         p.stopped = true;
     }
 
@@ -284,7 +268,7 @@ impl Fleet {
     /// SIGSTOPped wherever it is.
     pub(crate) fn stop_in_transaction(&mut self, idx: usize, timeout: Duration) -> bool {
         let p = &mut self.running[idx];
-        p.signal(libc::SIGUSR1);
+        p.signal(Signal::SIGUSR1);
         let deadline = Instant::now() + timeout;
         let pid = p.child.id();
         while Instant::now() < deadline {
@@ -301,7 +285,7 @@ impl Fleet {
     /// SIGCONT every stopped instance.
     pub(crate) fn resume_all(&mut self) {
         for p in self.running.iter_mut().filter(|p| p.stopped) {
-            p.signal(libc::SIGCONT);
+            p.signal(Signal::SIGCONT);
             p.stopped = false;
         }
     }

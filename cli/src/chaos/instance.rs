@@ -234,8 +234,7 @@ async fn run(cfg: InstanceConfig) -> kafka_eos::Result<Summary> {
         builder.processor(move |ctx, r| {
             if stall.swap(false, Ordering::SeqCst) {
                 std::thread::sleep(Duration::from_millis(200));
-                // SAFETY: kill(2) on our own pid with SIGSTOP; no memory is involved.
-                unsafe { libc::kill(libc::getpid(), libc::SIGSTOP) };
+                let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGSTOP);
             }
             if dice.roll() {
                 return Err(format!("chaos: deliberate abort at {}", r.origin()).into());

@@ -1,54 +1,44 @@
-//! A small seeded random number generator (SplitMix64).
+//! The suite's seeded random choices — which instance to kill, when, which broker — all
+//! from one `--seed`, so a failing run replays exactly (with the same build: `fastrand`'s
+//! sequence for a seed is stable within a version, and Cargo.lock pins it).
 //!
-//! The suite needs reproducible choices — which instance to kill, when, which broker — from
-//! one `--seed`, and nothing cryptographic: 20 lines beat a dependency.
+//! A thin wrapper over `fastrand::Rng` (wyrand): it names the few draws the suite makes.
 
 use std::time::Duration;
 
-/// SplitMix64: fast, full-period over `u64`, good enough for schedules and dice.
+/// A seeded generator for schedules and dice; nothing cryptographic.
 #[derive(Debug, Clone)]
-pub(crate) struct Rng(u64);
+pub(crate) struct Rng(fastrand::Rng);
 
 impl Rng {
     pub(crate) fn new(seed: u64) -> Rng {
-        Rng(seed)
+        Rng(fastrand::Rng::with_seed(seed))
     }
 
-    /// A seed from the clock and the pid, for runs without `--seed`.
+    /// A seed for runs without `--seed` (from the OS's randomness, via fastrand).
     pub(crate) fn seed_from_entropy() -> u64 {
-        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos();
-        Rng::new(nanos as u64 ^ ((std::process::id() as u64) << 32)).next_u64()
+        fastrand::u64(..)
     }
 
-    pub(crate) fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `0..n` (`n > 0`), without modulo bias worth mentioning (multiply-high).
+    /// Uniform in `0..n` (`n > 0`).
     pub(crate) fn below(&mut self, n: usize) -> usize {
-        ((self.next_u64() as u128 * n as u128) >> 64) as usize
+        self.0.usize(..n)
     }
 
     /// Uniform in `[0, 1)`.
     pub(crate) fn unit(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+        self.0.f64()
     }
 
     /// Uniform between `lo` and `hi`, at millisecond resolution.
     pub(crate) fn between(&mut self, lo: Duration, hi: Duration) -> Duration {
         let (lo, hi) = (lo.as_millis() as u64, hi.as_millis().max(lo.as_millis()) as u64);
-        Duration::from_millis(lo + self.below((hi - lo + 1) as usize) as u64)
+        Duration::from_millis(self.0.u64(lo..=hi))
     }
 
     /// `items` in random order.
     pub(crate) fn shuffled<T>(&mut self, mut items: Vec<T>) -> Vec<T> {
-        for i in (1..items.len()).rev() {
-            items.swap(i, self.below(i + 1));
-        }
+        self.0.shuffle(&mut items);
         items
     }
 }
@@ -61,7 +51,8 @@ mod tests {
     fn same_seed_same_sequence_and_ranges_hold() {
         let (mut a, mut b) = (Rng::new(7), Rng::new(7));
         for _ in 0..1000 {
-            assert_eq!(a.next_u64(), b.next_u64());
+            let (x, y) = (a.below(1000), b.below(1000));
+            assert_eq!(x, y);
             assert!(a.below(3) < 3);
             b.below(3);
             let d = a.between(Duration::from_secs(2), Duration::from_secs(6));

@@ -576,7 +576,7 @@ fn stop_gracefully(nodes: &[&Node]) {
     for (id, child) in &mut children {
         if matches!(child.try_wait(), Ok(None)) {
             tracing::info!(node = *id, pid = child.id(), "stopping Kafka node (SIGTERM)");
-            let _ = process::signal(child.id(), libc::SIGTERM);
+            let _ = process::signal(child.id(), process::Signal::SIGTERM);
         }
     }
     process::wait_until(STOP_TIMEOUT, || children.iter_mut().all(|(_, c)| !matches!(c.try_wait(), Ok(None))));

@@ -102,7 +102,7 @@ pub fn stop_detached(state_dir: &Path) -> Result<(), BrokerError> {
     let alive: Vec<&StateNode> = state.nodes.iter().filter(|n| n.alive()).collect();
     for n in &alive {
         tracing::info!(node = n.id, pid = n.pid, "stopping detached Kafka node (SIGTERM)");
-        let _ = process::signal(n.pid, libc::SIGTERM);
+        let _ = process::signal(n.pid, process::Signal::SIGTERM);
     }
     let stopped = process::wait_until(STOP_TIMEOUT, || alive.iter().all(|n| !n.alive()));
     if !stopped {
@@ -112,7 +112,7 @@ pub fn stop_detached(state_dir: &Path) -> Result<(), BrokerError> {
                 pid = n.pid,
                 "detached Kafka node did not stop within {STOP_TIMEOUT:?}; sending SIGKILL"
             );
-            let _ = process::signal(n.pid, libc::SIGKILL);
+            let _ = process::signal(n.pid, process::Signal::SIGKILL);
         }
         process::wait_until(Duration::from_secs(10), || alive.iter().all(|n| !n.alive()));
     }

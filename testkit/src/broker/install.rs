@@ -3,7 +3,6 @@
 
 use std::fs;
 use std::io::Write;
-use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::{Mutex, OnceLock};
@@ -185,7 +184,7 @@ pub(crate) fn last_lines(text: &str, n: usize) -> String {
 }
 
 /// An exclusive `flock` held until dropped (released by the kernel if the process dies).
-struct FileLock(fs::File);
+struct FileLock(#[allow(dead_code)] nix::fcntl::Flock<fs::File>);
 
 impl FileLock {
     fn acquire(path: &Path) -> Result<FileLock, BrokerError> {
@@ -195,23 +194,14 @@ impl FileLock {
             .write(true)
             .open(path)
             .map_err(|e| BrokerError::io(format!("opening {}", path.display()), e))?;
+        let mut file = file;
         loop {
-            // SAFETY: flock on a file descriptor we own.
-            if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } == 0 {
-                return Ok(FileLock(file));
-            }
-            let err = std::io::Error::last_os_error();
-            if err.kind() != std::io::ErrorKind::Interrupted {
-                return Err(BrokerError::io(format!("locking {}", path.display()), err));
+            match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive) {
+                Ok(lock) => return Ok(FileLock(lock)),
+                Err((f, nix::errno::Errno::EINTR)) => file = f,
+                Err((_, e)) => return Err(BrokerError::io(format!("locking {}", path.display()), e.into())),
             }
         }
-    }
-}
-
-impl Drop for FileLock {
-    fn drop(&mut self) {
-        // SAFETY: unlocking a descriptor we own; closing it would release the lock anyway.
-        unsafe { libc::flock(self.0.as_raw_fd(), libc::LOCK_UN) };
     }
 }
 

@@ -259,7 +259,7 @@ Configuration:
 /// an option) and never one of Kafka's reserved ids (all zero, or 1).
 pub(crate) fn random_kafka_id() -> String {
     loop {
-        let bytes = random_bytes();
+        let bytes = uuid::Uuid::new_v4().into_bytes();
         let reserved = bytes[..15].iter().all(|&b| b == 0) && bytes[15] <= 1;
         let id = base64url_nopad(&bytes);
         if !reserved && !id.starts_with('-') {
@@ -268,47 +268,10 @@ pub(crate) fn random_kafka_id() -> String {
     }
 }
 
-fn random_bytes() -> [u8; 16] {
-    let mut buf = [0u8; 16];
-    let mut filled = 0;
-    while filled < buf.len() {
-        // SAFETY: writes at most the remaining length into our buffer.
-        let n = unsafe { libc::getrandom(buf[filled..].as_mut_ptr().cast(), buf.len() - filled, 0) };
-        if n > 0 {
-            filled += n as usize;
-        } else if std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
-            // No getrandom (very old kernel): fall back to std's randomly seeded hasher.
-            use std::hash::{BuildHasher, Hasher};
-            for chunk in buf.chunks_mut(8) {
-                let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-                h.write_u128(
-                    std::time::SystemTime::now()
-                        .duration_since(std::time::UNIX_EPOCH)
-                        .map(|d| d.as_nanos())
-                        .unwrap_or(0),
-                );
-                let v = h.finish().to_le_bytes();
-                chunk.copy_from_slice(&v[..chunk.len()]);
-            }
-            break;
-        }
-    }
-    buf
-}
-
-const B64URL: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-
+/// Kafka ids as its `Uuid.toString` prints them: URL-safe base64 without padding.
 pub(crate) fn base64url_nopad(bytes: &[u8]) -> String {
-    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
-    for chunk in bytes.chunks(3) {
-        let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
-        let v = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-        let chars = chunk.len() + 1;
-        for i in 0..chars {
-            out.push(B64URL[((v >> (18 - 6 * i)) & 0x3f) as usize] as char);
-        }
-    }
-    out
+    use base64::Engine;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
 }
 
 /// `count` distinct free TCP ports on 127.0.0.1.
@@ -480,7 +443,7 @@ mod tests {
             let id = random_kafka_id();
             assert_eq!(id.len(), 22, "{id}");
             assert!(!id.starts_with('-'), "{id}");
-            assert!(id.bytes().all(|b| B64URL.contains(&b)), "{id}");
+            assert!(id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'), "{id}");
             assert!(seen.insert(id));
         }
     }
