@@ -70,6 +70,7 @@ mod install;
 mod probe;
 mod process;
 mod props;
+pub mod proxy;
 
 use std::path::PathBuf;
 use std::time::Duration;
