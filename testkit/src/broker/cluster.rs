@@ -12,6 +12,7 @@ use super::install::{install, java};
 use super::probe::Probe;
 use super::process::{self, SpawnMode};
 use super::props::{self, NodeSpec};
+use super::proxy::FaultProxy;
 use super::{BrokerError, ClusterConfig, SaslConfig, STOP_TIMEOUT};
 
 /// Lines of a node's log quoted in errors.
@@ -97,6 +98,8 @@ pub struct LocalCluster {
     mode: SpawnMode,
     /// Set when a detached cluster is handed over to its state file: Drop leaves it alone.
     released: bool,
+    /// The clients' way in, with [`ClusterConfig::fault_proxy`].
+    proxy: Option<FaultProxy>,
 }
 
 impl LocalCluster {
@@ -137,9 +140,21 @@ impl LocalCluster {
         if let Some(sasl) = &cfg.sasl {
             props::validate_sasl(sasl).map_err(BrokerError::InvalidConfig)?;
         }
+        if cfg.fault_proxy && mode != SpawnMode::Attached {
+            return Err(BrokerError::InvalidConfig(
+                "fault_proxy needs an attached cluster: the proxy lives in the process that started it".into(),
+            ));
+        }
         let java = java()?;
         let libs = install()?;
         remove_stale_temp_dirs();
+        let ids: Vec<i32> = (1..=cfg.nodes as i32).collect();
+        let mut proxy = match cfg.fault_proxy {
+            true => {
+                Some(FaultProxy::bind(&ids).map_err(|e| BrokerError::io("binding the fault proxy on 127.0.0.1", e))?)
+            }
+            false => None,
+        };
 
         let mut attempt = 0;
         loop {
@@ -148,16 +163,24 @@ impl LocalCluster {
                 Some(dir) => (prepare_given_dir(dir)?, false),
                 None => (fresh_temp_dir()?, true),
             };
-            // Broker and controller port per node, plus the SASL listener's if there is one.
-            let per_node = if cfg.sasl.is_some() { 3 } else { 2 };
+            // Broker and controller port per node, plus the SASL listener's and the proxied
+            // CLIENT listener's if there are.
+            let per_node = 2 + usize::from(cfg.sasl.is_some()) + usize::from(proxy.is_some());
             let ports = props::free_ports(cfg.nodes * per_node)
                 .map_err(|e| BrokerError::io("picking free ports on 127.0.0.1", e))?;
             let nodes = ports
                 .chunks(per_node)
                 .enumerate()
-                .map(|(i, p)| Node {
-                    spec: NodeSpec::new(&data_dir, i as i32 + 1, p[0], p[1], p.get(2).copied()),
-                    child: Mutex::new(None),
+                .map(|(i, p)| {
+                    let id = i as i32 + 1;
+                    let sasl = cfg.sasl.as_ref().map(|_| p[2]);
+                    let mut spec = NodeSpec::new(&data_dir, id, p[0], p[1], sasl);
+                    if let Some(proxy) = &proxy {
+                        let own = p[per_node - 1];
+                        proxy.set_upstream(id, std::net::SocketAddr::from(([127, 0, 0, 1], own)));
+                        spec.client = proxy.port(id).map(|port| (own, port));
+                    }
+                    Node { spec, child: Mutex::new(None) }
                 })
                 .collect();
             let mut cluster = LocalCluster {
@@ -170,6 +193,7 @@ impl LocalCluster {
                 ready_timeout: cfg.ready_timeout,
                 mode,
                 released: false,
+                proxy: None,
             };
             if cluster.remove_data_dir {
                 process::track_dir(&cluster.data_dir);
@@ -192,6 +216,7 @@ impl LocalCluster {
                 .and_then(|()| cluster.wait_ready(cfg.ready_timeout));
             match result {
                 Ok(()) => {
+                    cluster.proxy = proxy.take();
                     tracing::info!(elapsed = ?started.elapsed(), bootstrap = %cluster.bootstrap_servers(), "local Kafka cluster ready");
                     return Ok(cluster);
                 }
@@ -214,11 +239,30 @@ impl LocalCluster {
         }
     }
 
-    /// Comma-separated broker addresses of all nodes, running or not: `127.0.0.1:p1,...`.
+    /// Comma-separated broker addresses of all nodes, running or not: `127.0.0.1:p1,...`;
+    /// with [`ClusterConfig::fault_proxy`], the proxies' addresses.
     ///
     /// Ports never change, so the string stays valid across node restarts.
     pub fn bootstrap_servers(&self) -> String {
+        match &self.proxy {
+            Some(_) => self.proxied_bootstrap().unwrap_or_else(|| self.direct_bootstrap_servers()),
+            None => self.direct_bootstrap_servers(),
+        }
+    }
+
+    fn proxied_bootstrap(&self) -> Option<String> {
+        props::proxy_bootstrap_of(self.nodes.iter().map(|n| &n.spec))
+    }
+
+    /// The nodes' own `PLAINTEXT` listeners, bypassing a fault proxy (what replication and
+    /// the readiness probe use). Equal to [`LocalCluster::bootstrap_servers`] without one.
+    pub fn direct_bootstrap_servers(&self) -> String {
         props::bootstrap_of(self.nodes.iter().map(|n| &n.spec))
+    }
+
+    /// The fault proxy every client goes through, with [`ClusterConfig::fault_proxy`].
+    pub fn proxy(&self) -> Option<&FaultProxy> {
+        self.proxy.as_ref()
     }
 
     /// The addresses of every node's `SASL_PLAINTEXT` listener (`127.0.0.1:s1,...`), when the
