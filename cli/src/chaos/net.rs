@@ -14,6 +14,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use super::plan::{NetFault, Target};
 use super::rng::Rng;
 use kafka_eos_testkit::admin;
+use kafka_eos_testkit::broker::proxy::ProxyStats;
 use kafka_eos_testkit::broker::{CoordinatorKind, LocalCluster};
 
 /// What a network fault needs to know about the scenario.
@@ -45,8 +46,8 @@ impl Scope<'_> {
 
 /// The network faults of a running scenario.
 pub(crate) struct Net {
-    /// Nodes whose trigger the last fault armed.
-    armed: Vec<i32>,
+    /// Nodes whose trigger the last fault armed, with their counters before it.
+    armed: Vec<(i32, ProxyStats)>,
     /// Faults whose trigger never fired (their request never came before the heal).
     pub unfired: u64,
 }
@@ -70,18 +71,25 @@ impl Net {
                 self.resolve(cluster, scope, target, rng)?
             }
             NetFault::HealAll => {
-                let fired = self.armed.is_empty() || self.armed.iter().any(|n| !proxy.armed(*n));
+                // A trigger fired if it held or cut a connection since it was armed.
+                let fired = self.armed.is_empty()
+                    || self.armed.iter().any(|(n, before)| {
+                        let now = proxy.stats(*n);
+                        now.held > before.held || now.cut > before.cut
+                    });
+                let nodes: Vec<i32> = self.armed.iter().map(|(n, _)| *n).collect();
                 let what = if fired {
                     "healed".to_string()
                 } else {
                     self.unfired += 1;
-                    format!("healed; the trigger on node(s) {:?} never fired", self.armed)
+                    format!("healed; the trigger on node(s) {nodes:?} never fired")
                 };
                 self.armed.clear();
                 proxy.heal_all();
                 return Ok(what);
             }
         };
+        let before: Vec<(i32, ProxyStats)> = nodes.iter().map(|&n| (n, proxy.stats(n))).collect();
         for &node in &nodes {
             match fault {
                 NetFault::Hold { apis, transactional_only, count, .. } => {
@@ -93,7 +101,7 @@ impl Net {
             }
         }
         if !matches!(fault, NetFault::Slow { .. }) {
-            self.armed = nodes.clone();
+            self.armed = before;
         }
         Ok(format!("node(s) {nodes:?} ({why})"))
     }

@@ -377,7 +377,9 @@ impl Plan {
                         transactional_only: false,
                         count: u32::MAX,
                     };
-                    s.after(4, 6, Action::Net(hold), true);
+                    // Long enough after the last heal for the group to be stable again, with
+                    // transactions flowing: a hold during the rejoin would hit no transaction.
+                    s.after(8, 12, Action::Net(hold), true);
                     s.after_exactly(p.session + secs(5), Action::Net(NetFault::HealAll), false);
                 }
             }
