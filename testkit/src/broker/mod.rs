@@ -56,6 +56,14 @@
 //! cluster that the harness never starts or stops, which is how to run the suite against a
 //! production-like cluster or skip the JVM entirely. Otherwise a [`LocalCluster`] is started.
 //!
+//! # Network faults
+//!
+//! With [`ClusterConfig::fault_proxy`] every client connection goes through a
+//! [`FaultProxy`] (the nodes advertise its ports on a `CLIENT` listener; replication and the
+//! readiness probe stay direct), which can delay, blackhole, hold, cut or reset the
+//! connections to one node at run time: [`LocalCluster::proxy`]. [`LocalCluster::coordinator`]
+//! names the node that coordinates a transactional.id or a group, to aim such a fault.
+//!
 //! # Detached mode
 //!
 //! The CLI (`kafka-eos broker start|stop|status`) needs a broker that outlives the command:
