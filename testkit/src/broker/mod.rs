@@ -80,6 +80,7 @@ mod probe;
 mod process;
 mod props;
 pub mod proxy;
+mod tempdirs;
 
 use std::path::PathBuf;
 use std::time::Duration;
