@@ -5,7 +5,9 @@
 //!   transactions, changelogs and crashes, and a one-call replay-safety check.
 //! - [`broker`]: a real local Apache Kafka cluster (KRaft, jars fetched once from Maven
 //!   Central with Maven and cached), started on free ports and stopped with the process;
-//!   or your own cluster through `KAFKA_BOOTSTRAP`. Needs Java 17 and Maven.
+//!   or your own cluster through `KAFKA_BOOTSTRAP`. Needs Java 17 and Maven. With
+//!   `ClusterConfig::fault_proxy`, clients reach it through a [`broker::FaultProxy`] that
+//!   delays, holds, cuts or resets the connections to one broker at run time.
 //! - [`verify`]: reads an input and an output topic `read_committed` and proves
 //!   exactly-once: every input has exactly its outputs, none twice, in order.
 //! - [`admin`]: topics, writing test data, waiting until a group has caught up.

@@ -38,12 +38,15 @@
 
 mod fleet;
 mod instance;
+mod net;
 mod pace;
 mod plan;
 mod reader;
+mod report;
 mod rng;
 mod suite;
 
 pub use instance::{run_instance, InstanceConfig};
 pub use plan::Scenario;
-pub use suite::{run_suite, Progress, ScenarioResult, SuiteConfig, SuiteReport};
+pub use report::{Anomalies, ScenarioResult, Seen, SuiteReport};
+pub use suite::{run_suite, Progress, SuiteConfig};

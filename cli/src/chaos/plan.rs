@@ -7,6 +7,8 @@
 use std::time::Duration;
 
 use super::rng::Rng;
+use kafka_eos_testkit::broker::proxy::api;
+use kafka_eos_testkit::broker::OnRequest;
 
 /// One class of fault, run as one scenario of the suite.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -38,11 +40,45 @@ pub enum Scenario {
     /// under processor SIGKILLs and one broker SIGKILL: the final totals must equal the
     /// batch recomputation from the raw payments to the cent, each merchant-day emitted once.
     FinancialClose,
+    /// An EndTxn held past the client's timeout, then released. The fault proxy holds the
+    /// connection that carries the next EndTxn to a partition's transaction coordinator for
+    /// 12 s: the commit call times out (8 s) with its outcome unknown, the task fences its
+    /// producer and reconciles, and only then does the old EndTxn reach the coordinator.
+    /// Hazard: under the classic protocol a late EndTxn of an old transaction lands in a
+    /// later transaction of the same producer epoch and commits it half-done (KAFKA-17754);
+    /// the epoch bump of the task's `init_transactions` must fence it.
+    EndTxnHeld,
+    /// A produce request held until its transaction has ended, then released: the fault
+    /// proxy holds the next transactional Produce to the leader of an output partition whose
+    /// transaction coordinator is another broker (the coordinator stays fast) for 12 s. The
+    /// records time out, the transaction is aborted (by the task or by the coordinator's
+    /// timeout), the batch is replayed, and the held request arrives after all that.
+    /// Hazard (KAFKA-17754's shape): the late produce lands in a later transaction of the
+    /// same epoch and commits records of an aborted one (a duplicate, or an aborted read).
+    ProduceHeld,
+    /// The transaction coordinator cut off from the client mid-commit: when the next EndTxn
+    /// reaches a partition's coordinator, the connection is closed (after the request was
+    /// forwarded: the coordinator commits, the client never hears) or reset (before: it
+    /// never commits), and the coordinator refuses new connections for 8 s. Hazard: the
+    /// task guesses the outcome — replaying a committed batch duplicates it, dropping an
+    /// aborted one loses it.
+    CoordinatorCut,
+    /// The group coordinator cut off until the session expires, with a transaction open:
+    /// every group request (heartbeat, join, sync, offsets) to the app's group coordinator
+    /// is held for the session timeout plus 5 s. The group expels the members and hands
+    /// their partitions out again while their transactions are open. Hazard: a zombie
+    /// member commits its batch after another member took the partitions over (a
+    /// duplicate), or the new owner starts from offsets the zombie later moves.
+    GroupCoordinatorCut,
+    /// One slow broker: 50–500 ms added to every request to one broker, for the whole run.
+    /// Hazard: timeouts that fire on slowness rather than failure (a commit, a produce, a
+    /// heartbeat) and their retries, on every path at once.
+    SlowBroker,
 }
 
 impl Scenario {
     /// Every scenario, in the order the suite runs them.
-    pub const ALL: [Scenario; 8] = [
+    pub const ALL: [Scenario; 13] = [
         Scenario::ProcessKill,
         Scenario::ProcessBounce,
         Scenario::BrokerKill,
@@ -51,6 +87,11 @@ impl Scenario {
         Scenario::RandomAborts,
         Scenario::Stall,
         Scenario::FinancialClose,
+        Scenario::EndTxnHeld,
+        Scenario::ProduceHeld,
+        Scenario::CoordinatorCut,
+        Scenario::GroupCoordinatorCut,
+        Scenario::SlowBroker,
     ];
 
     /// The name used on the command line and in result rows.
@@ -64,13 +105,30 @@ impl Scenario {
             Scenario::RandomAborts => "random-aborts",
             Scenario::Stall => "stall",
             Scenario::FinancialClose => "financial-close",
+            Scenario::EndTxnHeld => "endtxn-held",
+            Scenario::ProduceHeld => "produce-held",
+            Scenario::CoordinatorCut => "coordinator-cut",
+            Scenario::GroupCoordinatorCut => "group-coord-cut",
+            Scenario::SlowBroker => "slow-broker",
         }
     }
 
-    /// Whether the scenario stops and starts brokers, which only a cluster started by the
-    /// suite allows (not one given with `--bootstrap`).
+    /// Whether the scenario stops and starts brokers or injects network faults, which only
+    /// a cluster started by the suite allows (not one given with `--bootstrap`).
     pub fn needs_broker_control(self) -> bool {
-        matches!(self, Scenario::BrokerKill | Scenario::BrokerBounce)
+        matches!(self, Scenario::BrokerKill | Scenario::BrokerBounce) || self.network()
+    }
+
+    /// Whether the scenario's faults are network faults, injected by the fault proxy.
+    pub fn network(self) -> bool {
+        matches!(
+            self,
+            Scenario::EndTxnHeld
+                | Scenario::ProduceHeld
+                | Scenario::CoordinatorCut
+                | Scenario::GroupCoordinatorCut
+                | Scenario::SlowBroker
+        )
     }
 }
 
@@ -108,6 +166,38 @@ pub(crate) enum Action {
     Stall { in_transaction: bool },
     /// SIGCONT the stalled instance.
     Resume,
+    /// A network fault through the fault proxy (see the `net` module).
+    Net(NetFault),
+}
+
+/// Which broker a network fault aims at, resolved when the step runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Target {
+    /// The transaction coordinator of a random input partition's transactional.id (every
+    /// broker in per-consumer mode, whose ids are the instances' own).
+    TxnCoordinator,
+    /// The leader of a random output partition whose transaction coordinator is another
+    /// broker, when there is one.
+    OutputLeader,
+    /// The coordinator of the application's consumer group.
+    GroupCoordinator,
+    /// This broker.
+    Node(i32),
+}
+
+/// A network fault (see `kafka_eos_testkit::broker::FaultProxy`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum NetFault {
+    /// Hold the next `count` connections to the target that send one of `apis` (only
+    /// requests with a transactional.id if `transactional_only`).
+    Hold { target: Target, apis: &'static [i16], transactional_only: bool, count: u32 },
+    /// Cut the next connection to the target that sends one of `apis`, as `how` says; the
+    /// target refuses connections until healed.
+    CutOn { target: Target, apis: &'static [i16], how: OnRequest },
+    /// Every request to the target waits 50–500 ms.
+    Slow { target: Target },
+    /// Heal every broker: release what is held, clear every fault.
+    HealAll,
 }
 
 /// One step: an action at a virtual time; `fault` says whether it counts as an injected
@@ -140,6 +230,8 @@ pub(crate) struct PlanParams {
     pub nodes: Vec<i32>,
     /// How long a stall lasts.
     pub stall: Duration,
+    /// The instances' consumer session timeout.
+    pub session: Duration,
 }
 
 fn secs(s: u64) -> Duration {
@@ -254,6 +346,48 @@ impl Plan {
                     }
                 }
             }
+            Scenario::EndTxnHeld | Scenario::ProduceHeld => {
+                let (apis, transactional_only, target): (&'static [i16], bool, Target) =
+                    if scenario == Scenario::EndTxnHeld {
+                        (&[api::END_TXN], false, Target::TxnCoordinator)
+                    } else {
+                        (&[api::PRODUCE], true, Target::OutputLeader)
+                    };
+                for _ in 0..3 * scale {
+                    let hold = NetFault::Hold { target, apis, transactional_only, count: 1 };
+                    s.after(3, 5, Action::Net(hold), true);
+                    // Past the commit call's and the records' timeout (the transaction
+                    // timeout, 8 s) and the coordinator's own abort of it.
+                    s.after_exactly(secs(12), Action::Net(NetFault::HealAll), false);
+                }
+            }
+            Scenario::CoordinatorCut => {
+                for round in 0..3 * scale {
+                    let how = if round % 3 == 1 { OnRequest::ResetBefore } else { OnRequest::CutAfter };
+                    let cut = NetFault::CutOn { target: Target::TxnCoordinator, apis: &[api::END_TXN], how };
+                    s.after(3, 5, Action::Net(cut), true);
+                    s.after_exactly(secs(8), Action::Net(NetFault::HealAll), false);
+                }
+            }
+            Scenario::GroupCoordinatorCut => {
+                for _ in 0..2 * scale {
+                    let hold = NetFault::Hold {
+                        target: Target::GroupCoordinator,
+                        apis: &api::GROUP,
+                        transactional_only: false,
+                        count: u32::MAX,
+                    };
+                    // Long enough after the last heal for the group to be stable again, with
+                    // transactions flowing: a hold during the rejoin would hit no transaction.
+                    s.after(8, 12, Action::Net(hold), true);
+                    s.after_exactly(p.session + secs(5), Action::Net(NetFault::HealAll), false);
+                }
+            }
+            Scenario::SlowBroker => {
+                let node = p.nodes.get(s.rng.below(p.nodes.len().max(1))).copied().unwrap_or(1);
+                s.after(1, 2, Action::Net(NetFault::Slow { target: Target::Node(node) }), true);
+                s.after_exactly(secs(30 * scale as u64), Action::Net(NetFault::HealAll), false);
+            }
         }
         let tail = secs(5);
         Plan { instances, abort_one_in, duration: s.now + tail, steps: s.steps }
@@ -271,7 +405,7 @@ mod tests {
     use super::*;
 
     fn params(scale: usize) -> PlanParams {
-        PlanParams { scale, nodes: vec![1, 2, 3], stall: secs(15) }
+        PlanParams { scale, nodes: vec![1, 2, 3], stall: secs(15), session: secs(6) }
     }
 
     #[test]
@@ -287,6 +421,28 @@ mod tests {
             let plan = Plan::new(sc, &params(2), &mut rng);
             assert!(plan.steps.windows(2).all(|w| w[0].at <= w[1].at), "{sc}");
             assert!(plan.steps.last().is_none_or(|s| s.at < plan.duration), "{sc}");
+        }
+    }
+
+    #[test]
+    fn network_faults_are_healed_and_counted() {
+        let mut rng = Rng::new(9);
+        for (sc, faults) in [
+            (Scenario::EndTxnHeld, 3),
+            (Scenario::ProduceHeld, 3),
+            (Scenario::CoordinatorCut, 3),
+            (Scenario::GroupCoordinatorCut, 2),
+            (Scenario::SlowBroker, 1),
+        ] {
+            let plan = Plan::new(sc, &params(1), &mut rng);
+            assert!(sc.network() && sc.needs_broker_control(), "{sc}");
+            assert_eq!(plan.faults(), faults, "{sc}");
+            // Every fault is followed by a heal, and nothing else is in between.
+            for w in plan.steps.chunks(2) {
+                assert!(matches!(w[0].action, Action::Net(f) if f != NetFault::HealAll), "{sc}");
+                assert_eq!(w[1].action, Action::Net(NetFault::HealAll), "{sc}");
+            }
+            assert!(plan.duration < secs(60), "{sc}: {:?} is too long for CI", plan.duration);
         }
     }
 
@@ -323,6 +479,10 @@ mod tests {
         let resumes = plan.steps.iter().filter(|s| s.action == Action::Resume).count();
         assert_eq!((stalls, resumes, plan.faults()), (3, 3, 3));
         assert!("nope".parse::<Scenario>().unwrap_err().contains("process-kill"));
+        for sc in Scenario::ALL {
+            assert_eq!(sc.name().parse::<Scenario>(), Ok(sc));
+            assert!(sc.name().len() <= 16, "{sc} fits the table's column");
+        }
         assert_eq!("stall".parse::<Scenario>(), Ok(Scenario::Stall));
     }
 }

@@ -14,7 +14,10 @@
 //! At the end ([`compare`]) every record it saw must be in the final read_committed read at
 //! the same output partition and offset with the same origin — one that is not was an
 //! **aborted read** (it saw a record of a transaction that did not commit) — and every
-//! record of the final read must have been seen (**skipped** otherwise: a poll skip).
+//! record of the final read must have been seen: below the last offset it read, a committed
+//! record it jumped over is a **skipped offset** (a poll skip; the offsets of markers and
+//! aborted records are the legitimate gaps, see the `report` module); above it, one it never
+//! reached is **unseen**.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -326,14 +329,21 @@ pub(crate) fn describe_anomalies(fin: &FinalRead, log: &ReaderLog, input_counts:
     out
 }
 
-/// How the concurrent view compares with the final one.
+/// How the concurrent view compares with the final one (the classes are defined in the
+/// `report` module).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Comparison {
     /// Seen by the concurrent reader, absent from the final read (or there with another
     /// origin): records of transactions that did not commit.
     pub aborted_reads: u64,
-    /// In the final read, never seen by the concurrent reader.
+    /// In the final read at an offset below the last one the concurrent reader read in that
+    /// partition, never read by it: a poll skip.
     pub skipped: u64,
+    /// In the final read above the last offset the concurrent reader read: never reached.
+    pub unseen: u64,
+    /// Offsets the reader's offsets jumped over that hold no committed record: transaction
+    /// markers and aborted records, the legitimate gaps.
+    pub legitimate_gaps: u64,
 }
 
 /// Compares what the concurrent reader saw with the final read (both per output partition;
@@ -342,7 +352,9 @@ pub(crate) fn compare(seen: &[Vec<Seen>], final_read: &[Vec<Seen>]) -> Compariso
     let mut c = Comparison::default();
     for (p, fin) in final_read.iter().enumerate() {
         let mut offsets: Vec<i64> = Vec::new();
+        let mut all: Vec<i64> = Vec::new();
         for s in seen.get(p).map(Vec::as_slice).unwrap_or_default() {
+            all.push(s.0);
             match fin.binary_search_by_key(&s.0, |f| f.0) {
                 Ok(i) if fin[i] == *s => offsets.push(s.0),
                 _ => c.aborted_reads += 1,
@@ -350,7 +362,15 @@ pub(crate) fn compare(seen: &[Vec<Seen>], final_read: &[Vec<Seen>]) -> Compariso
         }
         offsets.sort_unstable();
         offsets.dedup();
-        c.skipped += (fin.len() - offsets.len()) as u64;
+        all.sort_unstable();
+        all.dedup();
+        let last = all.last().copied().unwrap_or(-1);
+        let below = fin.partition_point(|f| f.0 <= last);
+        c.skipped += (below - offsets.len()) as u64; // every valid read is <= last
+        c.unseen += (fin.len() - below) as u64;
+        // Offsets 0..=last that were neither read nor hold a committed record.
+        let committed_unread = fin[..below].iter().filter(|f| all.binary_search(&f.0).is_err()).count();
+        c.legitimate_gaps += (last + 1) as u64 - (all.len() + committed_unread) as u64;
     }
     c
 }
@@ -388,10 +408,14 @@ mod tests {
     fn aborted_reads_and_skips() {
         let fin = vec![vec![(0, 0, 0), (2, 0, 1), (4, 0, 2)], vec![(1, 1, 0)]];
         // Saw offset 1 (aborted, absent from the final read), offset 2 with the wrong origin,
-        // never saw offset 4 nor partition 1's only record.
+        // never reached offset 4 nor partition 1's only record.
         let seen = vec![vec![(0, 0, 0), (1, 0, 1), (2, 0, 9)], vec![]];
-        assert_eq!(compare(&seen, &fin), Comparison { aborted_reads: 2, skipped: 3 });
-        assert_eq!(compare(&fin, &fin), Comparison::default());
+        assert_eq!(compare(&seen, &fin), Comparison { aborted_reads: 2, skipped: 1, unseen: 2, legitimate_gaps: 0 });
+        // Offsets 1 and 3 of partition 0 and 0 of partition 1 are markers or aborted records.
+        assert_eq!(compare(&fin, &fin), Comparison { legitimate_gaps: 3, ..Default::default() });
+        // Jumping over offset 2, a committed record, is a skip; over 1 and 3 is not.
+        let seen = vec![vec![(0, 0, 0), (4, 0, 2)], vec![(1, 1, 0)]];
+        assert_eq!(compare(&seen, &fin), Comparison { skipped: 1, legitimate_gaps: 3, ..Default::default() });
         assert_eq!(last_offsets(&fin), vec![4, 1]);
         assert_eq!(last_offsets(&[vec![]]), vec![-1]);
     }

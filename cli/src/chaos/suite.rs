@@ -21,18 +21,19 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 
 use super::fleet::Fleet;
 use super::instance::InstanceConfig;
+use super::net::{Net, Scope};
 use super::pace::{Input, InputSpec};
 use super::plan::{Action, Plan, PlanParams, Scenario};
-use super::reader::{
-    compare, describe_anomalies, last_offsets, read_final, utc_time_of_day, verify_config, wall_ms, Reader,
-};
+use super::reader::{utc_time_of_day, wall_ms, Reader};
+use super::report::{ScenarioResult, SuiteReport};
 use super::rng::Rng;
+
+mod checks;
 use crate::workloads::financial_close;
 use kafka_eos::config::Properties;
 use kafka_eos::{Guarantee, Summary};
 use kafka_eos_testkit::admin::{self, ClientExt};
 use kafka_eos_testkit::broker::{ClusterConfig, LocalCluster};
-use kafka_eos_testkit::verify::verify;
 
 /// Consumer `session.timeout.ms` of every instance: the broker's minimum by default, so a
 /// crashed or stalled instance loses its partitions quickly.
@@ -100,129 +101,6 @@ impl SuiteConfig {
     }
 }
 
-/// One scenario's outcome: the row of the result table, and notes for humans.
-#[derive(Debug, Clone)]
-pub struct ScenarioResult {
-    /// Which scenario.
-    pub scenario: Scenario,
-    /// Input records (as the verifier read them).
-    pub records: u64,
-    /// Faults injected (for random aborts: transactions aborted on purpose or not).
-    pub faults: u64,
-    /// Duplicates: the verifier's plus the concurrent reader's (an origin seen twice).
-    pub duplicates: u64,
-    /// Input records without an output (verifier).
-    pub missing: u64,
-    /// Order violations: the verifier's, plus the concurrent reader's (an origin offset going
-    /// back within an output partition, or an output offset going back).
-    pub order_violations: u64,
-    /// Records the concurrent reader saw that the final read does not contain.
-    pub aborted_reads: u64,
-    /// Committed records the concurrent reader never saw (poll skips).
-    pub skipped: u64,
-    /// Outputs with no or a foreign origin (verifier and reader).
-    pub unexpected: u64,
-    /// Stalled instances that showed no sign of having been fenced.
-    pub unfenced_zombies: u64,
-    /// Wall time of the scenario.
-    pub elapsed: Duration,
-    /// What happened, for humans: instances, transactions, reader, recoveries.
-    pub notes: Vec<String>,
-    /// Why the scenario could not complete, if it could not.
-    pub error: Option<String>,
-}
-
-impl ScenarioResult {
-    fn new(scenario: Scenario) -> ScenarioResult {
-        ScenarioResult {
-            scenario,
-            records: 0,
-            faults: 0,
-            duplicates: 0,
-            missing: 0,
-            order_violations: 0,
-            aborted_reads: 0,
-            skipped: 0,
-            unexpected: 0,
-            unfenced_zombies: 0,
-            elapsed: Duration::ZERO,
-            notes: Vec::new(),
-            error: None,
-        }
-    }
-
-    /// Every violation found; 0 means the scenario passed (if it also completed).
-    pub fn violations(&self) -> u64 {
-        self.duplicates
-            + self.missing
-            + self.order_violations
-            + self.aborted_reads
-            + self.skipped
-            + self.unexpected
-            + self.unfenced_zombies
-    }
-
-    /// Completed with no violation.
-    pub fn passed(&self) -> bool {
-        self.error.is_none() && self.violations() == 0
-    }
-
-    /// The header of the result table.
-    pub fn header() -> String {
-        format!(
-            "{:<16} {:>9} {:>6} {:>10} {:>7} {:>16} {:>13} {:>8}",
-            "scenario", "records", "faults", "duplicates", "missing", "order violations", "aborted reads", "elapsed"
-        )
-    }
-
-    /// This result as a row of the table.
-    pub fn row(&self) -> String {
-        format!(
-            "{:<16} {:>9} {:>6} {:>10} {:>7} {:>16} {:>13} {:>7.1}s{}",
-            self.scenario.name(),
-            self.records,
-            self.faults,
-            self.duplicates,
-            self.missing,
-            self.order_violations,
-            self.aborted_reads,
-            self.elapsed.as_secs_f64(),
-            if self.passed() { "" } else { "  FAILED" }
-        )
-    }
-}
-
-/// Every scenario's result.
-#[derive(Debug, Clone)]
-pub struct SuiteReport {
-    /// In the order run.
-    pub results: Vec<ScenarioResult>,
-    /// The seed used.
-    pub seed: u64,
-    /// Where the instance logs are (kept when a scenario failed), if anywhere.
-    pub logs: Option<PathBuf>,
-}
-
-impl SuiteReport {
-    /// Every scenario completed without a violation.
-    pub fn passed(&self) -> bool {
-        self.results.iter().all(ScenarioResult::passed)
-    }
-
-    /// `chaos: <k> scenarios, <n> faults, <d> duplicates, <m> missing, <o> order violations`.
-    pub fn summary_line(&self) -> String {
-        let sum = |f: fn(&ScenarioResult) -> u64| self.results.iter().map(f).sum::<u64>();
-        format!(
-            "chaos: {} scenarios, {} faults, {} duplicates, {} missing, {} order violations",
-            self.results.len(),
-            sum(|r| r.faults),
-            sum(|r| r.duplicates),
-            sum(|r| r.missing),
-            sum(|r| r.order_violations)
-        )
-    }
-}
-
 /// What [`run_suite`] reports as it goes.
 #[derive(Debug)]
 pub enum Progress<'a> {
@@ -262,7 +140,8 @@ pub fn run_suite(
         Some(b) => (b.clone(), DEFAULT_TIMEOUT_CHECK),
         None => {
             progress(Progress::Message("chaos: starting a local 3-node Kafka cluster"));
-            let mut cc = ClusterConfig::with_nodes(3);
+            // Every client reaches the brokers through the fault proxy (network scenarios).
+            let mut cc = ClusterConfig { fault_proxy: true, ..ClusterConfig::with_nodes(3) };
             cc.extra_properties.push((
                 "transaction.abort.timed.out.transaction.cleanup.interval.ms".into(),
                 LOCAL_TIMEOUT_CHECK.as_millis().to_string(),
@@ -298,6 +177,9 @@ pub fn run_suite(
             stall: TRANSACTION_TIMEOUT.max(SESSION_TIMEOUT) + timeout_check + Duration::from_secs(5),
         };
         let result = run_scenario(&ctx, cluster.as_mut(), scenario, &mut rng);
+        if let Some(proxy) = cluster.as_ref().and_then(|c| c.proxy()) {
+            proxy.heal_all(); // a scenario that failed half-way leaves no fault behind
+        }
         if !result.passed() {
             // The brokers' logs go with the instances' (the cluster's own directory is
             // removed with it).
@@ -362,6 +244,8 @@ struct Run<'a, 'r> {
     /// `steps.log` in the log directory: every fault with its UTC time, to line up with
     /// the instances' and brokers' logs.
     timeline: Option<std::fs::File>,
+    /// Network faults injected so far.
+    net: Net,
 }
 
 impl<'a, 'r> Run<'a, 'r> {
@@ -374,7 +258,8 @@ impl<'a, 'r> Run<'a, 'r> {
     ) -> Result<Run<'a, 'r>, String> {
         let cfg = ctx.cfg;
         let nodes = cluster.as_ref().map(|c| c.node_ids()).unwrap_or_default();
-        let params = PlanParams { scale: if cfg.soak { 10 } else { 1 }, nodes, stall: ctx.stall };
+        let params =
+            PlanParams { scale: if cfg.soak { 10 } else { 1 }, nodes, stall: ctx.stall, session: SESSION_TIMEOUT };
         let plan = Plan::new(scenario, &params, rng);
         let app = format!("chaos-{}-{}", ctx.run_id, scenario.name());
         let (input_topic, output_topic) = (format!("{app}-in"), format!("{app}-out"));
@@ -423,6 +308,7 @@ impl<'a, 'r> Run<'a, 'r> {
             fleet,
             zombies: Vec::new(),
             timeline,
+            net: Net::new(),
         })
     }
 
@@ -495,6 +381,11 @@ impl<'a, 'r> Run<'a, 'r> {
                 self.result.faults += 1;
             }
         }
+        if self.net.unfired > 0 {
+            // A network fault whose request never came injected nothing: not counted.
+            self.result.faults -= self.net.unfired.min(self.result.faults);
+            self.note(format!("{} network fault(s) never fired (see steps.log)", self.net.unfired));
+        }
         clock.set_cap(self.plan.duration);
         while !input.is_finished() {
             self.pause(Duration::from_millis(100))?;
@@ -524,43 +415,6 @@ impl<'a, 'r> Run<'a, 'r> {
             Some(reader) => self.check(reader, caught_up),
             None => self.reconcile(caught_up),
         }
-    }
-
-    /// The financial close's check: every merchant-day's emitted total plus its late
-    /// payments equals the batch recomputation from the raw payments, and no merchant-day
-    /// is emitted twice. A mismatch counts as missing, a merchant-day emitted twice as a
-    /// duplicate.
-    fn reconcile(self, caught_up: bool) -> Result<(), String> {
-        let topics = self.close_topics.clone().ok_or("no financial-close topics")?;
-        let vc = verify_config(self.ctx.client, &topics.payments, &topics.revenue, Duration::from_secs(300));
-        let rec = financial_close::reconcile(&vc, &topics).map_err(|e| format!("reconciliation: {e}"))?;
-        let t = self.fleet.totals();
-        let r = &mut *self.result;
-        r.records = rec.payments as u64 + rec.input_duplicates;
-        r.duplicates = rec.emitted_twice as u64;
-        r.missing = (rec.mismatches - rec.emitted_twice.min(rec.mismatches)) as u64;
-        if rec.merchant_days == 0 {
-            r.missing += 1;
-        }
-        r.notes.push(format!(
-            "{rec} ({} payments, {} redelivered copies, {} late payments)",
-            rec.payments, rec.input_duplicates, rec.late_payments
-        ));
-        r.notes.extend(rec.examples.iter().cloned());
-        r.notes.push(format!(
-            "instances: {} started, {} crashed; as last reported: {} transactions committed, {} aborted, {} producers fenced, {} assignments",
-            self.fleet.started,
-            self.fleet.crashes.len(),
-            t.transactions_committed,
-            t.transactions_aborted,
-            t.producers_fenced,
-            t.rebalances
-        ));
-        r.notes.extend(self.fleet.crashes.iter().cloned());
-        if !caught_up {
-            return Err("the pipeline did not catch up (see notes); the counts above are as found".into());
-        }
-        Ok(())
     }
 
     /// Appends `what` to the timeline, stamped with the UTC time of day.
@@ -626,6 +480,19 @@ impl<'a, 'r> Run<'a, 'r> {
                 self.zombies.push((id, before));
             }
             Action::Resume => self.fleet.resume_all(),
+            Action::Net(fault) => {
+                let cluster = self.cluster.as_deref().ok_or("a network scenario needs the suite's own cluster")?;
+                let scope = Scope {
+                    client: self.ctx.client,
+                    app: &self.app,
+                    input: &self.input_topic,
+                    output: &self.output_topic,
+                    partitions: self.ctx.cfg.partitions,
+                    per_partition: self.ctx.cfg.guarantee == Guarantee::ExactlyOnce,
+                };
+                let what = self.net.apply(cluster, &scope, fault, self.rng)?;
+                self.mark(&format!("  {what}"));
+            }
         }
         self.mark("  done");
         Ok(())
@@ -650,86 +517,6 @@ impl<'a, 'r> Run<'a, 'r> {
         }
         self.note(format!("the group did not catch up within {timeout:?} ({last})"));
         Ok(false)
-    }
-
-    fn check(self, reader: Reader, caught_up: bool) -> Result<(), String> {
-        let ctx = self.ctx;
-        let cfg = ctx.cfg;
-        let timeout = Duration::from_secs(300);
-        let vc = verify_config(ctx.client, &self.input_topic, &self.output_topic, timeout);
-        let report = verify(&vc).map_err(|e| format!("verifier: {e}"))?;
-        let final_read = read_final(ctx.client, &self.output_topic, cfg.partitions, &self.input_topic, timeout)
-            .map_err(|e| format!("final read: {e}"))?;
-        let log = reader.finish(last_offsets(&final_read.records), Duration::from_secs(120))?;
-        let cmp = compare(&log.seen, &final_read.records);
-        let r = &mut *self.result;
-        r.records = report.input_records;
-        r.duplicates = report.duplicates + log.duplicates;
-        r.missing = report.missing;
-        r.order_violations = report.order_violations + log.order_violations + log.backwards;
-        r.aborted_reads = cmp.aborted_reads;
-        r.skipped = cmp.skipped;
-        r.unexpected = report.unexpected + log.unexpected;
-
-        let t = self.fleet.totals();
-        if self.result.scenario == Scenario::RandomAborts {
-            self.result.faults = t.transactions_aborted;
-        }
-        let cycles = (t.transactions_committed + t.transactions_aborted).max(1);
-        let seen: usize = log.seen.iter().map(Vec::len).sum();
-        let mut notes = vec![
-            format!(
-                "verifier: {} in, {} out, {} duplicates, {} missing, {} order violations, {} unexpected",
-                report.input_records,
-                report.output_records,
-                report.duplicates,
-                report.missing,
-                report.order_violations,
-                report.unexpected
-            ),
-            format!(
-                "concurrent reader: {seen} read, {} duplicates, {} offsets going back, {} order violations, {} aborted reads, {} skipped",
-                log.duplicates, log.backwards, log.order_violations, cmp.aborted_reads, cmp.skipped
-            ),
-            format!(
-                "instances: {} started, {} crashed, {} graceful stops ended by SIGKILL; as last reported (a SIGKILLed instance's last half second is lost): {} transactions committed, {} aborted ({:.0}%), {} producers fenced, {} assignments",
-                self.fleet.started,
-                self.fleet.crashes.len(),
-                self.fleet.slow_stops,
-                t.transactions_committed,
-                t.transactions_aborted,
-                100.0 * t.transactions_aborted as f64 / cycles as f64,
-                t.producers_fenced,
-                t.rebalances
-            ),
-        ];
-        notes.extend(self.fleet.crashes.iter().cloned());
-        if report.duplicates > 0 || report.missing > 0 {
-            let (n, p) = (cfg.records as i64, cfg.partitions as i64);
-            let counts: Vec<i64> = (0..p).map(|i| n / p + i64::from(i < n % p)).collect();
-            notes.extend(describe_anomalies(&final_read, &log, &counts, 10));
-        }
-        let mut fenced = 0;
-        for (id, before) in &self.zombies {
-            let after = self.fleet.status_of(*id).and_then(|s| s.summary).unwrap_or_default();
-            if after.producers_fenced > before.producers_fenced || after.rebalances > before.rebalances {
-                fenced += 1;
-            } else {
-                notes.push(format!("stalled instance {id} shows no sign of fencing: {before:?} -> {after:?}"));
-            }
-        }
-        if !self.zombies.is_empty() {
-            notes.push(format!(
-                "stalled instances fenced on waking (lost their partitions or producer): {fenced} of {}",
-                self.zombies.len()
-            ));
-        }
-        self.result.unfenced_zombies = (self.zombies.len() - fenced) as u64;
-        self.result.notes.extend(notes);
-        if !caught_up {
-            return Err("the pipeline did not catch up (see notes); the counts above are as found".into());
-        }
-        Ok(())
     }
 }
 

@@ -4,14 +4,17 @@ use std::fs;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard, Once};
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use super::install::{install, java};
 use super::probe::Probe;
 use super::process::{self, SpawnMode};
 use super::props::{self, NodeSpec};
+use super::proxy::FaultProxy;
+#[cfg(test)]
+use super::tempdirs::stale_dir_pid;
+use super::tempdirs::{fresh_temp_dir, prepare_given_dir, remove_stale_temp_dirs};
 use super::{BrokerError, ClusterConfig, SaslConfig, STOP_TIMEOUT};
 
 /// Lines of a node's log quoted in errors.
@@ -97,6 +100,8 @@ pub struct LocalCluster {
     mode: SpawnMode,
     /// Set when a detached cluster is handed over to its state file: Drop leaves it alone.
     released: bool,
+    /// The clients' way in, with [`ClusterConfig::fault_proxy`].
+    proxy: Option<FaultProxy>,
 }
 
 impl LocalCluster {
@@ -137,9 +142,21 @@ impl LocalCluster {
         if let Some(sasl) = &cfg.sasl {
             props::validate_sasl(sasl).map_err(BrokerError::InvalidConfig)?;
         }
+        if cfg.fault_proxy && mode != SpawnMode::Attached {
+            return Err(BrokerError::InvalidConfig(
+                "fault_proxy needs an attached cluster: the proxy lives in the process that started it".into(),
+            ));
+        }
         let java = java()?;
         let libs = install()?;
         remove_stale_temp_dirs();
+        let ids: Vec<i32> = (1..=cfg.nodes as i32).collect();
+        let mut proxy = match cfg.fault_proxy {
+            true => {
+                Some(FaultProxy::bind(&ids).map_err(|e| BrokerError::io("binding the fault proxy on 127.0.0.1", e))?)
+            }
+            false => None,
+        };
 
         let mut attempt = 0;
         loop {
@@ -148,16 +165,24 @@ impl LocalCluster {
                 Some(dir) => (prepare_given_dir(dir)?, false),
                 None => (fresh_temp_dir()?, true),
             };
-            // Broker and controller port per node, plus the SASL listener's if there is one.
-            let per_node = if cfg.sasl.is_some() { 3 } else { 2 };
+            // Broker and controller port per node, plus the SASL listener's and the proxied
+            // CLIENT listener's if there are.
+            let per_node = 2 + usize::from(cfg.sasl.is_some()) + usize::from(proxy.is_some());
             let ports = props::free_ports(cfg.nodes * per_node)
                 .map_err(|e| BrokerError::io("picking free ports on 127.0.0.1", e))?;
             let nodes = ports
                 .chunks(per_node)
                 .enumerate()
-                .map(|(i, p)| Node {
-                    spec: NodeSpec::new(&data_dir, i as i32 + 1, p[0], p[1], p.get(2).copied()),
-                    child: Mutex::new(None),
+                .map(|(i, p)| {
+                    let id = i as i32 + 1;
+                    let sasl = cfg.sasl.as_ref().map(|_| p[2]);
+                    let mut spec = NodeSpec::new(&data_dir, id, p[0], p[1], sasl);
+                    if let Some(proxy) = &proxy {
+                        let own = p[per_node - 1];
+                        proxy.set_upstream(id, std::net::SocketAddr::from(([127, 0, 0, 1], own)));
+                        spec.client = proxy.port(id).map(|port| (own, port));
+                    }
+                    Node { spec, child: Mutex::new(None) }
                 })
                 .collect();
             let mut cluster = LocalCluster {
@@ -170,6 +195,7 @@ impl LocalCluster {
                 ready_timeout: cfg.ready_timeout,
                 mode,
                 released: false,
+                proxy: None,
             };
             if cluster.remove_data_dir {
                 process::track_dir(&cluster.data_dir);
@@ -192,6 +218,7 @@ impl LocalCluster {
                 .and_then(|()| cluster.wait_ready(cfg.ready_timeout));
             match result {
                 Ok(()) => {
+                    cluster.proxy = proxy.take();
                     tracing::info!(elapsed = ?started.elapsed(), bootstrap = %cluster.bootstrap_servers(), "local Kafka cluster ready");
                     return Ok(cluster);
                 }
@@ -214,11 +241,30 @@ impl LocalCluster {
         }
     }
 
-    /// Comma-separated broker addresses of all nodes, running or not: `127.0.0.1:p1,...`.
+    /// Comma-separated broker addresses of all nodes, running or not: `127.0.0.1:p1,...`;
+    /// with [`ClusterConfig::fault_proxy`], the proxies' addresses.
     ///
     /// Ports never change, so the string stays valid across node restarts.
     pub fn bootstrap_servers(&self) -> String {
+        match &self.proxy {
+            Some(_) => self.proxied_bootstrap().unwrap_or_else(|| self.direct_bootstrap_servers()),
+            None => self.direct_bootstrap_servers(),
+        }
+    }
+
+    fn proxied_bootstrap(&self) -> Option<String> {
+        props::proxy_bootstrap_of(self.nodes.iter().map(|n| &n.spec))
+    }
+
+    /// The nodes' own `PLAINTEXT` listeners, bypassing a fault proxy (what replication and
+    /// the readiness probe use). Equal to [`LocalCluster::bootstrap_servers`] without one.
+    pub fn direct_bootstrap_servers(&self) -> String {
         props::bootstrap_of(self.nodes.iter().map(|n| &n.spec))
+    }
+
+    /// The fault proxy every client goes through, with [`ClusterConfig::fault_proxy`].
+    pub fn proxy(&self) -> Option<&FaultProxy> {
+        self.proxy.as_ref()
     }
 
     /// The addresses of every node's `SASL_PLAINTEXT` listener (`127.0.0.1:s1,...`), when the
@@ -590,191 +636,6 @@ fn stop_gracefully(nodes: &[&Node]) {
     }
 }
 
-/// A new, empty `kafka-eos-<pid>-<n>` directory under the system temp dir.
-fn fresh_temp_dir() -> Result<PathBuf, BrokerError> {
-    static COUNTER: AtomicUsize = AtomicUsize::new(0);
-    let base = std::env::temp_dir();
-    loop {
-        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-        let dir = base.join(format!("kafka-eos-{}-{n}", std::process::id()));
-        match fs::create_dir(&dir) {
-            Ok(()) => return Ok(dir),
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-            Err(e) => return Err(BrokerError::io(format!("creating {}", dir.display()), e)),
-        }
-    }
-}
-
-/// Creates a caller-chosen data dir and wipes the node directories of an earlier cluster.
-pub(crate) fn prepare_given_dir(dir: &Path) -> Result<PathBuf, BrokerError> {
-    fs::create_dir_all(dir).map_err(|e| BrokerError::io(format!("creating {}", dir.display()), e))?;
-    let dir = dir.canonicalize().map_err(|e| BrokerError::io(format!("resolving {}", dir.display()), e))?;
-    let entries = fs::read_dir(&dir).map_err(|e| BrokerError::io(format!("listing {}", dir.display()), e))?;
-    for entry in entries.flatten() {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        let is_node_dir =
-            name.strip_prefix("node-").is_some_and(|id| !id.is_empty() && id.bytes().all(|b| b.is_ascii_digit()));
-        if is_node_dir {
-            fs::remove_dir_all(entry.path())
-                .map_err(|e| BrokerError::io(format!("removing the old {}", entry.path().display()), e))?;
-        }
-    }
-    Ok(dir)
-}
-
-/// Removes `kafka-eos-<pid>-<n>` temp dirs left by processes that no longer exist (runs that
-/// crashed or were killed before they could clean up). Once per process; errors are ignored.
-fn remove_stale_temp_dirs() {
-    static ONCE: Once = Once::new();
-    ONCE.call_once(|| {
-        let Ok(entries) = fs::read_dir(std::env::temp_dir()) else {
-            return;
-        };
-        let me = std::process::id();
-        for entry in entries.flatten() {
-            let name = entry.file_name().to_string_lossy().into_owned();
-            let Some(pid) = stale_dir_pid(&name) else { continue };
-            if pid != me && !process::pid_exists(pid) {
-                tracing::info!(dir = %entry.path().display(), "removing a leftover Kafka cluster directory");
-                let _ = fs::remove_dir_all(entry.path());
-            }
-        }
-    });
-}
-
-/// The pid in a `kafka-eos-<pid>-<n>` directory name.
-fn stale_dir_pid(name: &str) -> Option<u32> {
-    let rest = name.strip_prefix("kafka-eos-")?;
-    let (pid, n) = rest.split_once('-')?;
-    if n.is_empty() || !n.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    pid.parse().ok()
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn stale_dir_names() {
-        assert_eq!(stale_dir_pid("kafka-eos-1234-0"), Some(1234));
-        assert_eq!(stale_dir_pid("kafka-eos-1234-17"), Some(1234));
-        assert_eq!(stale_dir_pid("kafka-eos-cache"), None);
-        assert_eq!(stale_dir_pid("kafka-eos-1234-"), None);
-        assert_eq!(stale_dir_pid("kafka-eos-1234"), None);
-        assert_eq!(stale_dir_pid("kafka-eos-x-1"), None);
-        assert_eq!(stale_dir_pid("other-1-2"), None);
-    }
-
-    #[test]
-    fn cluster_is_send_and_sync() {
-        fn check<T: Send + Sync>() {}
-        check::<LocalCluster>();
-        check::<super::super::Cluster>();
-    }
-
-    #[test]
-    fn invalid_configs_are_rejected_before_anything_runs() {
-        for cfg in [
-            ClusterConfig { nodes: 0, ..Default::default() },
-            ClusterConfig { heap_mb: 16, ..Default::default() },
-            ClusterConfig { sasl: Some(SaslConfig::default()), ..Default::default() },
-            ClusterConfig { sasl: Some(SaslConfig::with_user("alice", "with space")), ..Default::default() },
-        ] {
-            assert!(matches!(LocalCluster::start(cfg), Err(BrokerError::InvalidConfig(_))));
-        }
-    }
-
-    /// Smoke check against real JVMs (needs Java 17 and, once, Maven + network):
-    /// `cargo test -p kafka-eos --lib broker::cluster::tests::smoke -- --ignored --nocapture`
-    #[test]
-    #[ignore = "starts real Kafka JVMs"]
-    fn smoke() {
-        let t = Instant::now();
-        let c1 = LocalCluster::start(ClusterConfig::default()).unwrap();
-        eprintln!("1 node ready in {:?} at {}", t.elapsed(), c1.bootstrap_servers());
-        let probe = Probe::new(&c1.bootstrap_servers()).unwrap();
-        assert_eq!(probe.broker_ids(Duration::from_secs(5)).unwrap(), vec![1]);
-        eprintln!("1 node RSS: {} kB", rss_kb(c1.pid(1).unwrap()));
-        let t = Instant::now();
-        c1.stop().unwrap();
-        eprintln!("1 node stopped in {:?}", t.elapsed());
-
-        let t = Instant::now();
-        let mut c3 = LocalCluster::start(ClusterConfig::with_nodes(3)).unwrap();
-        eprintln!("3 nodes ready in {:?} at {}", t.elapsed(), c3.bootstrap_servers());
-        for id in c3.node_ids() {
-            eprintln!("node {id} RSS: {} kB", rss_kb(c3.pid(id).unwrap()));
-        }
-        let probe = Probe::new(&c3.bootstrap_servers()).unwrap();
-        assert_eq!(probe.broker_ids(Duration::from_secs(5)).unwrap(), vec![1, 2, 3]);
-        c3.kill_node(2).unwrap();
-        assert!(!c3.is_running(2));
-        let t = Instant::now();
-        c3.wait_ready(Duration::from_secs(60)).unwrap();
-        eprintln!("node 2 left metadata {:?} after SIGKILL", t.elapsed());
-        assert_eq!(probe.broker_ids(Duration::from_secs(5)).unwrap(), vec![1, 3]);
-        let t = Instant::now();
-        c3.start_node(2).unwrap();
-        eprintln!("node 2 back in metadata {:?} after restart", t.elapsed());
-        assert_eq!(probe.broker_ids(Duration::from_secs(5)).unwrap(), vec![1, 2, 3]);
-        c3.wait_ready(Duration::from_secs(30)).unwrap();
-        let dir = c3.data_dir().to_path_buf();
-        let t = Instant::now();
-        c3.stop().unwrap();
-        eprintln!("3 nodes stopped in {:?}", t.elapsed());
-        assert!(!dir.exists());
-    }
-
-    /// The SASL listener against a real JVM: PLAIN and both SCRAM hashes authenticate, a wrong
-    /// password does not, the port survives a restart, and no password reaches the node's log:
-    /// `cargo test -p kafka-eos --lib broker::cluster::tests::sasl_smoke -- --ignored --nocapture`
-    #[test]
-    #[ignore = "starts a real Kafka JVM"]
-    fn sasl_smoke() {
-        use rdkafka::consumer::{BaseConsumer, Consumer};
-        // Every character the harness accepts in a password, to prove it survives the JAAS
-        // config and the storage tool's credential syntax.
-        let (user, password) = ("alice.smoke_1-x", "Sm0ke!#$%&'()*+-./:;<>?@^_`{|}~");
-        let t = Instant::now();
-        let cfg = ClusterConfig { sasl: Some(SaslConfig::with_user(user, password)), ..Default::default() };
-        let mut c = LocalCluster::start(cfg).unwrap();
-        let sasl = c.sasl_bootstrap_servers().unwrap();
-        eprintln!("1 node with SASL ready in {:?}: plaintext {}, SASL {sasl}", t.elapsed(), c.bootstrap_servers());
-        assert_ne!(sasl, c.bootstrap_servers());
-        let brokers = |mechanism: &str, pw: &str| {
-            let client: BaseConsumer = rdkafka::ClientConfig::new()
-                .set("bootstrap.servers", &sasl)
-                .set("security.protocol", "SASL_PLAINTEXT")
-                .set("sasl.mechanism", mechanism)
-                .set("sasl.username", user)
-                .set("sasl.password", pw)
-                .set("log_level", "0")
-                .create()
-                .unwrap();
-            client.fetch_metadata(None, Duration::from_secs(3)).map(|md| md.brokers().len())
-        };
-        for mechanism in SaslConfig::MECHANISMS {
-            assert_eq!(brokers(mechanism, password).unwrap(), 1, "{mechanism}");
-            assert!(brokers(mechanism, "wrong").is_err(), "{mechanism} with a wrong password");
-        }
-        c.kill_node(1).unwrap();
-        c.start_node(1).unwrap();
-        assert_eq!(c.sasl_bootstrap_servers().unwrap(), sasl);
-        assert_eq!(brokers("SCRAM-SHA-512", password).unwrap(), 1, "after a restart");
-        let log = fs::read_to_string(c.log_path(1).unwrap()).unwrap();
-        assert!(log.contains("SASL_PLAINTEXT"), "the listener should be in the log");
-        assert!(!log.contains(password), "the password is in the node's log");
-        c.stop().unwrap();
-    }
-
-    fn rss_kb(pid: u32) -> u64 {
-        let status = fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            .unwrap_or(0)
-    }
-}
+#[path = "cluster_tests.rs"]
+mod tests;

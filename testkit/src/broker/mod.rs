@@ -56,6 +56,14 @@
 //! cluster that the harness never starts or stops, which is how to run the suite against a
 //! production-like cluster or skip the JVM entirely. Otherwise a [`LocalCluster`] is started.
 //!
+//! # Network faults
+//!
+//! With [`ClusterConfig::fault_proxy`] every client connection goes through a
+//! [`FaultProxy`] (the nodes advertise its ports on a `CLIENT` listener; replication and the
+//! readiness probe stay direct), which can delay, blackhole, hold, cut or reset the
+//! connections to one node at run time: [`LocalCluster::proxy`]. [`LocalCluster::coordinator`]
+//! names the node that coordinates a transactional.id or a group, to aim such a fault.
+//!
 //! # Detached mode
 //!
 //! The CLI (`kafka-eos broker start|stop|status`) needs a broker that outlives the command:
@@ -65,18 +73,23 @@
 //! `kafka.Kafka` and that node's `server.properties`, so a recycled PID is never killed.
 
 mod cluster;
+mod coordinator;
 mod detached;
 mod install;
 mod probe;
 mod process;
 mod props;
+pub mod proxy;
+mod tempdirs;
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 pub use cluster::LocalCluster;
+pub use coordinator::{coordinator_partition, find_coordinator, java_string_hash, CoordinatorKind};
 pub use detached::{start_detached, status_detached, stop_detached, STATE_FILE};
 pub use install::{cache_dir, copy_dependencies, install};
+pub use proxy::{FaultProxy, OnRequest};
 
 /// The Apache Kafka version the harness runs. Must match `kafka.version` in the embedded
 /// `pom.xml` (a unit test checks that). 4.1.x because 4.0.0 dropped JoinGroup v0-1 (restored in
@@ -130,6 +143,14 @@ pub struct ClusterConfig {
     /// probe use it); [`LocalCluster::sasl_bootstrap_servers`] names the SASL one. (A
     /// detached cluster's state file records only the plaintext bootstrap servers.)
     pub sasl: Option<SaslConfig>,
+    /// Put a [`FaultProxy`](proxy::FaultProxy) between clients and every node. Default `false`.
+    ///
+    /// Each node gets a `CLIENT` listener that advertises the proxy's port, and
+    /// [`LocalCluster::bootstrap_servers`] names the proxies: every client connection goes
+    /// through them, while replication and controller traffic stay direct. Network faults
+    /// are then injected with [`LocalCluster::proxy`]. Not available in detached mode (the
+    /// proxy lives in the process that started the cluster).
+    pub fault_proxy: bool,
 }
 
 /// A `SASL_PLAINTEXT` listener on every node of a [`LocalCluster`], on its own port.
@@ -189,6 +210,7 @@ impl Default for ClusterConfig {
             data_dir: None,
             ready_timeout: Duration::from_secs(60),
             sasl: None,
+            fault_proxy: false,
         }
     }
 }

@@ -15,6 +15,8 @@ pub(crate) struct NodeSpec {
     pub controller_port: u16,
     /// Port of the `SASL_PLAINTEXT` listener, when the cluster has one.
     pub sasl_port: Option<u16>,
+    /// With a fault proxy: the `CLIENT` listener's own port and the proxy port it advertises.
+    pub client: Option<(u16, u16)>,
     /// `<data_dir>/node-<id>`.
     pub dir: PathBuf,
     /// Directory id of the node's metadata log dir, used by `--initial-controllers`.
@@ -28,6 +30,7 @@ impl NodeSpec {
             broker_port,
             controller_port,
             sasl_port,
+            client: None,
             dir: data_dir.join(format!("node-{id}")),
             dir_id: random_kafka_id(),
         }
@@ -55,6 +58,13 @@ impl NodeSpec {
 /// `127.0.0.1:P1,127.0.0.1:P2,...` from broker ports.
 pub(crate) fn bootstrap_of<'a>(nodes: impl IntoIterator<Item = &'a NodeSpec>) -> String {
     nodes.into_iter().map(|n| format!("127.0.0.1:{}", n.broker_port)).collect::<Vec<_>>().join(",")
+}
+
+/// `127.0.0.1:X1,...` from the proxy ports; `None` when the nodes have no fault proxy.
+pub(crate) fn proxy_bootstrap_of<'a>(nodes: impl IntoIterator<Item = &'a NodeSpec>) -> Option<String> {
+    let ports =
+        nodes.into_iter().map(|n| n.client.map(|(_, p)| format!("127.0.0.1:{p}"))).collect::<Option<Vec<_>>>()?;
+    (!ports.is_empty()).then(|| ports.join(","))
 }
 
 /// `127.0.0.1:S1,...` from the SASL ports; `None` when the nodes have no SASL listener.
@@ -97,12 +107,20 @@ pub(crate) fn server_properties(
         let _ = write!(listeners, ",SASL_PLAINTEXT://127.0.0.1:{port}");
         protocols.push_str(",SASL_PLAINTEXT:SASL_PLAINTEXT");
     }
+    // The fault proxy's listener: bound on its own port, advertised as the proxy's, so that
+    // metadata sends clients back through the proxy (inter-broker traffic stays on PLAINTEXT).
+    let mut advertised = listeners.clone();
+    if let Some((own, proxy)) = node.client {
+        let _ = write!(listeners, ",CLIENT://127.0.0.1:{own}");
+        let _ = write!(advertised, ",CLIENT://127.0.0.1:{proxy}");
+        protocols.push_str(",CLIENT:PLAINTEXT");
+    }
     let mut props: Vec<(&str, String)> = vec![
         ("process.roles", "broker,controller".into()),
         ("node.id", node.id.to_string()),
         ("controller.quorum.bootstrap.servers", quorum),
-        ("listeners", listeners.clone()),
-        ("advertised.listeners", listeners),
+        ("listeners", listeners),
+        ("advertised.listeners", advertised),
         ("controller.listener.names", "CONTROLLER".into()),
         ("inter.broker.listener.name", "PLAINTEXT".into()),
         ("listener.security.protocol.map", protocols),
@@ -295,6 +313,7 @@ mod tests {
                 broker_port: 9000 + i as u16,
                 controller_port: 9100 + i as u16,
                 sasl_port: None,
+                client: None,
                 dir: PathBuf::from(format!("/d/node-{i}")),
                 dir_id: format!("DIR{i}"),
             })

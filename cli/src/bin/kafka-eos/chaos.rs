@@ -3,9 +3,11 @@
 //!
 //! `kafka-eos chaos [--records N] [--scenario NAME]... [--soak] [--seed S]
 //! [--bootstrap B [--client-config FILE] [-X key=value]...]` runs the suite and prints one
-//! row per scenario, then
-//! `chaos: <k> scenarios, <n> faults, <d> duplicates, <m> missing, <o> order violations`;
-//! it exits 1 on any violation. `kafka-eos chaos instance ...` (hidden) is one pipeline
+//! row per scenario with its table of anomaly classes (concurrent reader / final checks),
+//! then the summary table (one column per class) and
+//! `chaos: <k> scenarios, <n> faults, <d> duplicates, <m> missing, <o> order violations,
+//! <a> aborted reads, <s> skipped offsets, <u> unseen, <x> other`; it exits 1 on any
+//! anomaly of any class. `kafka-eos chaos instance ...` (hidden) is one pipeline
 //! instance: the suite starts it as a child process of this same binary.
 
 use std::path::PathBuf;
@@ -28,7 +30,8 @@ pub struct Args {
     #[arg(long, default_value_t = 4)]
     partitions: i32,
     /// Run only this scenario (repeatable): process-kill, process-bounce, broker-kill,
-    /// broker-bounce, rebalance-storm, random-aborts, stall [default: all].
+    /// broker-bounce, rebalance-storm, random-aborts, stall, financial-close, endtxn-held,
+    /// produce-held, coordinator-cut, group-coord-cut, slow-broker [default: all].
     #[arg(long = "scenario")]
     scenarios: Vec<Scenario>,
     /// Soak: ten times the faults of every scenario (hundreds in all) over millions of records.
@@ -135,6 +138,10 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
         println!("instance logs: {}", dir.display());
     }
     println!("total elapsed: {:.0?}", Duration::from_secs(started.elapsed().as_secs()));
+    println!();
+    for line in report.table() {
+        println!("{line}");
+    }
     if !report.passed() {
         println!("FAILED (replay with --seed {})", report.seed);
     }
@@ -148,6 +155,9 @@ fn print_result(r: &ScenarioResult, header: &mut bool) {
         *header = true;
     }
     println!("{}", r.row());
+    for line in r.anomalies.table() {
+        println!("    {line}");
+    }
     for n in &r.notes {
         println!("    {n}");
     }
