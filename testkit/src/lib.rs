@@ -26,7 +26,7 @@ pub mod postgres;
 // file has its own spawner thread and exit hook, which is harmless. Once the broker module
 // exposes it, this becomes a plain `use`.
 #[cfg(unix)]
-#[allow(dead_code)]
+#[allow(dead_code, clippy::duplicate_mod)]
 #[path = "broker/process.rs"]
 mod process;
 pub mod read;

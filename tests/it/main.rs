@@ -14,6 +14,7 @@ mod interrupt;
 mod ops;
 mod rebalance;
 mod security;
+mod sinks;
 mod startup;
 mod state;
 mod unknown_outcome;

@@ -64,6 +64,8 @@
 
 use std::time::Duration;
 
+/// The client crate, re-exported for applications and tests.
+pub use redis;
 use redis::aio::{ConnectionLike, ConnectionManager};
 
 /// The script (see the crate docs). KEYS: the events' dedup keys, then the distinct hash
