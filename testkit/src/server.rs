@@ -10,7 +10,7 @@
 //! removes their directories on a normal exit.
 //!
 //! Each server is started in a process group of its own (`setpgid(0, 0)`): PostgreSQL forks a
-//! backend per connection and background workers, and [`ServerProcess::kill`] SIGKILLs the
+//! backend per connection and background workers, and `ServerProcess::kill` SIGKILLs the
 //! whole group, which is what a crash of the machine's server looks like to its clients.
 //! Signals only ever go to the PID (or group) saved at spawn time, before that child is
 //! reaped, so a recycled PID is never signalled.

@@ -53,7 +53,7 @@
 //! `redis` (redis-rs, maintained under the redis-rs organisation) is the maintained,
 //! complete async client: multiplexed connections, [`Script`](redis::Script) with
 //! `EVALSHA`-then-`EVAL` fallback, pipelines, and a
-//! [`ConnectionManager`](redis::aio::ConnectionManager) that reconnects after a Redis
+//! [`ConnectionManager`] that reconnects after a Redis
 //! restart — which the chaos scenarios need. `fred` is the alternative; it brings more
 //! (pools, cluster routing, its own runtime tasks) than a sink that sends one script per
 //! batch uses.
