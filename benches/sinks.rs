@@ -119,7 +119,7 @@ async fn redis(persistence: Persistence, n: i64, batches: &[usize]) {
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
-    let (pg_rows, redis_events) = if quick { (2_000, 5_000) } else { (20_000, 100_000) };
+    let (pg_rows, redis_events) = if quick { (2_000, 5_000) } else { (100_000, 200_000) };
     postgres(false, pg_rows, &[100, 1000]).await;
     if !quick {
         postgres(true, pg_rows, &[100, 1000]).await;
