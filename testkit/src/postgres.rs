@@ -325,16 +325,16 @@ mod tests {
             .spawn()
             .unwrap();
         let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
-        let mut pid = None;
+        let mut started = None;
         let mut line = String::new();
         while std::io::BufRead::read_line(&mut out, &mut line).unwrap() > 0 {
-            if let Some(p) = line.trim().strip_prefix("postmaster pid ") {
-                pid = Some(p.parse::<u32>().unwrap());
+            if let Some((p, dir)) = line.trim().strip_prefix("postmaster pid ").and_then(|l| l.split_once(" dir ")) {
+                started = Some((p.parse::<u32>().unwrap(), PathBuf::from(dir)));
                 break;
             }
             line.clear();
         }
-        let pid = pid.expect("the child did not start PostgreSQL");
+        let (pid, dir) = started.expect("the child did not start PostgreSQL");
         assert!(crate::process::pid_exists(pid));
         child.kill().unwrap(); // SIGKILL: no destructor, no exit hook
         child.wait().unwrap();
@@ -342,6 +342,9 @@ mod tests {
             crate::process::wait_until(Duration::from_secs(10), || server::live_group_members(pid) == 0),
             "PostgreSQL outlived the process that started it"
         );
+        // A SIGKILLed process leaves its directory (the next start in another process
+        // would remove it as stale).
+        std::fs::remove_dir_all(dir).unwrap();
     }
 
     #[test]
@@ -351,7 +354,7 @@ mod tests {
             return;
         }
         let pg = Postgres::start(PostgresConfig::default()).unwrap();
-        println!("postmaster pid {}", pg.pid().unwrap());
+        println!("postmaster pid {} dir {}", pg.pid().unwrap(), pg.dir().display());
         std::thread::sleep(Duration::from_secs(120));
     }
 }
