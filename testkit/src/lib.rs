@@ -13,8 +13,12 @@
 //! - [`admin`]: topics, writing test data, waiting until a group has caught up.
 //! - [`write::Writer`]: a producer for test data kept open across calls (keys, values,
 //!   tombstones, headers); [`read`]: a topic's committed records read back.
+//! - [`postgres`], [`redis`]: real local PostgreSQL and Redis servers (Debian's packages)
+//!   on free ports in temporary directories, for the sinks' tests; they die with the
+//!   process that started them, like the broker.
 //!
-//! The broker harness controls processes through POSIX signals: it builds on Unix only.
+//! The broker and server harnesses control processes through POSIX signals: they build on
+//! Unix only.
 #![warn(missing_docs)]
 
 pub mod admin;
@@ -22,7 +26,13 @@ pub mod admin;
 pub mod broker;
 pub mod driver;
 #[cfg(unix)]
+pub mod postgres;
+#[cfg(unix)]
 pub mod process;
 pub mod read;
+#[cfg(unix)]
+pub mod redis;
+#[cfg(unix)]
+pub mod server;
 pub mod verify;
 pub mod write;

@@ -15,6 +15,7 @@ mod interrupt;
 mod ops;
 mod rebalance;
 mod security;
+mod sinks;
 mod startup;
 mod state;
 mod unknown_outcome;

@@ -148,19 +148,10 @@ impl Conn {
     }
 }
 
+/// `SO_LINGER` 0: closing the socket then sends a RST instead of a FIN.
 fn set_linger_zero(s: &TcpStream) {
-    use std::os::fd::AsRawFd;
-    let linger = libc::linger { l_onoff: 1, l_linger: 0 };
-    // SAFETY: setsockopt on a socket we own, with a pointer to a live linger struct of the size passed.
-    unsafe {
-        libc::setsockopt(
-            s.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_LINGER,
-            (&linger as *const libc::linger).cast(),
-            std::mem::size_of::<libc::linger>() as libc::socklen_t,
-        );
-    }
+    let linger = nix::libc::linger { l_onoff: 1, l_linger: 0 };
+    let _ = nix::sys::socket::setsockopt(s, nix::sys::socket::sockopt::Linger, &linger);
 }
 
 struct Node {

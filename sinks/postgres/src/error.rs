@@ -1,0 +1,73 @@
+//! Errors of the PostgreSQL sink, classified by what the runtime must do next.
+
+use crate::TopicPartition;
+
+/// Everything the sink can fail with. The runtime's reaction depends on the variant:
+///
+/// | variant | what happened to the batch | what the runtime does |
+/// |---|---|---|
+/// | [`Fenced`](SinkError::Fenced) | rolled back | stop the partition: another instance owns it |
+/// | [`NotClaimed`](SinkError::NotClaimed) | nothing sent | a bug: write before [`claim`](crate::PostgresSink::claim) |
+/// | [`CommitOutcomeUnknown`](SinkError::CommitOutcomeUnknown) | committed or not | reconnect, [`stored_offsets`](crate::PostgresSink::stored_offsets) tells which |
+/// | [`Postgres`](SinkError::Postgres) | rolled back (or never begun) | retry the batch, or apply the error policy if the database refuses it (constraint, type) |
+/// | [`Schema`](SinkError::Schema) / [`InvalidBatch`](SinkError::InvalidBatch) | nothing sent | fix the configuration / the processor |
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SinkError {
+    /// The partition was claimed by a newer owner (a higher epoch) since this sink claimed it.
+    /// The transaction was rolled back: neither its rows nor its offsets were written.
+    #[error("fenced: {tp} was claimed by a newer owner (epoch {current:?}) after this sink's epoch {ours}")]
+    Fenced {
+        /// The partition.
+        tp: TopicPartition,
+        /// The epoch this sink holds.
+        ours: i64,
+        /// The epoch in the database, if the row still exists.
+        current: Option<i64>,
+    },
+    /// The batch names a partition this sink has not claimed.
+    #[error("{0} is not claimed by this sink: call claim() on assignment before writing")]
+    NotClaimed(TopicPartition),
+    /// The connection broke while COMMIT was in flight: the transaction may or may not have
+    /// committed. Read the stored offsets to find out (they equal the batch's next offsets
+    /// exactly when it committed).
+    #[error("the outcome of the commit is unknown (connection lost during COMMIT): {0}")]
+    CommitOutcomeUnknown(#[source] tokio_postgres::Error),
+    /// A statement failed; the transaction is rolled back.
+    #[error("{context}: {source}")]
+    Postgres {
+        /// What was being done.
+        context: String,
+        /// The client's error (a `DbError` with SQLSTATE for server-side errors).
+        #[source]
+        source: tokio_postgres::Error,
+    },
+    /// The target table does not fit the configuration.
+    #[error("table configuration: {0}")]
+    Schema(String),
+    /// The batch cannot be sent as given.
+    #[error("invalid batch: {0}")]
+    InvalidBatch(String),
+}
+
+impl SinkError {
+    pub(crate) fn pg(context: impl Into<String>) -> impl FnOnce(tokio_postgres::Error) -> SinkError {
+        let context = context.into();
+        move |source| SinkError::Postgres { context, source }
+    }
+
+    /// Whether another owner fenced this sink.
+    pub fn is_fenced(&self) -> bool {
+        matches!(self, SinkError::Fenced { .. })
+    }
+
+    /// The server's SQLSTATE, for errors the server raised.
+    pub fn sqlstate(&self) -> Option<&str> {
+        match self {
+            SinkError::Postgres { source, .. } | SinkError::CommitOutcomeUnknown(source) => {
+                source.code().map(|c| c.code())
+            }
+            _ => None,
+        }
+    }
+}

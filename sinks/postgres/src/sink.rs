@@ -1,0 +1,318 @@
+//! The exactly-once sink: rows and input offsets in one transaction, fenced per partition.
+
+use std::collections::HashMap;
+
+use futures_util::future::try_join_all;
+use tokio_postgres::{Client, Statement};
+
+use crate::error::SinkError;
+use crate::upsert::{ident, Row, TableSpec, UpsertTable};
+use crate::TopicPartition;
+
+/// The default name of the offsets table.
+pub const DEFAULT_OFFSETS_TABLE: &str = "kafka_eos_offsets";
+
+/// What [`PostgresSink::claim`] found for a partition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claim {
+    /// The partition.
+    pub tp: TopicPartition,
+    /// The epoch this sink now holds; every later write of the partition is conditional on it.
+    pub epoch: i64,
+    /// The next offset to consume, as stored with the last committed batch; `None` if no
+    /// batch of this group was ever committed for the partition (start where the consumer's
+    /// `auto.offset.reset` says).
+    pub next_offset: Option<i64>,
+}
+
+/// A PostgreSQL sink for one consumer group and one target table (see the crate docs).
+///
+/// Holds one connection; every method that writes takes `&mut self`, so a sink serves one
+/// partition task (or a few, one batch at a time).
+pub struct PostgresSink {
+    client: Client,
+    group: String,
+    table: UpsertTable,
+    batch: Statement,
+    row: Statement,
+    claim: Statement,
+    fence: Statement,
+    epoch_of: Statement,
+    read: Statement,
+    epochs: HashMap<TopicPartition, i64>,
+}
+
+impl std::fmt::Debug for PostgresSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresSink")
+            .field("group", &self.group)
+            .field("table", &self.table.name)
+            .field("epochs", &self.epochs)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PostgresSink {
+    /// Creates the offsets table ([`DEFAULT_OFFSETS_TABLE`]) if it does not exist, describes
+    /// the target table and prepares the statements.
+    pub async fn new(client: Client, group: impl Into<String>, spec: &TableSpec) -> Result<Self, SinkError> {
+        Self::with_offsets_table(client, group, spec, DEFAULT_OFFSETS_TABLE).await
+    }
+
+    /// Like [`PostgresSink::new`] with another offsets table (optionally schema-qualified;
+    /// quoted as one identifier if it contains no dot).
+    pub async fn with_offsets_table(
+        client: Client,
+        group: impl Into<String>,
+        spec: &TableSpec,
+        offsets_table: &str,
+    ) -> Result<Self, SinkError> {
+        let offsets = if offsets_table.contains('.') { offsets_table.to_string() } else { ident(offsets_table) };
+        create_offsets_table(&client, &offsets).await?;
+        let table = UpsertTable::describe(&client, spec).await?;
+        let prep = |sql: String, what: &'static str| {
+            let client = &client;
+            async move {
+                client.prepare(&sql).await.map_err(SinkError::pg(format!("preparing the {what} statement: {sql}")))
+            }
+        };
+        let batch = prep(table.batch_sql(), "batch upsert").await?;
+        let row = prep(table.row_sql(), "row upsert").await?;
+        let claim = prep(
+            format!(
+                "INSERT INTO {offsets} AS o (group_id, topic, partition, next_offset, epoch) VALUES ($1, $2, $3, NULL, 1) \
+                 ON CONFLICT (group_id, topic, partition) DO UPDATE SET epoch = o.epoch + 1, updated_at = now() \
+                 RETURNING epoch, next_offset"
+            ),
+            "claim",
+        )
+        .await?;
+        let fence = prep(
+            format!(
+                "UPDATE {offsets} SET next_offset = $4, updated_at = now() \
+                 WHERE group_id = $1 AND topic = $2 AND partition = $3 AND epoch = $5"
+            ),
+            "offset commit",
+        )
+        .await?;
+        let epoch_of =
+            prep(format!("SELECT epoch FROM {offsets} WHERE group_id = $1 AND topic = $2 AND partition = $3"), "epoch")
+                .await?;
+        let read = prep(
+            format!("SELECT next_offset FROM {offsets} WHERE group_id = $1 AND topic = $2 AND partition = $3"),
+            "offset read",
+        )
+        .await?;
+        Ok(PostgresSink {
+            client,
+            group: group.into(),
+            table,
+            batch,
+            row,
+            claim,
+            fence,
+            epoch_of,
+            read,
+            epochs: HashMap::new(),
+        })
+    }
+
+    /// The described target table.
+    pub fn table(&self) -> &UpsertTable {
+        &self.table
+    }
+
+    /// The connection, for the application's own queries.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// The epoch this sink holds for `tp`, if it claimed it.
+    pub fn epoch(&self, tp: &TopicPartition) -> Option<i64> {
+        self.epochs.get(tp).copied()
+    }
+
+    /// **On assignment:** takes ownership of `partitions` and returns, for each, where to
+    /// resume.
+    ///
+    /// # Details
+    /// In one transaction, each partition's row in the offsets table is created (epoch 1,
+    /// no offset) or has its epoch incremented; the new epoch and the stored next offset
+    /// are returned. Any other sink that claimed the partition before is fenced from then
+    /// on: its writes are conditional on the epoch it holds. The runtime seeks each
+    /// partition to `next_offset` (when `Some`) before fetching from it.
+    ///
+    /// A writer still in the middle of a batch holds the partition's row lock; the claim
+    /// waits for that transaction to end, so the offsets it returns are final.
+    pub async fn claim(&mut self, partitions: &[TopicPartition]) -> Result<Vec<Claim>, SinkError> {
+        let mut sorted: Vec<&TopicPartition> = partitions.iter().collect();
+        // One lock order for every transaction that touches several offset rows.
+        sorted.sort();
+        sorted.dedup();
+        let tx = self.client.transaction().await.map_err(SinkError::pg("beginning the claim"))?;
+        let rows = try_join_all(sorted.iter().map(|tp| {
+            let (tx, stmt, group) = (&tx, &self.claim, &self.group);
+            async move { tx.query_one(stmt, &[group, &tp.topic, &tp.partition]).await }
+        }))
+        .await
+        .map_err(SinkError::pg("claiming partitions"))?;
+        commit(tx).await?;
+        let claims: Vec<Claim> = sorted
+            .into_iter()
+            .zip(rows)
+            .map(|(tp, r)| Claim { tp: tp.clone(), epoch: r.get(0), next_offset: r.get(1) })
+            .collect();
+        for c in &claims {
+            self.epochs.insert(c.tp.clone(), c.epoch);
+        }
+        Ok(claims)
+    }
+
+    /// **On revocation:** forgets the epochs of `partitions`. Nothing to write: a batch not
+    /// committed yet is simply not committed, and the next owner's claim fences this sink.
+    pub fn release(&mut self, partitions: &[TopicPartition]) {
+        for tp in partitions {
+            self.epochs.remove(tp);
+        }
+    }
+
+    /// The stored next offset of each partition (`None`: nothing committed), read-only. This
+    /// is also how to resolve [`SinkError::CommitOutcomeUnknown`]: the batch committed
+    /// exactly when the stored offsets equal its next offsets.
+    pub async fn stored_offsets(
+        &self,
+        partitions: &[TopicPartition],
+    ) -> Result<Vec<(TopicPartition, Option<i64>)>, SinkError> {
+        let rows = try_join_all(partitions.iter().map(|tp| async move {
+            self.client.query_opt(&self.read, &[&self.group, &tp.topic, &tp.partition]).await
+        }))
+        .await
+        .map_err(SinkError::pg("reading stored offsets"))?;
+        Ok(partitions.iter().cloned().zip(rows.into_iter().map(|r| r.and_then(|r| r.get(0)))).collect())
+    }
+
+    /// **Per batch, exactly-once:** upserts `rows` and stores `offsets` (each partition's
+    /// *next* offset to consume, i.e. the last input offset of the batch + 1) in one
+    /// transaction, conditional on this sink's epochs.
+    ///
+    /// # Details
+    /// Pipelined on the connection: `BEGIN`; one `UPDATE` of the offsets row per partition
+    /// (`WHERE … AND epoch = <ours>`); the batch upsert; `COMMIT`. If any `UPDATE` matches
+    /// no row the partition was claimed by someone else: the transaction is rolled back and
+    /// [`SinkError::Fenced`] returned. The offsets `UPDATE` runs first so that it takes the
+    /// partition's row lock before any target row: a concurrent [`claim`](Self::claim)
+    /// either waits for this commit (and then reads its offsets) or commits first (and this
+    /// `UPDATE` then sees the new epoch and matches nothing). Replaying a batch is harmless:
+    /// the rows upsert to the same values and the offsets are set, not added.
+    ///
+    /// Rows with the same key within a batch: the last one wins.
+    pub async fn write_batch(&mut self, rows: &[Row], offsets: &[(TopicPartition, i64)]) -> Result<(), SinkError> {
+        if offsets.is_empty() {
+            return Err(SinkError::InvalidBatch("an exactly-once batch must carry its input offsets".into()));
+        }
+        let mut offsets: Vec<&(TopicPartition, i64)> = offsets.iter().collect();
+        offsets.sort();
+        let mut epochs = Vec::with_capacity(offsets.len());
+        for (tp, _) in &offsets {
+            epochs.push(self.epochs.get(tp).copied().ok_or_else(|| SinkError::NotClaimed(tp.clone()))?);
+        }
+        let arrays = self.table.arrays(rows)?;
+        let params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> =
+            arrays.iter().map(|a| a as &(dyn tokio_postgres::types::ToSql + Sync)).collect();
+
+        let group = &self.group;
+        let tx = self.client.transaction().await.map_err(SinkError::pg("beginning the batch"))?;
+        let fences = try_join_all(offsets.iter().zip(&epochs).map(|((tp, next), epoch)| {
+            let (tx, stmt) = (&tx, &self.fence);
+            async move { tx.execute(stmt, &[group, &tp.topic, &tp.partition, next, epoch]).await }
+        }));
+        let upsert = async {
+            if rows.is_empty() {
+                Ok(0)
+            } else {
+                tx.execute(&self.batch, &params).await
+            }
+        };
+        let (matched, _) = futures_util::future::try_join(fences, upsert).await.map_err(SinkError::pg(format!(
+            "writing a batch of {} rows into {}",
+            rows.len(),
+            self.table.name
+        )))?;
+        if let Some(i) = matched.iter().position(|&n| n == 0) {
+            let tp = offsets[i].0.clone();
+            let current = tx
+                .query_opt(&self.epoch_of, &[group, &tp.topic, &tp.partition])
+                .await
+                .ok()
+                .flatten()
+                .map(|r| r.get::<_, i64>(0));
+            let _ = tx.rollback().await;
+            return Err(SinkError::Fenced { tp, ours: epochs[i], current });
+        }
+        commit(tx).await
+    }
+
+    /// **At-least-once baseline:** the same batch upsert in its own implicit transaction,
+    /// no offsets. Replays are harmless (upserts), but where to resume is up to Kafka's
+    /// committed offsets, which commit separately.
+    pub async fn upsert(&self, rows: &[Row]) -> Result<u64, SinkError> {
+        if rows.is_empty() {
+            return Ok(0);
+        }
+        let arrays = self.table.arrays(rows)?;
+        let params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> =
+            arrays.iter().map(|a| a as &(dyn tokio_postgres::types::ToSql + Sync)).collect();
+        self.client
+            .execute(&self.batch, &params)
+            .await
+            .map_err(SinkError::pg(format!("upserting into {}", self.table.name)))
+    }
+
+    /// **At-least-once baseline, row by row:** one autocommitted `INSERT … ON CONFLICT` per
+    /// row, awaited in turn — the loop applications write by hand.
+    pub async fn upsert_each(&self, rows: &[Row]) -> Result<u64, SinkError> {
+        let mut n = 0;
+        for (i, row) in rows.iter().enumerate() {
+            if row.0.len() != self.table.columns.len() {
+                return Err(SinkError::InvalidBatch(format!("row {i} has {} values", row.0.len())));
+            }
+            let params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> =
+                row.0.iter().map(|v| &**v as &(dyn tokio_postgres::types::ToSql + Sync)).collect();
+            n += self
+                .client
+                .execute(&self.row, &params)
+                .await
+                .map_err(SinkError::pg(format!("upserting into {}", self.table.name)))?;
+        }
+        Ok(n)
+    }
+}
+
+/// COMMIT, telling a refused commit (the server answered: rolled back) from one whose
+/// outcome is unknown (the connection broke).
+async fn commit(tx: tokio_postgres::Transaction<'_>) -> Result<(), SinkError> {
+    match tx.commit().await {
+        Ok(()) => Ok(()),
+        Err(e) if e.as_db_error().is_some() => Err(SinkError::Postgres { context: "COMMIT refused".into(), source: e }),
+        Err(e) => Err(SinkError::CommitOutcomeUnknown(e)),
+    }
+}
+
+async fn create_offsets_table(client: &Client, offsets: &str) -> Result<(), SinkError> {
+    let ddl = format!(
+        "CREATE TABLE IF NOT EXISTS {offsets} (
+            group_id    text        NOT NULL,
+            topic       text        NOT NULL,
+            partition   integer     NOT NULL,
+            next_offset bigint,
+            epoch       bigint      NOT NULL,
+            updated_at  timestamptz NOT NULL DEFAULT now(),
+            PRIMARY KEY (group_id, topic, partition))"
+    );
+    match client.batch_execute(&ddl).await {
+        Ok(()) => Ok(()),
+        // Two sinks creating it at once: one wins, the other sees a duplicate type/table.
+        Err(e) if matches!(e.code().map(|c| c.code()), Some("23505" | "42P07")) => Ok(()),
+        Err(e) => Err(SinkError::Postgres { context: format!("creating the offsets table {offsets}"), source: e }),
+    }
+}
