@@ -170,6 +170,21 @@ pub enum Error {
         /// The last error seen.
         last: String,
     },
+    /// The pipeline's sink ([`crate::sink`]) failed in a way the runtime does not retry
+    /// (refused rows, an unusable sink) or kept failing until the task timeout.
+    #[error(
+        "sink {op} failed ({class:?}): {source}. The batch's offsets were not stored in the \
+         sink, so its records are read again once the pipeline restarts; fix the sink or the \
+         rows, then restart"
+    )]
+    Sink {
+        /// The call: `connect`, `on_assigned`, `write`.
+        op: String,
+        /// Its classification.
+        class: crate::sink::SinkErrorClass,
+        /// The sink's error, as it returned it.
+        source: BoxError,
+    },
     /// A bug or an unexpected state inside kafka-eos.
     #[error("internal error: {0} (please report this)")]
     Internal(String),

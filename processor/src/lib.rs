@@ -54,6 +54,7 @@
 //! | `txn` (private) | the transaction cycle, top to bottom, and its hazards |
 //! | `runtime` (private) | the consumer thread, rebalance callbacks, partition tasks |
 //! | [`state`] | state stores with changelog topics, restored on assignment |
+//! | [`sink`] | sinks outside Kafka (PostgreSQL, Redis): the trait, its guarantees, where the cycle writes them |
 //! | [`operators`] | dedup, tumbling event-time windows, keyed aggregates, built on stores |
 //! | [`observe`] | a hook called after every transaction, with its timings and outcome |
 //! | [`health`] | per-partition health (what `/health` serves) |
@@ -93,6 +94,7 @@ mod processing;
 pub mod processor;
 pub mod record;
 mod runtime;
+pub mod sink;
 pub mod state;
 #[doc(hidden)]
 pub mod testing;

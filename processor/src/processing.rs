@@ -20,6 +20,8 @@ use crate::error::{BoxError, Error};
 use crate::processor::driver::{Instances, ProcessorFactory};
 use crate::record::{InputRecord, OutputRecord};
 use crate::runtime::TopicPartition;
+use crate::sink::erased::AnyRow;
+use crate::sink::{PartitionRange, SinkRow};
 use crate::state::{Committed, PartitionState};
 use crate::txn::Work;
 
@@ -47,6 +49,8 @@ pub(crate) struct Processing {
     failures: HashMap<String, u32>,
     /// Records to route to the dead-letter topic on the next attempt, with their error.
     dead: HashMap<String, (String, u32)>,
+    /// The sink rows of the attempt in flight, with the records they came from.
+    sink_rows: Vec<SinkRow<AnyRow>>,
 }
 
 impl Processing {
@@ -58,6 +62,7 @@ impl Processing {
             states: HashMap::new(),
             failures: HashMap::new(),
             dead: HashMap::new(),
+            sink_rows: Vec::new(),
         }
     }
 
@@ -68,7 +73,10 @@ impl Processing {
     /// The work of one attempt of a batch, for [`run_cycle`](crate::txn::run_cycle) or
     /// [`process_batch`](crate::txn::process_batch).
     pub(crate) fn work(&mut self) -> BatchWork<'_> {
+        self.sink_rows.clear();
         BatchWork {
+            sink_rows: &mut self.sink_rows,
+            topic: None,
             cfg: &self.cfg,
             rt: &self.rt,
             dead: &self.dead,
@@ -180,6 +188,9 @@ pub(crate) struct BatchWork<'a> {
     processors: &'a mut Instances,
     /// Outputs per input partition (dead-letter copies included), for the reports.
     pub(crate) outputs_per_partition: HashMap<TopicPartition, u64>,
+    sink_rows: &'a mut Vec<SinkRow<AnyRow>>,
+    /// The last record's topic, shared by its sink rows (one allocation per topic change).
+    topic: Option<crate::record::Topic>,
 }
 
 impl Work for BatchWork<'_> {
@@ -188,10 +199,31 @@ impl Work for BatchWork<'_> {
     fn process(&mut self, r: &InputRecord) -> Result<&[OutputRecord], BoxError> {
         let outputs = match dead_letter(self.cfg, self.dead, r) {
             Some(out) => self.processors.only(out),
-            None => self.processors.process(self.rt, r, self.states.get_mut(&r.partition))?,
+            None => {
+                self.processors.process(self.rt, r, self.states.get_mut(&r.partition))?;
+                let mut rows = self.processors.take_rows();
+                if rows.len() > 0 {
+                    let topic = match &self.topic {
+                        Some(t) if t.as_str() == r.topic => t.clone(),
+                        _ => self.topic.insert(crate::record::Topic::new(&r.topic)).clone(),
+                    };
+                    self.sink_rows.extend(rows.by_ref().map(|row| SinkRow {
+                        topic: topic.clone(),
+                        partition: r.partition,
+                        offset: r.offset,
+                        row,
+                    }));
+                }
+                drop(rows);
+                self.processors.outputs()
+            }
         };
         *self.outputs_per_partition.entry((r.topic.clone(), r.partition)).or_default() += outputs.len() as u64;
         Ok(outputs)
+    }
+
+    fn take_sink_rows(&mut self) -> Vec<SinkRow<AnyRow>> {
+        std::mem::take(self.sink_rows)
     }
 
     fn state_changes(&mut self) -> Vec<OutputRecord> {
@@ -221,4 +253,25 @@ fn dead_letter(cfg: &PipelineConfig, dead: &HashMap<String, (String, u32)>, r: &
         );
     }
     None
+}
+
+/// Each input partition's range in `batch`: first offset and last + 1, in order of first
+/// appearance.
+pub(crate) fn partition_ranges(batch: &[InputRecord]) -> Vec<PartitionRange> {
+    let mut ranges: Vec<PartitionRange> = Vec::new();
+    for r in batch {
+        match ranges.iter_mut().find(|x| x.partition == r.partition && x.topic.as_str() == r.topic) {
+            Some(x) => {
+                x.first_offset = x.first_offset.min(r.offset);
+                x.next_offset = x.next_offset.max(r.offset + 1);
+            }
+            None => ranges.push(PartitionRange {
+                topic: crate::record::Topic::new(&r.topic),
+                partition: r.partition,
+                first_offset: r.offset,
+                next_offset: r.offset + 1,
+            }),
+        }
+    }
+    ranges
 }

@@ -42,6 +42,9 @@ pub struct Attempt {
     pub outputs: Vec<Written>,
     /// The changelog records of the batch's state changes.
     pub changelog: Vec<OutputRecord>,
+    /// The rows handed to the pipeline's sink, with their records (boxed: the driver is not
+    /// generic over the row type; downcast with the handle's type).
+    pub sink_rows: Vec<crate::sink::SinkRow<Box<dyn std::any::Any + Send>>>,
 }
 
 /// The processor failed on `batch[index]`; the attempt's state changes are still in the
@@ -139,10 +142,12 @@ impl Engine {
             }
             Ok(())
         });
+        attempt.sink_rows = crate::txn::Work::take_sink_rows(&mut work);
         match result {
             Ok(_) => Ok(attempt),
             Err(CycleError::Processor { index, error }) => Err(Failure { index, error }),
             Err(CycleError::Kafka(e)) => unreachable!("the driver's send does not fail: {e}"),
+            Err(CycleError::Sink(e)) => unreachable!("the driver writes no sink: {e}"),
         }
     }
 

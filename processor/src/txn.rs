@@ -7,10 +7,15 @@
 //!  for each input record: process -> produce its outputs (origin header added)
 //!  produce the batch's state changes      (changelog records: one per key changed)
 //!  await every delivery report            (so commit pays no flush floor; first error wins)
+//!  [sink write: effectively-/at-least-once sinks, rows of the batch; a failure aborts]
 //!  send_offsets_to_transaction            (next offset of every input partition in the batch,
 //!                                          with the consumer's group metadata)
 //!  commit_transaction
+//!  [sink rows prepared: an exactly-once sink is written by the task after this returns,
+//!   with the offsets, retried on its own — the Kafka side is committed by then]
 //! ```
+//!
+//! Where the sink goes and why: [`crate::sink`].
 //!
 //! At-least-once runs the same cycle without the transaction calls; its offsets are
 //! committed by the consumer after the cycle returns.
@@ -64,8 +69,11 @@ use rdkafka::{ClientContext, Offset, TopicPartitionList};
 use crate::config::{FaultInjection, PipelineConfig, UnknownOutcome};
 use crate::error::{classify, ErrorClass};
 use crate::metrics::{add_ns, TxnTimers};
+use crate::processing::partition_ranges;
 use crate::record::{InputRecord, OutputRecord, ORIGIN_HEADER};
 use crate::runtime::interrupt::Deadline;
+use crate::sink::erased::{AnyRow, ErasedSink, SinkFailure};
+use crate::sink::{PartitionRange, SinkRow};
 
 /// The steps of a cycle, named after the librdkafka call that failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -483,6 +491,8 @@ pub(crate) enum CycleError {
     Processor { index: usize, error: crate::error::BoxError },
     /// A Kafka call failed.
     Kafka(StepError),
+    /// The sink's write failed (before the offsets: the transaction is still open).
+    Sink(SinkFailure),
 }
 
 impl From<StepError> for CycleError {
@@ -513,6 +523,21 @@ pub(crate) trait Work {
     fn process(&mut self, record: &InputRecord) -> Result<&[OutputRecord], crate::error::BoxError>;
     /// The changelog records of the state changes the batch made.
     fn state_changes(&mut self) -> Vec<OutputRecord>;
+    /// The sink rows the batch made, with their records (taken once per attempt).
+    fn take_sink_rows(&mut self) -> Vec<SinkRow<AnyRow>>;
+}
+
+/// Where the cycle hands the batch's rows to the pipeline's sink ([`crate::sink`]).
+pub(crate) enum SinkStep<'a> {
+    /// The pipeline has no sink.
+    None,
+    /// Effectively-/at-least-once sink: written before the offsets join the transaction.
+    BeforeOffsets(&'a mut dyn ErasedSink, &'a tokio::runtime::Handle),
+    /// Exactly-once sink: only prepared; the caller writes it once the cycle committed.
+    /// `anchors`: partitions the sink has no offset for yet, with `next_offset` = the
+    /// batch's first offset; written (no rows) *before* the offsets join the transaction, so
+    /// the sink never lacks a resume point that Kafka's committed offset is already past.
+    AfterCommit { sink: &'a mut dyn ErasedSink, rt: &'a tokio::runtime::Handle, anchors: Vec<PartitionRange> },
 }
 
 /// What a cycle produced, and how long each phase took.
@@ -527,6 +552,8 @@ pub(crate) struct CycleStats {
     pub await_acks: Duration,
     /// `send_offsets_to_transaction` + `commit_transaction` (zero for at-least-once).
     pub commit: Duration,
+    /// Writing the sink (an exactly-once sink's write is timed by the task).
+    pub sink: Duration,
 }
 
 /// Runs one batch as one transaction, top to bottom. On error the transaction is left as
@@ -542,6 +569,7 @@ pub(crate) fn run_cycle(
     work: &mut dyn Work,
     commit_to: CommitTo<'_>,
     deadline: Deadline<'_>,
+    sink: SinkStep<'_>,
 ) -> Result<CycleStats, CycleError> {
     let mut stats = CycleStats::default();
     let mut phase = Instant::now();
@@ -550,6 +578,23 @@ pub(crate) fn run_cycle(
     stats.process = lap(&mut phase);
     producer.await_acks(deadline)?;
     stats.await_acks = lap(&mut phase);
+    match sink {
+        SinkStep::None => {}
+        SinkStep::BeforeOffsets(sink, rt) => {
+            sink.prepare(partition_ranges(batch), work.take_sink_rows()).map_err(CycleError::Sink)?;
+            sink.write(rt, deadline.remaining()).map_err(CycleError::Sink)?;
+            stats.sink = lap(&mut phase);
+        }
+        SinkStep::AfterCommit { sink, rt, anchors } => {
+            if !anchors.is_empty() {
+                sink.prepare(anchors, Vec::new()).map_err(CycleError::Sink)?;
+                sink.write(rt, deadline.remaining()).map_err(CycleError::Sink)?;
+            }
+            // Prepared before the commit: a commit whose outcome is reconciled as committed
+            // still has its rows to write.
+            sink.prepare(partition_ranges(batch), work.take_sink_rows()).map_err(CycleError::Sink)?;
+        }
+    }
     if let CommitTo::Transaction(group) = commit_to {
         producer.send_offsets(&next_offsets(batch), group, deadline)?;
         producer.commit(deadline)?;

@@ -12,6 +12,8 @@ use crate::observe::{TransactionEvent, TransactionHook};
 use crate::processor::driver::ProcessorFactory;
 use crate::processor::{AsyncFnProcessor, Context, FnProcessor, ProcessError, Processor};
 use crate::record::{InputRecord, Topic};
+use crate::sink::erased::SinkFactory;
+use crate::sink::{Sink, SinkHandle};
 use crate::state::{Store, StoreDef, StoreSpec};
 
 /// Builds a [`Pipeline`](crate::Pipeline). Required: bootstrap servers, application id, at
@@ -43,6 +45,7 @@ pub struct PipelineBuilder {
     output_topics: Vec<Topic>,
     changelog_replication: Option<i32>,
     fault: Option<std::sync::Arc<FaultInjection>>,
+    sinks: Vec<SinkFactory>,
 }
 
 /// **Test-only fault injection** ([`PipelineBuilder::inject_unknown_outcome`]): how a commit
@@ -77,6 +80,21 @@ impl FaultInjection {
 }
 
 impl PipelineBuilder {
+    /// Declares the pipeline's sink, a system outside Kafka its rows are written to
+    /// ([`crate::sink`]): `connect` makes one connected instance per task, on the task's
+    /// thread (a connection per input partition under [`Guarantee::ExactlyOnce`], one per
+    /// instance otherwise). Processors write rows with the returned handle and
+    /// [`Context::sink`]. At most one per pipeline. Default: none.
+    pub fn sink<S, F, Fut>(&mut self, connect: F) -> SinkHandle<S::Row>
+    where
+        S: Sink,
+        F: Fn() -> Fut + Send + Sync + 'static,
+        Fut: std::future::Future<Output = std::result::Result<S, S::Error>> + Send + 'static,
+    {
+        self.sinks.push(SinkFactory::new(connect));
+        SinkHandle::new()
+    }
+
     /// `bootstrap.servers` for every client the pipeline creates. Required.
     pub fn bootstrap_servers(mut self, servers: impl Into<String>) -> Self {
         self.bootstrap_servers = Some(servers.into());
@@ -489,6 +507,12 @@ impl PipelineBuilder {
                 }
             }
         }
+        if self.sinks.len() > 1 {
+            return cfg_err(format!(
+                "{} sinks are declared: a pipeline has at most one (its rows and offsets are written together)",
+                self.sinks.len()
+            ));
+        }
         let instance_id = self.instance_id.unwrap_or_else(random_instance_id);
         if instance_id.is_empty() || !instance_id.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c)) {
             return cfg_err(format!(
@@ -524,6 +548,7 @@ impl PipelineBuilder {
                 output_topics: self.output_topics.iter().map(|t| t.to_string()).collect(),
                 changelog_replication: self.changelog_replication.unwrap_or(-1),
                 fault: self.fault,
+                sink: self.sinks.into_iter().next(),
             },
             processor,
             self.hooks,

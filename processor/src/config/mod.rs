@@ -209,6 +209,8 @@ pub struct PipelineConfig {
     /// Test-only fault injection ([`PipelineBuilder::inject_unknown_outcome`]); `None` in
     /// every real pipeline.
     pub(crate) fault: Option<std::sync::Arc<FaultInjection>>,
+    /// The pipeline's sink, if one was declared ([`PipelineBuilder::sink`]).
+    pub(crate) sink: Option<crate::sink::erased::SinkFactory>,
 }
 
 impl PipelineConfig {

@@ -1,6 +1,8 @@
 //! What a processor sees besides the record: its partition, its stores, where outputs go.
 
 use crate::record::{InputRecord, OutputRecord, Topic};
+use crate::sink::erased::AnyRow;
+use crate::sink::SinkHandle;
 use crate::state::{PartitionState, Store, StoreMut, StoreRef, Tally};
 
 /// The context of one [`process`](super::Processor::process) call: the record's partition,
@@ -14,6 +16,7 @@ pub struct Context<'a> {
     pub(crate) partition: i32,
     pub(crate) state: Option<&'a mut PartitionState>,
     pub(crate) out: &'a mut Vec<OutputRecord>,
+    pub(crate) rows: &'a mut Vec<AnyRow>,
 }
 
 impl<'a> Context<'a> {
@@ -36,6 +39,13 @@ impl<'a> Context<'a> {
     /// ([`OutputRecord::copy_of`]); the partition is the producer's choice by key.
     pub fn forward(&mut self, record: &InputRecord, topic: &Topic) {
         self.out.push(OutputRecord::copy_of(record, topic));
+    }
+
+    /// Hands `row` to the pipeline's sink, in this record's batch ([`crate::sink`]). Like
+    /// outputs, rows are kept only if the call returns `Ok`, and written once per batch.
+    pub fn sink<R: Send + 'static>(&mut self, sink: &SinkHandle<R>, row: R) {
+        let _ = sink;
+        self.rows.push(Box::new(row));
     }
 
     /// The view of `store` for this record's partition, for this transaction.

@@ -91,11 +91,13 @@ pub(crate) struct Instances {
     factory: ProcessorFactory,
     live: Vec<((String, i32), Box<dyn Erased>)>,
     out: Vec<OutputRecord>,
+    /// The sink rows of the record being processed (see [`Instances::take_rows`]).
+    rows: Vec<crate::sink::erased::AnyRow>,
 }
 
 impl Instances {
     pub(crate) fn new(factory: ProcessorFactory) -> Instances {
-        Instances { factory, live: Vec::new(), out: Vec::new() }
+        Instances { factory, live: Vec::new(), out: Vec::new(), rows: Vec::new() }
     }
 
     /// The factory the instances are made by.
@@ -112,6 +114,7 @@ impl Instances {
         state: Option<&mut PartitionState>,
     ) -> Result<&[OutputRecord], BoxError> {
         self.out.clear();
+        self.rows.clear();
         let found = self.live.iter().position(|((t, p), _)| *p == record.partition && *t == record.topic);
         let i = match found {
             Some(i) => i,
@@ -123,13 +126,30 @@ impl Instances {
                 self.live.len() - 1
             }
         };
-        let mut ctx = Context { topic: &record.topic, partition: record.partition, state, out: &mut self.out };
+        let mut ctx = Context {
+            topic: &record.topic,
+            partition: record.partition,
+            state,
+            out: &mut self.out,
+            rows: &mut self.rows,
+        };
         self.live[i].1.process(rt, &mut ctx, record)?;
         Ok(&self.out)
     }
 
+    /// The outputs of the last [`process`](Self::process) call.
+    pub(crate) fn outputs(&self) -> &[OutputRecord] {
+        &self.out
+    }
+
+    /// The sink rows of the last [`process`](Self::process) call.
+    pub(crate) fn take_rows(&mut self) -> std::vec::Drain<'_, crate::sink::erased::AnyRow> {
+        self.rows.drain(..)
+    }
+
     /// Just `record`, as the outputs of a call (the dead-letter route).
     pub(crate) fn only(&mut self, record: OutputRecord) -> &[OutputRecord] {
+        self.rows.clear();
         self.out.clear();
         self.out.push(record);
         &self.out
@@ -166,7 +186,9 @@ pub(crate) mod tests {
 
     /// A context on partition 0 of topic "in" with `state`, emitting into `out`.
     pub(crate) fn context<'a>(state: &'a mut PartitionState, out: &'a mut Vec<OutputRecord>) -> Context<'a> {
-        Context { topic: "in", partition: state.partition(), state: Some(state), out }
+        // Leaked: a test's few contexts outlive nothing that needs the memory back.
+        let rows = Box::leak(Box::default());
+        Context { topic: "in", partition: state.partition(), state: Some(state), out, rows }
     }
 
     fn rec(partition: i32, offset: i64) -> InputRecord {

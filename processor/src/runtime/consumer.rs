@@ -32,106 +32,23 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext};
+use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
-use crate::config::{Exhausted, Guarantee, PipelineConfig};
+use crate::config::{Guarantee, PipelineConfig};
 use crate::error::{Error, Result};
 use crate::record::InputRecord;
 use crate::runtime::interrupt::Interrupt;
-use crate::runtime::task::{RevokeReply, Task, TaskMsg};
+use crate::runtime::task::{Resume, RevokeReply, Task, TaskMsg};
 use crate::runtime::{Control, Shared, TopicPartition, POLL_INTERVAL};
-
-/// Checks, within the startup timeout, that the cluster answers and the topics exist.
-///
-/// librdkafka tells the cause of a refused SASL authentication or TLS certificate only in an
-/// error event (the metadata request just fails with a transport error, and librdkafka
-/// keeps reconnecting), so the probe polls for error events between metadata attempts and
-/// fails at once on those, naming the cause; other connection errors are quoted when the
-/// startup timeout runs out. Secrets are redacted from whatever is quoted.
-pub(crate) fn preflight(cfg: &PipelineConfig) -> Result<()> {
-    /// Keeps the reason of librdkafka's last telling error event, `true` once definitive.
-    #[derive(Default)]
-    struct Probe {
-        last: Mutex<Option<(bool, String)>>,
-    }
-    impl ClientContext for Probe {
-        fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
-            use rdkafka::types::RDKafkaErrorCode as C;
-            tracing::debug!(%error, reason, "preflight probe");
-            let code = error.rdkafka_error_code();
-            let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
-            // "1/1 brokers are down" follows every failure: it must not hide the cause.
-            let keep = last.as_ref().is_some_and(|(failed, _)| *failed || code == Some(C::AllBrokersDown));
-            if !keep {
-                *last = Some((matches!(code, Some(C::Authentication | C::SSL)), reason.to_string()));
-            }
-        }
-    }
-    impl ConsumerContext for Probe {}
-
-    let mut cc = cfg.consumer_config();
-    cc.set("log_level", "3");
-    let probe: BaseConsumer<Probe> = cc.create_with_context(Probe::default()).map_err(|e| {
-        Error::Config(format!("consumer configuration rejected by librdkafka: {}", crate::config::client_error(&e)))
-    })?;
-    let unreachable = |detail: String| Error::Unreachable {
-        servers: cfg.bootstrap_servers.clone(),
-        timeout: cfg.startup_timeout,
-        detail: cfg.consumer_properties.redact(&detail),
-    };
-    let deadline = Instant::now() + cfg.startup_timeout;
-    let mut attempt = Duration::from_millis(500);
-    let md = loop {
-        let remaining = deadline.saturating_duration_since(Instant::now());
-        let e = match probe.fetch_metadata(None, attempt.min(remaining)) {
-            Ok(md) => break md,
-            Err(e) => e,
-        };
-        // Error events (queued behind log events, possibly just after the failure) reach
-        // Probe::error while the consumer is polled; it has no subscription, so no records.
-        let drained = Instant::now() + Duration::from_millis(100);
-        while Instant::now() < drained {
-            probe.poll(Duration::from_millis(20));
-        }
-        let last = probe.context().last.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        match last {
-            Some((true, reason)) => return Err(unreachable(format!("authentication failed: {reason}"))),
-            _ if Instant::now() >= deadline => {
-                return Err(unreachable(match last {
-                    Some((_, reason)) => format!("{e}; last error: {reason}"),
-                    None => e.to_string(),
-                }))
-            }
-            _ => attempt = (attempt * 2).min(Duration::from_secs(5)),
-        }
-    };
-    let exists =
-        |t: &str| md.topics().iter().any(|mt| mt.name() == t && mt.error().is_none() && !mt.partitions().is_empty());
-    // Inputs, declared outputs and the dead-letter topic must exist before anything runs: a
-    // missing output would otherwise surface only as produce timeouts in the first batch.
-    let mut wanted = cfg.input_topics.clone();
-    wanted.extend(cfg.output_topics.iter().cloned());
-    if let Exhausted::DeadLetter(t) = &cfg.processor_error_policy.then {
-        wanted.push(t.clone());
-    }
-    wanted.dedup();
-    let missing: Vec<String> = wanted.into_iter().filter(|t| !exists(t)).collect();
-    if !missing.is_empty() {
-        return Err(Error::UnknownTopics { topics: missing, servers: cfg.bootstrap_servers.clone() });
-    }
-    if !cfg.stores.is_empty() {
-        let input = md.topics().iter().find(|t| t.name() == cfg.input_topics[0]).map_or(0, |t| t.partitions().len());
-        crate::state::changelog::ensure_topics(cfg, input as i32)?;
-    }
-    Ok(())
-}
 
 /// Runs the consumer thread until shutdown or a fatal error.
 pub(crate) fn run(shared: Arc<Shared>, control: Receiver<Control>) -> Result<()> {
     let cfg = shared.cfg.clone();
     let handler = Rebalancer {
         shared: shared.clone(),
+        resume: Mutex::new(Vec::new()),
         registry: Mutex::new(Registry::default()),
         fatal: Mutex::new(None),
         shutdown_deadline: Mutex::new(None),
@@ -262,7 +179,7 @@ impl Registry {
     }
 }
 
-type Ready = Receiver<Result<()>>;
+type Ready = Receiver<Result<Resume>>;
 
 /// Records a task's queue holds: a transaction's worth, within reason. A partition is paused
 /// once as many again wait in the consumer thread, which bounds memory per partition to about
@@ -287,8 +204,8 @@ fn spawn_task(
     let join = std::thread::Builder::new()
         .name(format!("kafka-eos-task-{id}"))
         .spawn(move || match Task::start(id, shared, txn_id, partitions, group, task_interrupt) {
-            Ok(task) => {
-                let _ = ready_tx.send(Ok(()));
+            Ok((task, resume)) => {
+                let _ = ready_tx.send(Ok(resume));
                 task.run(rx);
             }
             Err(e) => {
@@ -299,7 +216,7 @@ fn spawn_task(
     Ok((TaskHandle { tx, join, interrupt }, ready_rx))
 }
 
-fn wait_ready(ready: Ready, deadline: Instant) -> Result<()> {
+fn wait_ready(ready: Ready, deadline: Instant) -> Result<Resume> {
     match ready.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
         Ok(r) => r,
         Err(_) => Err(Error::TaskTimeout {
@@ -329,6 +246,10 @@ fn send_bounded(tx: &SyncSender<TaskMsg>, mut msg: TaskMsg, deadline: Instant) -
 
 /// The consumer's context: owns the task registry and runs the rebalance callbacks.
 struct Rebalancer {
+    /// Where assigned partitions start instead of their committed offset: the offsets an
+    /// exactly-once sink stores ([`crate::sink`]), set by `on_assign`, applied to the
+    /// assignment in [`ConsumerContext::rebalance`] before librdkafka fetches anything.
+    resume: Mutex<Resume>,
     shared: Arc<Shared>,
     registry: Mutex<Registry>,
     fatal: Mutex<Option<Error>>,
@@ -448,7 +369,8 @@ impl Rebalancer {
             }
             for (id, tp, handle, ready) in pending {
                 match wait_ready(ready, deadline) {
-                    Ok(()) => {
+                    Ok(resume) => {
+                        self.resume_at(resume);
                         let mut reg = self.registry();
                         reg.routes.insert(tp, id);
                         reg.tasks.insert(id, handle);
@@ -462,13 +384,23 @@ impl Rebalancer {
                 drop(reg);
                 return self.set_fatal(Error::Internal("the instance task is missing".into()));
             };
-            let msg = TaskMsg::Assign { partitions: partitions.clone(), group };
+            let (reply, claimed) = sync_channel(1);
+            let msg = TaskMsg::Assign { partitions: partitions.clone(), group, reply };
             if !send_bounded(&handle.tx, msg, deadline) {
                 drop(reg);
                 return self.set_fatal(Error::Internal("the instance task did not accept its assignment".into()));
             }
             for tp in partitions {
                 reg.routes.insert(tp, id);
+            }
+            drop(reg);
+            // Only a sink can move where partitions start; without one the task is not
+            // waited for (it never waits for this thread, so waiting would be safe too).
+            if shared.cfg.sink.is_some() {
+                match wait_ready(claimed, deadline) {
+                    Ok(resume) => self.resume_at(resume),
+                    Err(e) => self.set_fatal(e),
+                }
             }
         }
     }
@@ -607,14 +539,43 @@ impl ClientContext for Rebalancer {
     }
 }
 
+impl Rebalancer {
+    fn resume_at(&self, resume: Resume) {
+        self.resume.lock().unwrap_or_else(|p| p.into_inner()).extend(resume);
+    }
+}
+
 impl ConsumerContext for Rebalancer {
-    fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
-        let tps =
-            |tpl: &TopicPartitionList| tpl.elements().iter().map(|e| (e.topic().to_string(), e.partition())).collect();
-        match rebalance {
-            Rebalance::Assign(tpl) => self.on_assign(consumer, tps(tpl)),
-            Rebalance::Revoke(tpl) => self.on_revoke(consumer, tps(tpl), consumer.assignment_lost()),
-            Rebalance::Error(e) => tracing::warn!(error = %e, "rebalance error"),
+    /// rust-rdkafka's own `rebalance` with one step added: after `pre_rebalance` started the
+    /// partitions' tasks (which claimed them in the sink), the assignment gets the sink's
+    /// offsets, so the partitions are fetched from there and never from the group's offset.
+    fn rebalance(&self, consumer: &BaseConsumer<Self>, err: RDKafkaRespErr, tpl: &mut TopicPartitionList) {
+        let tps = |tpl: &TopicPartitionList| -> Vec<TopicPartition> {
+            tpl.elements().iter().map(|e| (e.topic().to_string(), e.partition())).collect()
+        };
+        let result = match err {
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
+                self.on_assign(consumer, tps(tpl));
+                for ((topic, partition), offset) in
+                    std::mem::take(&mut *self.resume.lock().unwrap_or_else(|p| p.into_inner()))
+                {
+                    if let Err(e) = tpl.set_partition_offset(&topic, partition, Offset::Offset(offset)) {
+                        tracing::warn!(topic, partition, offset, error = %e, "cannot set the sink's resume offset");
+                    }
+                }
+                consumer.assign(tpl)
+            }
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {
+                self.on_revoke(consumer, tps(tpl), consumer.assignment_lost());
+                consumer.unassign()
+            }
+            other => {
+                tracing::warn!(error = ?other, "rebalance error");
+                consumer.unassign()
+            }
+        };
+        if let Err(e) = result {
+            tracing::error!(error = %e, "applying the assignment failed");
         }
     }
 }

@@ -24,6 +24,7 @@
 
 pub(crate) mod consumer;
 pub(crate) mod interrupt;
+pub(crate) mod preflight;
 pub(crate) mod reconcile;
 pub(crate) mod task;
 
@@ -263,7 +264,7 @@ impl Pipeline {
     /// uncommitted becomes visible, and a restart resumes from the committed offsets.
     pub async fn run(self) -> Result<Summary> {
         let cfg = self.cfg.clone();
-        tokio::task::spawn_blocking(move || consumer::preflight(&cfg))
+        tokio::task::spawn_blocking(move || preflight::preflight(&cfg))
             .await
             .map_err(|e| Error::Internal(format!("preflight task: {e}")))??;
 

@@ -43,7 +43,7 @@ use std::time::{Duration, Instant};
 use rdkafka::consumer::ConsumerGroupMetadata;
 
 use crate::config::Guarantee;
-use crate::error::{Error, ErrorClass};
+use crate::error::{Error, ErrorClass, Result};
 use crate::metrics::TaskMetrics;
 use crate::observe::{Interruption, Outcome, Reconciliation};
 use crate::processing::{AfterFailure, Processing};
@@ -51,17 +51,24 @@ use crate::record::InputRecord;
 use crate::runtime::interrupt::{Deadline, Interrupt, ABORT_GRACE};
 use crate::runtime::reconcile::{self, Verdict};
 use crate::runtime::{Control, Shared, TopicPartition};
-use crate::txn::{next_offsets, run_cycle, CommitTo, CycleError, CycleStats, Step, StepError, TxnProducer};
+use crate::sink::SinkGuarantee;
+use crate::txn::{next_offsets, run_cycle, CommitTo, CycleError, CycleStats, SinkStep, Step, StepError, TxnProducer};
 
 mod report;
+mod sink;
+use sink::anchors;
 mod state;
+
+/// Where partitions resume when the pipeline's sink stores their offsets ([`crate::sink`]).
+pub(crate) type Resume = Vec<(TopicPartition, i64)>;
 
 /// What the consumer thread sends a task.
 pub(crate) enum TaskMsg {
     /// A consumed record of one of the task's partitions.
     Record(InputRecord),
-    /// New partitions and the group generation they belong to (long-lived tasks only).
-    Assign { partitions: Vec<TopicPartition>, group: Arc<ConsumerGroupMetadata> },
+    /// New partitions and the group generation they belong to (long-lived tasks only);
+    /// the reply says where the sink, if any, has them resume.
+    Assign { partitions: Vec<TopicPartition>, group: Arc<ConsumerGroupMetadata>, reply: SyncSender<Result<Resume>> },
     /// Give these partitions up; reply when their batch is committed (or dropped, if lost).
     Revoke { partitions: Vec<TopicPartition>, lost: bool, reply: SyncSender<RevokeReply> },
     /// Commit what is collected and exit.
@@ -88,6 +95,9 @@ enum Flush {
     },
     /// The pipeline must stop.
     Stop(Error),
+    /// An exactly-once sink refused the batch for an owner that claimed the partitions
+    /// since: like a fenced producer, the partitions go back to the group.
+    SinkFenced(String),
 }
 
 /// What a failed or successful cycle leads to.
@@ -119,6 +129,10 @@ pub(crate) struct Task {
     /// `partition` label of its metrics and spans.
     label: String,
     metrics: TaskMetrics,
+    /// The pipeline's sink, connected on this thread ([`crate::sink`]).
+    sink: Option<Box<dyn crate::sink::erased::ErasedSink>>,
+    /// Partitions an exactly-once sink has no offset for yet (anchored at their next batch).
+    unanchored: HashSet<TopicPartition>,
 }
 
 impl Task {
@@ -133,7 +147,7 @@ impl Task {
         partitions: Vec<TopicPartition>,
         group: Option<Arc<ConsumerGroupMetadata>>,
         interrupt: Arc<Interrupt>,
-    ) -> Result<Task, Error> {
+    ) -> Result<(Task, Resume)> {
         let control = shared.control.clone();
         let processing = Processing::new(shared.cfg.clone(), shared.rt.clone(), shared.processor.clone());
         let label = match (shared.cfg.guarantee, partitions.as_slice()) {
@@ -141,7 +155,10 @@ impl Task {
             _ => "all".to_string(),
         };
         let metrics = TaskMetrics::new(&shared.cfg.application_id, &label);
+        let claimed = partitions.clone();
         let mut task = Task {
+            sink: None,
+            unanchored: HashSet::new(),
             label,
             metrics,
             id,
@@ -157,7 +174,9 @@ impl Task {
             interrupt,
         };
         task.ensure_producer()?;
-        Ok(task)
+        task.connect_sink()?;
+        let resume = task.claim(&claimed)?;
+        Ok((task, resume))
     }
 
     fn who(&self) -> String {
@@ -213,13 +232,15 @@ impl Task {
                     }
                 }
                 Err(RecvTimeoutError::Timeout) => self.flush(&mut batch),
-                Ok(TaskMsg::Assign { partitions, group }) => {
+                Ok(TaskMsg::Assign { partitions, group, reply }) => {
                     self.flush(&mut batch);
                     self.group = Some(group);
-                    self.owned.extend(partitions);
-                    if let Err(e) = self.ensure_producer() {
-                        self.stop(e);
-                    }
+                    self.owned.extend(partitions.iter().cloned());
+                    let resume = self.ensure_producer().and_then(|()| self.claim(&partitions));
+                    let _ = reply.send(resume.map_err(|e| {
+                        self.stop(Error::Internal(format!("assignment failed: {e}")));
+                        e
+                    }));
                 }
                 Ok(TaskMsg::Revoke { partitions, lost, reply }) => {
                     if lost {
@@ -237,8 +258,10 @@ impl Task {
                         partitions.iter().filter_map(|tp| self.acked.remove(tp).map(|o| (tp.clone(), o))).collect();
                     for tp in &partitions {
                         self.owned.remove(tp);
+                        self.unanchored.remove(tp);
                         self.processing.revoke(tp);
                     }
+                    self.release(&partitions);
                     // Before the reply: once it is sent the consumer thread may set the
                     // next revocation's interrupt, which must not be cleared here.
                     self.interrupt.clear_revocation();
@@ -289,6 +312,12 @@ impl Task {
                 );
             }
             Flush::Stop(e) => self.stop(e),
+            Flush::SinkFenced(reason) => {
+                tracing::warn!(task = self.id, %reason, "fenced by the sink; the partitions go back to the group");
+                self.producer = None;
+                self.processing.give_up_all();
+                let _ = self.control.send(Control::Fenced { task: self.id, error: reason });
+            }
         }
         self.processing.batch_done();
         batch.clear();
@@ -338,8 +367,17 @@ impl Task {
             );
             let _entered = span.enter();
             let started = Instant::now();
+            let rt = &self.shared.rt;
+            let sink = match self.sink.as_deref_mut() {
+                None => SinkStep::None,
+                Some(s) if s.guarantee() == SinkGuarantee::ExactlyOnce => {
+                    let anchors = anchors(batch, &self.unanchored);
+                    SinkStep::AfterCommit { sink: s, rt, anchors }
+                }
+                Some(s) => SinkStep::BeforeOffsets(s, rt),
+            };
             let mut work = self.processing.work();
-            let result = run_cycle(producer, batch, &mut work, commit_to, deadline);
+            let result = run_cycle(producer, batch, &mut work, commit_to, deadline, sink);
             let outputs_per_partition = std::mem::take(&mut work.outputs_per_partition);
             let elapsed = started.elapsed();
             // The state overlays follow the transaction: merged once it is known committed,
@@ -360,6 +398,11 @@ impl Task {
                     stats.outputs = outputs_per_partition.values().sum();
                     self.kafka_failed(batch, e, deadline, task_deadline, &mut backoff, stats)
                 }
+                Err(CycleError::Sink(f)) => {
+                    self.discard_states();
+                    last_error = Some(f.to_string());
+                    self.sink_failed(batch, f, deadline, task_deadline, &mut backoff)
+                }
             };
             self.report(batch, &outputs_per_partition, elapsed, stats, &outcome);
             match next {
@@ -369,8 +412,19 @@ impl Task {
         }
     }
 
-    /// Counts a committed batch; at-least-once: hands its offsets to the consumer thread.
+    /// Counts a committed batch (an exactly-once sink is written first); at-least-once:
+    /// hands its offsets to the consumer thread.
     fn committed(&mut self, batch: &[InputRecord], stats: CycleStats) -> Flush {
+        if self.sink_is_exactly_once() {
+            let interrupt = self.interrupt.clone();
+            let deadline = Deadline::interruptible(Instant::now() + self.shared.cfg.task_timeout, &interrupt);
+            if let Err(flush) = self.write_exactly_once(batch.len(), deadline) {
+                return flush;
+            }
+            for tp in batch.iter().map(|r| (r.topic.clone(), r.partition)) {
+                self.unanchored.remove(&tp);
+            }
+        }
         let s = self.shared.shutdown.stats();
         s.records_in.add(batch.len() as u64);
         s.records_out.add(stats.outputs);

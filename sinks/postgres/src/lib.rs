@@ -55,6 +55,7 @@
 #![warn(missing_docs)]
 
 mod error;
+mod pipeline;
 mod sink;
 pub mod upsert;
 

@@ -40,6 +40,11 @@ pub struct PostgresSink {
     epoch_of: Statement,
     read: Statement,
     epochs: HashMap<TopicPartition, i64>,
+    /// What [`reconnect`](Self::reconnect) needs: the connection string (if the sink
+    /// connected itself), the table spec and the offsets table.
+    config: Option<String>,
+    spec: TableSpec,
+    offsets_table: String,
 }
 
 impl std::fmt::Debug for PostgresSink {
@@ -57,6 +62,29 @@ impl PostgresSink {
     /// the target table and prepares the statements.
     pub async fn new(client: Client, group: impl Into<String>, spec: &TableSpec) -> Result<Self, SinkError> {
         Self::with_offsets_table(client, group, spec, DEFAULT_OFFSETS_TABLE).await
+    }
+
+    /// Connects without TLS ([`crate::connect`]) and creates the sink; a sink made this way
+    /// can [`reconnect`](Self::reconnect) after the connection broke (a server restart).
+    pub async fn connect(config: &str, group: impl Into<String>, spec: &TableSpec) -> Result<Self, SinkError> {
+        let mut sink = Self::new(crate::connect(config).await?, group, spec).await?;
+        sink.config = Some(config.to_string());
+        Ok(sink)
+    }
+
+    /// If the connection is closed and the sink has its connection string
+    /// ([`connect`](Self::connect)): connects again and prepares the statements anew,
+    /// **keeping the epochs it holds** — a reconnect is not a claim, so a sink that was
+    /// fenced meanwhile stays fenced. Otherwise does nothing.
+    pub async fn reconnect(&mut self) -> Result<(), SinkError> {
+        let Some(config) = self.config.clone().filter(|_| self.client.is_closed()) else { return Ok(()) };
+        let client = crate::connect(&config).await?;
+        let mut fresh = Self::with_offsets_table(client, self.group.clone(), &self.spec, &self.offsets_table).await?;
+        fresh.epochs = std::mem::take(&mut self.epochs);
+        fresh.config = Some(config);
+        tracing::info!(group = %self.group, table = %self.table.name, "reconnected to PostgreSQL");
+        *self = fresh;
+        Ok(())
     }
 
     /// Like [`PostgresSink::new`] with another offsets table (optionally schema-qualified;
@@ -114,6 +142,9 @@ impl PostgresSink {
             epoch_of,
             read,
             epochs: HashMap::new(),
+            config: None,
+            spec: spec.clone(),
+            offsets_table: offsets_table.to_string(),
         })
     }
 
@@ -207,6 +238,16 @@ impl PostgresSink {
     ///
     /// Rows with the same key within a batch: the last one wins.
     pub async fn write_batch(&mut self, rows: &[Row], offsets: &[(TopicPartition, i64)]) -> Result<(), SinkError> {
+        self.write_rows(rows.iter(), offsets).await
+    }
+
+    /// [`write_batch`](Self::write_batch) over borrowed rows (the runtime's batch holds them
+    /// with their input records).
+    pub(crate) async fn write_rows<'r>(
+        &mut self,
+        rows: impl ExactSizeIterator<Item = &'r Row>,
+        offsets: &[(TopicPartition, i64)],
+    ) -> Result<(), SinkError> {
         if offsets.is_empty() {
             return Err(SinkError::InvalidBatch("an exactly-once batch must carry its input offsets".into()));
         }
@@ -216,6 +257,7 @@ impl PostgresSink {
         for (tp, _) in &offsets {
             epochs.push(self.epochs.get(tp).copied().ok_or_else(|| SinkError::NotClaimed(tp.clone()))?);
         }
+        let n_rows = rows.len();
         let arrays = self.table.arrays(rows)?;
         let params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> =
             arrays.iter().map(|a| a as &(dyn tokio_postgres::types::ToSql + Sync)).collect();
@@ -227,17 +269,15 @@ impl PostgresSink {
             async move { tx.execute(stmt, &[group, &tp.topic, &tp.partition, next, epoch]).await }
         }));
         let upsert = async {
-            if rows.is_empty() {
+            if n_rows == 0 {
                 Ok(0)
             } else {
                 tx.execute(&self.batch, &params).await
             }
         };
-        let (matched, _) = futures_util::future::try_join(fences, upsert).await.map_err(SinkError::pg(format!(
-            "writing a batch of {} rows into {}",
-            rows.len(),
-            self.table.name
-        )))?;
+        let (matched, _) = futures_util::future::try_join(fences, upsert)
+            .await
+            .map_err(SinkError::pg(format!("writing a batch of {n_rows} rows into {}", self.table.name)))?;
         if let Some(i) = matched.iter().position(|&n| n == 0) {
             let tp = offsets[i].0.clone();
             let current = tx
@@ -259,7 +299,7 @@ impl PostgresSink {
         if rows.is_empty() {
             return Ok(0);
         }
-        let arrays = self.table.arrays(rows)?;
+        let arrays = self.table.arrays(rows.iter())?;
         let params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> =
             arrays.iter().map(|a| a as &(dyn tokio_postgres::types::ToSql + Sync)).collect();
         self.client

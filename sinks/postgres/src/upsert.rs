@@ -178,10 +178,13 @@ impl UpsertTable {
     }
 
     /// The batch's rows turned into one array parameter per column.
-    pub(crate) fn arrays<'a>(&self, rows: &'a [Row]) -> Result<Vec<ColumnArray<'a>>, SinkError> {
+    pub(crate) fn arrays<'a>(
+        &self,
+        rows: impl ExactSizeIterator<Item = &'a Row>,
+    ) -> Result<Vec<ColumnArray<'a>>, SinkError> {
         let n = self.columns.len();
         let mut arrays: Vec<ColumnArray<'a>> = (0..n).map(|_| ColumnArray(Vec::with_capacity(rows.len()))).collect();
-        for (i, row) in rows.iter().enumerate() {
+        for (i, row) in rows.enumerate() {
             if row.0.len() != n {
                 return Err(SinkError::InvalidBatch(format!(
                     "row {i} has {} values, the table spec {n} columns ({:?})",
@@ -269,7 +272,7 @@ mod tests {
     #[test]
     fn rows_must_match_the_columns() {
         let rows = vec![crate::row!["a".to_string(), 1_i64, "m".to_string()], crate::row!["b".to_string()]];
-        let err = table().arrays(&rows).unwrap_err().to_string();
+        let err = table().arrays(rows.iter()).unwrap_err().to_string();
         assert!(err.contains("row 1 has 1 values"), "{err}");
     }
 }

@@ -1,0 +1,96 @@
+//! The start-up check: the cluster answers, the credentials are accepted, and every topic
+//! the pipeline reads or writes exists (changelogs are created here).
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
+use rdkafka::ClientContext;
+
+use crate::config::{Exhausted, PipelineConfig};
+use crate::error::{Error, Result};
+
+/// Checks, within the startup timeout, that the cluster answers and the topics exist.
+///
+/// librdkafka tells the cause of a refused SASL authentication or TLS certificate only in an
+/// error event (the metadata request just fails with a transport error, and librdkafka
+/// keeps reconnecting), so the probe polls for error events between metadata attempts and
+/// fails at once on those, naming the cause; other connection errors are quoted when the
+/// startup timeout runs out. Secrets are redacted from whatever is quoted.
+pub(crate) fn preflight(cfg: &PipelineConfig) -> Result<()> {
+    /// Keeps the reason of librdkafka's last telling error event, `true` once definitive.
+    #[derive(Default)]
+    struct Probe {
+        last: Mutex<Option<(bool, String)>>,
+    }
+    impl ClientContext for Probe {
+        fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
+            use rdkafka::types::RDKafkaErrorCode as C;
+            tracing::debug!(%error, reason, "preflight probe");
+            let code = error.rdkafka_error_code();
+            let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+            // "1/1 brokers are down" follows every failure: it must not hide the cause.
+            let keep = last.as_ref().is_some_and(|(failed, _)| *failed || code == Some(C::AllBrokersDown));
+            if !keep {
+                *last = Some((matches!(code, Some(C::Authentication | C::SSL)), reason.to_string()));
+            }
+        }
+    }
+    impl ConsumerContext for Probe {}
+
+    let mut cc = cfg.consumer_config();
+    cc.set("log_level", "3");
+    let probe: BaseConsumer<Probe> = cc.create_with_context(Probe::default()).map_err(|e| {
+        Error::Config(format!("consumer configuration rejected by librdkafka: {}", crate::config::client_error(&e)))
+    })?;
+    let unreachable = |detail: String| Error::Unreachable {
+        servers: cfg.bootstrap_servers.clone(),
+        timeout: cfg.startup_timeout,
+        detail: cfg.consumer_properties.redact(&detail),
+    };
+    let deadline = Instant::now() + cfg.startup_timeout;
+    let mut attempt = Duration::from_millis(500);
+    let md = loop {
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        let e = match probe.fetch_metadata(None, attempt.min(remaining)) {
+            Ok(md) => break md,
+            Err(e) => e,
+        };
+        // Error events (queued behind log events, possibly just after the failure) reach
+        // Probe::error while the consumer is polled; it has no subscription, so no records.
+        let drained = Instant::now() + Duration::from_millis(100);
+        while Instant::now() < drained {
+            probe.poll(Duration::from_millis(20));
+        }
+        let last = probe.context().last.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        match last {
+            Some((true, reason)) => return Err(unreachable(format!("authentication failed: {reason}"))),
+            _ if Instant::now() >= deadline => {
+                return Err(unreachable(match last {
+                    Some((_, reason)) => format!("{e}; last error: {reason}"),
+                    None => e.to_string(),
+                }))
+            }
+            _ => attempt = (attempt * 2).min(Duration::from_secs(5)),
+        }
+    };
+    let exists =
+        |t: &str| md.topics().iter().any(|mt| mt.name() == t && mt.error().is_none() && !mt.partitions().is_empty());
+    // Inputs, declared outputs and the dead-letter topic must exist before anything runs: a
+    // missing output would otherwise surface only as produce timeouts in the first batch.
+    let mut wanted = cfg.input_topics.clone();
+    wanted.extend(cfg.output_topics.iter().cloned());
+    if let Exhausted::DeadLetter(t) = &cfg.processor_error_policy.then {
+        wanted.push(t.clone());
+    }
+    wanted.dedup();
+    let missing: Vec<String> = wanted.into_iter().filter(|t| !exists(t)).collect();
+    if !missing.is_empty() {
+        return Err(Error::UnknownTopics { topics: missing, servers: cfg.bootstrap_servers.clone() });
+    }
+    if !cfg.stores.is_empty() {
+        let input = md.topics().iter().find(|t| t.name() == cfg.input_topics[0]).map_or(0, |t| t.partitions().len());
+        crate::state::changelog::ensure_topics(cfg, input as i32)?;
+    }
+    Ok(())
+}

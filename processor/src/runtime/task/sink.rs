@@ -1,0 +1,198 @@
+//! A task's sink ([`crate::sink`]): connecting it, claiming partitions, and the write of an
+//! exactly-once sink after the Kafka side of a batch committed.
+//!
+//! Effectively-/at-least-once sinks are written inside the cycle ([`run_cycle`]'s
+//! `SinkStep::BeforeOffsets`): a failure there aborts the transaction and the batch is
+//! replayed, the sink deduplicating what it already applied. An exactly-once sink is
+//! written after the cycle, with the batch's next offsets; a failure then cannot abort
+//! anything (the Kafka outputs and offsets are committed), so the *same* rows are written
+//! again after [`Sink::recover`](crate::sink::Sink::recover), with backoff, until the task's
+//! deadline. Never re-processed: that would produce the Kafka outputs a second time.
+//!
+//! [`run_cycle`]: crate::txn::run_cycle
+
+use std::time::{Duration, Instant};
+
+use super::{dropped, Flush, Next, Task};
+use crate::error::Error;
+use crate::observe::Outcome;
+use crate::record::InputRecord;
+use crate::record::Topic;
+use crate::runtime::interrupt::Deadline;
+use crate::runtime::TopicPartition;
+use crate::sink::erased::SinkFailure;
+use crate::sink::PartitionRange;
+use crate::sink::{SinkErrorClass, SinkGuarantee};
+
+pub(super) fn sink_error(op: &str, f: SinkFailure) -> Error {
+    Error::Sink { op: op.into(), class: f.class, source: f.error }
+}
+
+fn topics(partitions: &[TopicPartition]) -> Vec<(Topic, i32)> {
+    partitions.iter().map(|(t, p)| (Topic::new(t), *p)).collect()
+}
+
+impl Task {
+    /// Connects the pipeline's sink, if it has one. An exactly-once sink and state stores
+    /// exclude each other (see [`crate::sink`]): refused here, at the first assignment.
+    pub(super) fn connect_sink(&mut self) -> Result<(), Error> {
+        let Some(factory) = self.shared.cfg.sink.clone() else { return Ok(()) };
+        let sink =
+            factory.connect(&self.shared.rt, self.shared.cfg.task_timeout).map_err(|f| sink_error("connect", f))?;
+        if sink.guarantee() == SinkGuarantee::ExactlyOnce && !self.shared.cfg.stores.is_empty() {
+            return Err(Error::Config(
+                "an exactly-once sink cannot be combined with state stores: their changelogs commit \
+                 with the Kafka transaction, before the sink's offsets, so a crash between the two \
+                 would replay a batch onto state that already holds it. Keep that state in the sink's \
+                 database (its offsets commit with its rows), or use an effectively-once sink"
+                    .into(),
+            ));
+        }
+        self.sink = Some(sink);
+        Ok(())
+    }
+
+    /// Claims `partitions` in the sink: where each resumes, for those the sink has an offset
+    /// stored (exactly-once sinks); the consumer starts them there.
+    pub(super) fn claim(&mut self, partitions: &[TopicPartition]) -> Result<Vec<(TopicPartition, i64)>, Error> {
+        let Some(sink) = self.sink.as_mut() else { return Ok(Vec::new()) };
+        let stored = sink
+            .on_assigned(&self.shared.rt, &topics(partitions), self.shared.cfg.task_timeout)
+            .map_err(|f| sink_error("on_assigned", f))?;
+        let exactly_once = sink.guarantee() == SinkGuarantee::ExactlyOnce;
+        let mut resume = Vec::new();
+        for (tp, stored) in partitions.iter().zip(stored) {
+            match stored {
+                Some(o) => resume.push((tp.clone(), o)),
+                None if exactly_once => {
+                    self.unanchored.insert(tp.clone());
+                }
+                None => {}
+            }
+        }
+        if !resume.is_empty() {
+            tracing::info!(task = self.id, ?resume, "partitions resume from the offsets stored in the sink");
+        }
+        Ok(resume)
+    }
+
+    /// The partitions were revoked (their last batch is written or dropped).
+    pub(super) fn release(&mut self, partitions: &[TopicPartition]) {
+        if let Some(sink) = self.sink.as_mut() {
+            sink.on_revoked(&self.shared.rt, &topics(partitions), Duration::from_secs(5));
+        }
+    }
+
+    /// Whether the sink owns the offsets (and is written after the Kafka commit).
+    pub(super) fn sink_is_exactly_once(&self) -> bool {
+        self.sink.as_ref().is_some_and(|s| s.guarantee() == SinkGuarantee::ExactlyOnce)
+    }
+
+    /// Writes the prepared batch to the exactly-once sink, after the Kafka side committed:
+    /// the same rows again after a retriable failure (idempotent), until `deadline`.
+    /// `Err`: give the partitions up (fenced), stop the pipeline, or drop the batch
+    /// (interrupted: the partitions' next owner replays it from the sink's offsets).
+    pub(super) fn write_exactly_once(&mut self, records: usize, deadline: Deadline<'_>) -> Result<Duration, Flush> {
+        let started = Instant::now();
+        let rt = self.shared.rt.clone();
+        let Some(sink) = self.sink.as_mut() else { return Ok(Duration::ZERO) };
+        let mut backoff = Duration::from_millis(100);
+        loop {
+            let failure = match sink.write(&rt, deadline.remaining()) {
+                Ok(()) => {
+                    sink.clear();
+                    return Ok(started.elapsed());
+                }
+                Err(f) => f,
+            };
+            tracing::warn!(task = self.id, records, error = %failure, "sink write failed; writing the same rows again");
+            match failure.class {
+                SinkErrorClass::Fenced => {
+                    sink.clear();
+                    return Err(Flush::SinkFenced(failure.to_string()));
+                }
+                SinkErrorClass::Rejected | SinkErrorClass::Fatal => {
+                    sink.clear();
+                    return Err(Flush::Stop(sink_error("write", failure)));
+                }
+                SinkErrorClass::Retriable | SinkErrorClass::OutcomeUnknown => {}
+            }
+            if let Some(because) = self.interrupt.expired() {
+                sink.clear();
+                return Err(Flush::Dropped { because, reason: failure.to_string() });
+            }
+            if deadline.passed() || Instant::now() + backoff >= deadline.instant() {
+                sink.clear();
+                return Err(Flush::Stop(sink_error("write", failure)));
+            }
+            deadline.sleep(backoff);
+            backoff = (backoff * 2).min(Duration::from_secs(5));
+            if let Err(f) = sink.recover(&rt, deadline.remaining()) {
+                tracing::warn!(task = self.id, error = %f, "sink recover failed; retrying");
+            }
+        }
+    }
+}
+
+impl Task {
+    /// The sink failed inside the cycle (before the offsets): the transaction is aborted,
+    /// then by the failure's class the partitions are given up (fenced), the pipeline stops
+    /// (refused, fatal), or the batch is replayed after [`Sink::recover`] with backoff until
+    /// the task timeout (the sink deduplicates or overwrites what it already applied).
+    ///
+    /// [`Sink::recover`]: crate::sink::Sink::recover
+    pub(super) fn sink_failed(
+        &mut self,
+        batch: &[InputRecord],
+        failure: SinkFailure,
+        deadline: Deadline<'_>,
+        task_deadline: Instant,
+        backoff: &mut Duration,
+    ) -> (Outcome, Next) {
+        let reason = failure.to_string();
+        if let Err(gave_up) = self.abort(batch, deadline) {
+            return gave_up;
+        }
+        if let Some(because) = self.interrupt.expired() {
+            return dropped(because, reason);
+        }
+        let outcome = Outcome::Aborted { class: None, reason: reason.clone() };
+        match failure.class {
+            SinkErrorClass::Fenced => return (outcome, Next::Done(Flush::SinkFenced(reason))),
+            SinkErrorClass::Rejected | SinkErrorClass::Fatal => {
+                return (outcome, Next::Done(Flush::Stop(sink_error("write", failure))))
+            }
+            SinkErrorClass::Retriable | SinkErrorClass::OutcomeUnknown => {}
+        }
+        if Instant::now() + *backoff >= task_deadline {
+            return (outcome, Next::Done(Flush::Stop(sink_error("write", failure))));
+        }
+        tracing::warn!(task = self.id, error = %reason, "sink write failed; transaction aborted, replaying the batch");
+        let pause = *backoff;
+        *backoff = (*backoff * 2).min(Duration::from_secs(5));
+        if let Some(sink) = self.sink.as_mut() {
+            if let Err(f) = sink.recover(&self.shared.rt, deadline.remaining()) {
+                tracing::warn!(task = self.id, error = %f, "sink recover failed; retrying");
+            }
+        }
+        (outcome, Next::Retry(pause))
+    }
+}
+
+/// The partitions of `batch` an exactly-once sink has no offset for yet, each with its
+/// first offset in the batch as the resume point to store ([`SinkStep::AfterCommit`]).
+///
+/// [`SinkStep::AfterCommit`]: crate::txn::SinkStep::AfterCommit
+pub(super) fn anchors(
+    batch: &[InputRecord],
+    unanchored: &std::collections::HashSet<TopicPartition>,
+) -> Vec<PartitionRange> {
+    if unanchored.is_empty() {
+        return Vec::new();
+    }
+    crate::processing::partition_ranges(batch)
+        .into_iter()
+        .filter(|r| unanchored.contains(&(r.topic.to_string(), r.partition)))
+        .map(|r| PartitionRange { next_offset: r.first_offset, ..r })
+        .collect()
+}
