@@ -271,7 +271,7 @@ mod tests {
 
     #[test]
     fn rows_must_match_the_columns() {
-        let rows = vec![crate::row!["a".to_string(), 1_i64, "m".to_string()], crate::row!["b".to_string()]];
+        let rows = [crate::row!["a".to_string(), 1_i64, "m".to_string()], crate::row!["b".to_string()]];
         let err = table().arrays(rows.iter()).unwrap_err().to_string();
         assert!(err.contains("row 1 has 1 values"), "{err}");
     }
