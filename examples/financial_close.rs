@@ -15,7 +15,15 @@
 //! from the raw payments and compares to the cent. Its last line is
 //! `reconciled: <n> merchant-days, 0 mismatches` (exit code 1 on any mismatch).
 //!
-//! Run: `cargo run --release --example financial_close [payments]`.
+//! With `--postgres`, a second, stateless pipeline reads the same payments and posts a
+//! **ledger to PostgreSQL** (a local server the test kit starts; Debian's `postgresql`
+//! package): one row per payment, upserted by `event_id` (so an upstream redelivery
+//! overwrites its own row), with the input offsets in the same database transaction
+//! (`kafka_eos_postgres`, an exactly-once sink: no Kafka transaction needed). The ledger is
+//! then reconciled with SQL against the batch recomputation:
+//! `ledger (postgres): <n> payments, <cents> cents, matches the batch recomputation`.
+//!
+//! Run: `cargo run --release --example financial_close [payments] [--postgres]`.
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -42,7 +50,9 @@ async fn main() -> ExitCode {
 }
 
 async fn run() -> Result<bool, Box<dyn std::error::Error>> {
-    let payments: u64 = std::env::args().nth(1).map(|n| n.parse()).transpose()?.unwrap_or(50_000);
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let with_postgres = args.iter().any(|a| a == "--postgres");
+    let payments: u64 = args.iter().find(|a| !a.starts_with("--")).map(|n| n.parse()).transpose()?.unwrap_or(50_000);
     let cluster = tokio::task::spawn_blocking(|| Cluster::from_env_or_start(ClusterConfig::default())).await??;
     let bootstrap = cluster.bootstrap_servers();
     let suffix = std::process::id().to_string();
@@ -71,6 +81,10 @@ async fn run() -> Result<bool, Box<dyn std::error::Error>> {
     let handle = pipeline.shutdown_handle();
     let started = Instant::now();
     let running = tokio::spawn(pipeline.run());
+    let ledger = match with_postgres {
+        true => Some(ledger::start(&bootstrap, &topics.payments, &format!("{app}-ledger")).await?),
+        false => None,
+    };
     let (b, g, t) = (bootstrap.clone(), app.clone(), vec![topics.payments.clone()]);
     tokio::task::spawn_blocking(move || admin::wait_for_catch_up(&b, &g, &t, Duration::from_secs(300))).await??;
     let elapsed = started.elapsed();
@@ -99,7 +113,91 @@ async fn run() -> Result<bool, Box<dyn std::error::Error>> {
         rec.payments, rec.input_duplicates, rec.late_payments
     );
     println!("{rec}");
-    Ok(rec.is_exact())
+    let mut exact = rec.is_exact();
+    if let Some(ledger) = ledger {
+        exact &= ledger.reconcile(&rec).await?;
+    }
+    Ok(exact)
+}
+
+/// The ledger in PostgreSQL: a stateless pipeline with an exactly-once sink.
+mod ledger {
+    use std::time::Duration;
+
+    use kafka_eos::codec::{Codec, Json};
+    use kafka_eos::{Guarantee, Pipeline, ProcessError};
+    use kafka_eos_cli::workloads::financial_close::{Event, Reconciliation, DAY_MS};
+    use kafka_eos_postgres::{row, PostgresSink, TableSpec};
+    use kafka_eos_testkit::admin;
+    use kafka_eos_testkit::postgres::{Postgres, PostgresConfig};
+
+    const TABLE: &str = "CREATE TABLE ledger (
+        event_id bigint PRIMARY KEY,
+        merchant integer NOT NULL,
+        day      bigint  NOT NULL,
+        cents    bigint  NOT NULL)";
+
+    pub struct Ledger {
+        pg: Postgres,
+        summary: kafka_eos::Summary,
+    }
+
+    /// Starts PostgreSQL and runs the ledger pipeline over `payments` until it caught up.
+    pub async fn start(bootstrap: &str, payments: &str, app: &str) -> Result<Ledger, Box<dyn std::error::Error>> {
+        let pg = tokio::task::spawn_blocking(|| Postgres::start(PostgresConfig::default())).await??;
+        pg.psql("postgres", TABLE)?;
+        let conn = pg.connection_string("postgres");
+        let mut builder = Pipeline::builder();
+        let rows = builder.sink(move || {
+            let conn = conn.clone();
+            // The sink's offsets are kept under the pipeline's name: one row per partition.
+            async move {
+                PostgresSink::connect(&conn, "financial-close-ledger", &TableSpec::new("ledger", &["event_id"])).await
+            }
+        });
+        let pipeline = builder
+            .bootstrap_servers(bootstrap)
+            .application_id(app)
+            .input_topic(payments)
+            // The database holds the offsets: no Kafka transaction is needed for exactly-once.
+            .guarantee(Guarantee::AtLeastOnce)
+            .processor(move |ctx, r| {
+                if let Event::Payment(p) = Codec::<Event>::decode(&Json, r.value.as_deref().unwrap_or_default())? {
+                    let day = p.time_ms.div_euclid(DAY_MS);
+                    ctx.sink(&rows, row![p.event_id as i64, p.merchant as i32, day, p.amount_cents]);
+                }
+                Ok::<_, ProcessError>(())
+            })
+            .build()?;
+        let handle = pipeline.shutdown_handle();
+        let running = tokio::spawn(pipeline.run());
+        let (b, g, t) = (bootstrap.to_string(), app.to_string(), vec![payments.to_string()]);
+        tokio::task::spawn_blocking(move || admin::wait_for_catch_up(&b, &g, &t, Duration::from_secs(300))).await??;
+        handle.shutdown();
+        let summary = running.await??;
+        Ok(Ledger { pg, summary })
+    }
+
+    impl Ledger {
+        /// Reconciles the ledger with SQL against the batch recomputation.
+        pub async fn reconcile(self, rec: &Reconciliation) -> Result<bool, Box<dyn std::error::Error>> {
+            let totals = self.pg.psql("postgres", "SELECT count(*) || ' ' || coalesce(sum(cents), 0) FROM ledger")?;
+            let days = self.pg.psql(
+                "postgres",
+                "SELECT count(*) FROM (SELECT merchant, day, sum(cents) FROM ledger GROUP BY merchant, day) d",
+            )?;
+            let want = format!("{} {}", rec.payments, rec.total_cents);
+            let exact = totals.trim() == want;
+            println!(
+                "ledger (postgres): {} records in, {} merchant-days by SQL; payments and cents {} {} the batch                  recomputation ({want})",
+                self.summary.records_in,
+                days.trim(),
+                totals.trim(),
+                if exact { "match" } else { "DO NOT match" }
+            );
+            Ok(exact)
+        }
+    }
 }
 
 /// The pipeline without a broker (`cargo test --example financial_close`): milliseconds, no

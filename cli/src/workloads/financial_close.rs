@@ -27,7 +27,8 @@ use kafka_eos::{PipelineBuilder, Result};
 use kafka_eos_testkit::admin::{self, ClientExt};
 use kafka_eos_testkit::verify::{read_to_end, VerifyConfig};
 
-const DAY_MS: i64 = 86_400_000;
+/// A UTC day, in milliseconds.
+pub const DAY_MS: i64 = 86_400_000;
 /// 2026-01-01T00:00:00Z: the first simulated day.
 const EPOCH_MS: i64 = 1_767_225_600_000;
 
@@ -267,6 +268,8 @@ pub struct Reconciliation {
     pub emitted_twice: usize,
     /// Distinct payments in the input.
     pub payments: usize,
+    /// Their total, in cents.
+    pub total_cents: i64,
     /// Redelivered copies in the input.
     pub input_duplicates: u64,
     /// Payments on the late topic.
@@ -310,6 +313,7 @@ pub fn reconcile(cfg: &VerifyConfig, topics: &Topics) -> Result<Reconciliation> 
         }
     })?;
     rec.payments = seen.len();
+    rec.total_cents = batch.values().sum();
     let mut streamed: HashMap<(u32, i64), (i64, u32)> = HashMap::new();
     read_to_end(cfg, &topics.revenue, deadline, |m| {
         if let Some(Ok(r)) = decode::<DailyRevenue>(m) {
