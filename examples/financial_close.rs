@@ -189,7 +189,8 @@ mod ledger {
             let want = format!("{} {}", rec.payments, rec.total_cents);
             let exact = totals.trim() == want;
             println!(
-                "ledger (postgres): {} records in, {} merchant-days by SQL; payments and cents {} {} the batch                  recomputation ({want})",
+                "ledger (postgres): {} records in, {} merchant-days by SQL; payments and cents {} {} the batch \
+                 recomputation ({want})",
                 self.summary.records_in,
                 days.trim(),
                 totals.trim(),

@@ -241,6 +241,10 @@ mod redis_counts {
             let drift = total(&redis, &ns)? as i64 - events as i64;
             let pct = drift as f64 * 100.0 / events.max(1) as f64;
             line.push(format!("{} {drift:+} views ({pct:+.1} %)", if dedup { "with dedup" } else { "without dedup" }));
+            if dedup && drift != 0 {
+                println!("redis drift after a full replay: {}", line.join(", "));
+                return Err(format!("the dedup step let {drift} views drift").into());
+            }
         }
         println!("redis drift after a full replay: {}", line.join(", "));
         Ok(())
