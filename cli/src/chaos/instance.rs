@@ -70,6 +70,10 @@ pub struct InstanceConfig {
     /// `Some(payments)`: run the financial-close workload (input = payments, output =
     /// revenue, late payments to `<output>-late`) instead of the 1:1 copy.
     pub financial_close_payments: Option<u64>,
+    /// `Some(spec)`: write each input record's effect to a sink instead of the output topic
+    /// (see [`sink`](super::sink)): `postgres=<connection string>`, `redis=<url>`,
+    /// `redis-plain=<url>`.
+    pub sink: Option<String>,
     /// Client properties (security settings) for the pipeline's clients. Never put on the
     /// instance's command line: the suite hands them over in a private file
     /// (`--client-config`).
@@ -102,6 +106,7 @@ impl InstanceConfig {
         ]
         .into_iter()
         .chain(self.financial_close_payments.iter().flat_map(|n| ["--financial-close-payments".into(), n.to_string()]))
+        .chain(self.sink.iter().flat_map(|s| ["--sink".into(), s.clone()]))
         .collect()
     }
 
@@ -226,7 +231,19 @@ async fn run(cfg: InstanceConfig) -> kafka_eos::Result<Summary> {
         // Deliberate failures are replayed until they pass: never stop, never dead-letter.
         .on_processor_error(ProcessorErrorPolicy::retry(u32::MAX).backoff(Duration::from_millis(10)))
         .on_transaction(move |e: &TransactionEvent| d.observe(e.records));
-    let builder = if cfg.financial_close_payments.is_some() {
+    let builder = if let Some(spec) = &cfg.sink {
+        let fail = dice.clone();
+        super::sink::instance_pipeline(builder.input_topic(&cfg.input), spec, &cfg.application_id, move |r| {
+            if stall.swap(false, Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(200));
+                let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGSTOP);
+            }
+            if fail.roll() {
+                return Err(format!("chaos: deliberate abort at {}", r.origin()).into());
+            }
+            Ok(())
+        })?
+    } else if cfg.financial_close_payments.is_some() {
         crate::workloads::financial_close::pipeline(builder, &cfg.financial_close_topics())
     } else {
         let mut builder = builder.input_topic(&cfg.input);
@@ -302,6 +319,7 @@ mod tests {
             transaction_timeout: Duration::from_secs(8),
             status_interval: Duration::from_millis(500),
             financial_close_payments: Some(7),
+            sink: None,
             client_properties: Default::default(),
         };
         cfg.client_properties.set("sasl.password", "hunter2");

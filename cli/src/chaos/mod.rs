@@ -28,6 +28,7 @@
 //! | `pace` | the virtual clock that paces input and faults together |
 //! | `reader` | the concurrent read_committed reader and the final comparison |
 //! | `instance` | the body of one instance process (`kafka-eos chaos instance`) |
+//! | `sink` | the sink scenarios' servers, instance pipelines and checks (PostgreSQL, Redis) |
 //!
 //! # Pacing
 //! The input is not produced up front: a producer writes it while the scenario runs, paced
@@ -44,6 +45,7 @@ mod plan;
 mod reader;
 mod report;
 mod rng;
+mod sink;
 mod suite;
 
 pub use instance::{run_instance, InstanceConfig};

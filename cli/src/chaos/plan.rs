@@ -74,11 +74,30 @@ pub enum Scenario {
     /// Hazard: timeouts that fire on slowness rather than failure (a commit, a produce, a
     /// heartbeat) and their retries, on every path at once.
     SlowBroker,
+    /// Kafka → PostgreSQL through the exactly-once sink (`kafka_eos_postgres`): instances
+    /// SIGKILLed mid-batch, and the database SIGKILLed and restarted mid-run. Checked from
+    /// the database: every input record's row exactly once, nothing else, and the stored
+    /// offsets at the partitions' ends.
+    PostgresSink,
+    /// Kafka → Redis counters through the effectively-once sink (dedup keys with a TTL):
+    /// the same faults, Redis SIGKILLed and restarted (AOF, fsync per write). Every counter
+    /// must be exact.
+    RedisSink,
+    /// The same without the dedup step (at-least-once): counters may only drift upwards; the
+    /// drift is reported, a counter below its input count is a loss.
+    RedisNoDedup,
+}
+
+/// The system outside Kafka a sink scenario writes to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SinkKind {
+    Postgres,
+    Redis { dedup: bool },
 }
 
 impl Scenario {
     /// Every scenario, in the order the suite runs them.
-    pub const ALL: [Scenario; 13] = [
+    pub const ALL: [Scenario; 16] = [
         Scenario::ProcessKill,
         Scenario::ProcessBounce,
         Scenario::BrokerKill,
@@ -92,6 +111,9 @@ impl Scenario {
         Scenario::CoordinatorCut,
         Scenario::GroupCoordinatorCut,
         Scenario::SlowBroker,
+        Scenario::PostgresSink,
+        Scenario::RedisSink,
+        Scenario::RedisNoDedup,
     ];
 
     /// The name used on the command line and in result rows.
@@ -110,6 +132,19 @@ impl Scenario {
             Scenario::CoordinatorCut => "coordinator-cut",
             Scenario::GroupCoordinatorCut => "group-coord-cut",
             Scenario::SlowBroker => "slow-broker",
+            Scenario::PostgresSink => "postgres-sink",
+            Scenario::RedisSink => "redis-sink",
+            Scenario::RedisNoDedup => "redis-no-dedup",
+        }
+    }
+
+    /// The sink a scenario writes to instead of an output topic.
+    pub(crate) fn sink(self) -> Option<SinkKind> {
+        match self {
+            Scenario::PostgresSink => Some(SinkKind::Postgres),
+            Scenario::RedisSink => Some(SinkKind::Redis { dedup: true }),
+            Scenario::RedisNoDedup => Some(SinkKind::Redis { dedup: false }),
+            _ => None,
         }
     }
 
@@ -168,6 +203,8 @@ pub(crate) enum Action {
     Resume,
     /// A network fault through the fault proxy (see the `net` module).
     Net(NetFault),
+    /// SIGKILL the sink's server (PostgreSQL, Redis) and start it again 2 s later.
+    SinkRestart,
 }
 
 /// Which broker a network fault aims at, resolved when the step runs.
@@ -383,6 +420,17 @@ impl Plan {
                     s.after_exactly(p.session + secs(5), Action::Net(NetFault::HealAll), false);
                 }
             }
+            Scenario::PostgresSink | Scenario::RedisSink | Scenario::RedisNoDedup => {
+                // Instance crashes mid-batch, the server's crash between them, more crashes.
+                for half in 0..2 {
+                    for _ in 0..3 * scale {
+                        s.after(2, 5, Action::KillInstance, true);
+                    }
+                    if half == 0 {
+                        s.after(2, 4, Action::SinkRestart, true);
+                    }
+                }
+            }
             Scenario::SlowBroker => {
                 let node = p.nodes.get(s.rng.below(p.nodes.len().max(1))).copied().unwrap_or(1);
                 s.after(1, 2, Action::Net(NetFault::Slow { target: Target::Node(node) }), true);
@@ -417,6 +465,12 @@ mod tests {
         assert_eq!(count(Scenario::BrokerKill, 1, &mut rng), 3);
         assert_eq!(count(Scenario::ProcessKill, 10, &mut rng), 100);
         assert_eq!(count(Scenario::FinancialClose, 1, &mut rng), 9, "8 kills and a broker crash");
+        for sc in [Scenario::PostgresSink, Scenario::RedisSink, Scenario::RedisNoDedup] {
+            let plan = Plan::new(sc, &params(1), &mut rng);
+            assert_eq!(plan.faults(), 7, "{sc}: 6 instance kills and a server crash");
+            assert!(plan.steps.iter().any(|s| s.action == Action::SinkRestart), "{sc}");
+            assert!(sc.sink().is_some() && !sc.needs_broker_control(), "{sc}");
+        }
         for sc in Scenario::ALL {
             let plan = Plan::new(sc, &params(2), &mut rng);
             assert!(plan.steps.windows(2).all(|w| w[0].at <= w[1].at), "{sc}");

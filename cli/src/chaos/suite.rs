@@ -27,6 +27,7 @@ use super::plan::{Action, Plan, PlanParams, Scenario};
 use super::reader::{utc_time_of_day, wall_ms, Reader};
 use super::report::{ScenarioResult, SuiteReport};
 use super::rng::Rng;
+use super::sink::Server;
 
 mod checks;
 use crate::workloads::financial_close;
@@ -238,6 +239,8 @@ struct Run<'a, 'r> {
     app: String,
     /// The financial-close scenario's topics (checked by reconciliation, not 1:1).
     close_topics: Option<financial_close::Topics>,
+    /// The sink scenarios' server (checked from its contents, not from an output topic).
+    sink: Option<Server>,
     fleet: Fleet,
     /// Stalled instances and their counters when stalled.
     zombies: Vec<(u32, Summary)>,
@@ -285,6 +288,7 @@ impl<'a, 'r> Run<'a, 'r> {
             transaction_timeout: TRANSACTION_TIMEOUT,
             status_interval: Duration::from_millis(500),
             financial_close_payments: stateful.then_some(cfg.records),
+            sink: None,
             client_properties: Properties::default(),
         };
         let mut args = vec!["chaos".to_string(), "instance".to_string()];
@@ -292,8 +296,12 @@ impl<'a, 'r> Run<'a, 'r> {
         if let Some(path) = ctx.client_config {
             args.extend(["--client-config".to_string(), path.display().to_string()]);
         }
-        let fleet = Fleet::new(cfg.instance_exe.clone(), args, ctx.log_dir.clone());
         let close_topics = stateful.then(|| instance.financial_close_topics());
+        let sink = scenario.sink().map(Server::start).transpose()?;
+        if let Some(server) = &sink {
+            args.extend(["--sink".to_string(), server.spec()]);
+        }
+        let fleet = Fleet::new(cfg.instance_exe.clone(), args, ctx.log_dir.clone());
         let timeline = std::fs::File::create(ctx.log_dir.join("steps.log")).ok();
         Ok(Run {
             ctx,
@@ -305,6 +313,7 @@ impl<'a, 'r> Run<'a, 'r> {
             output_topic,
             app,
             close_topics,
+            sink,
             fleet,
             zombies: Vec::new(),
             timeline,
@@ -341,9 +350,9 @@ impl<'a, 'r> Run<'a, 'r> {
             wait_full_isr(ctx.client, Duration::from_secs(120))?;
         }
         // The concurrent reader joins outputs to inputs 1:1 by origin: the copy only.
-        let reader = match self.close_topics {
-            None => Some(Reader::start(ctx.client, &self.output_topic, cfg.partitions, &self.input_topic)?),
-            Some(_) => None,
+        let reader = match (&self.close_topics, &self.sink) {
+            (None, None) => Some(Reader::start(ctx.client, &self.output_topic, cfg.partitions, &self.input_topic)?),
+            _ => None,
         };
         let input = Input::start(InputSpec {
             client: ctx.client.clone(),
@@ -413,6 +422,7 @@ impl<'a, 'r> Run<'a, 'r> {
         self.mark("instances stopped");
         match reader {
             Some(reader) => self.check(reader, caught_up),
+            None if self.sink.is_some() => self.check_sink(caught_up),
             None => self.reconcile(caught_up),
         }
     }
@@ -480,6 +490,10 @@ impl<'a, 'r> Run<'a, 'r> {
                 self.zombies.push((id, before));
             }
             Action::Resume => self.fleet.resume_all(),
+            Action::SinkRestart => {
+                let server = self.sink.as_mut().ok_or("a sink scenario without its server")?;
+                server.crash(Duration::from_secs(2))?;
+            }
             Action::Net(fault) => {
                 let cluster = self.cluster.as_deref().ok_or("a network scenario needs the suite's own cluster")?;
                 let scope = Scope {

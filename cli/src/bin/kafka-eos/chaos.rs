@@ -31,7 +31,8 @@ pub struct Args {
     partitions: i32,
     /// Run only this scenario (repeatable): process-kill, process-bounce, broker-kill,
     /// broker-bounce, rebalance-storm, random-aborts, stall, financial-close, endtxn-held,
-    /// produce-held, coordinator-cut, group-coord-cut, slow-broker [default: all].
+    /// produce-held, coordinator-cut, group-coord-cut, slow-broker, postgres-sink, redis-sink,
+    /// redis-no-dedup [default: all].
     #[arg(long = "scenario")]
     scenarios: Vec<Scenario>,
     /// Soak: ten times the faults of every scenario (hundreds in all) over millions of records.
@@ -90,6 +91,10 @@ struct InstanceArgs {
     /// payments in its sequence, instead of the 1:1 copy.
     #[arg(long)]
     financial_close_payments: Option<u64>,
+    /// Write to a sink instead of the output topic: `postgres=<connection string>`,
+    /// `redis=<url>` (with dedup) or `redis-plain=<url>` (without).
+    #[arg(long)]
+    sink: Option<String>,
     /// The suite passes its client properties in a private file (--client-config).
     #[command(flatten)]
     client: super::ClientArgs,
@@ -178,6 +183,7 @@ fn run_instance(a: InstanceArgs) -> Result<ExitCode, Box<dyn std::error::Error>>
         transaction_timeout: Duration::from_millis(a.transaction_timeout_ms),
         status_interval: Duration::from_millis(a.status_interval_ms),
         financial_close_payments: a.financial_close_payments,
+        sink: a.sink,
         client_properties: a.client.properties()?,
     };
     match chaos::run_instance(cfg) {

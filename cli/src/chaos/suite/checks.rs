@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use super::super::plan::Scenario;
 use super::super::reader::{compare, describe_anomalies, last_offsets, read_final, verify_config, Reader};
+use super::super::sink::end_offsets;
 use super::Run;
 use crate::workloads::financial_close;
 use kafka_eos_testkit::verify::verify;
@@ -42,6 +43,32 @@ impl Run<'_, '_> {
             t.rebalances
         ));
         r.notes.extend(self.fleet.crashes.iter().cloned());
+        if !caught_up {
+            return Err("the pipeline did not catch up (see notes); the counts above are as found".into());
+        }
+        Ok(())
+    }
+
+    /// A sink scenario's check, from the sink's server: lost effects, duplicated ones (Redis
+    /// with dedup), rows or offsets that should not be there (see the `sink` module).
+    pub(super) fn check_sink(self, caught_up: bool) -> Result<(), String> {
+        let server = self.sink.as_ref().ok_or("no sink server")?;
+        let ends = end_offsets(self.ctx.client, &self.input_topic, self.ctx.cfg.partitions)?;
+        let found = server.check(&self.app, &self.input_topic, &ends)?;
+        let t = self.fleet.totals();
+        let r = &mut *self.result;
+        r.records = found.records;
+        r.anomalies.lost.at_end = found.lost;
+        r.anomalies.duplicate.at_end = found.duplicate;
+        r.anomalies.other.at_end = found.other;
+        r.notes.extend(found.notes);
+        r.notes.push(format!(
+            "instances: {} started, {} crashed; as last reported: {} transactions committed, {} aborted",
+            self.fleet.started,
+            self.fleet.crashes.len(),
+            t.transactions_committed,
+            t.transactions_aborted,
+        ));
         if !caught_up {
             return Err("the pipeline did not catch up (see notes); the counts above are as found".into());
         }
