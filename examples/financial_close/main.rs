@@ -8,8 +8,10 @@
 //! topic instead of being dropped. Each day's total is emitted once, keyed by
 //! `merchant/day`, so a downstream upsert is idempotent.
 //!
-//! The pipeline itself is [`kafka_eos_cli::workloads::financial_close::pipeline`]: dedup →
-//! daily tumbling window → output. This example starts a broker (unless `KAFKA_BOOTSTRAP`
+//! The pipeline itself is in `pipeline.rs`, beside this file: dedup → daily tumbling
+//! window → output (the chaos suite runs the same file, through
+//! `kafka_eos_cli::workloads::financial_close`, which also holds the input generator and the
+//! batch reconciliation used here). This example starts a broker (unless `KAFKA_BOOTSTRAP`
 //! is set), writes 50,000 payments (+5 % duplicates, ~1 % late) to 4 partitions, runs the
 //! pipeline until it has consumed everything, then recomputes every merchant-day in batch
 //! from the raw payments and compares to the cent. Its last line is
