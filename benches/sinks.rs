@@ -162,9 +162,8 @@ async fn kafka_to_postgres(n: u64) {
     .await
     .unwrap()
     .expect("input");
-    let pg = tokio::task::spawn_blocking(|| Postgres::start(PostgresConfig::default()).expect("PostgreSQL"))
-        .await
-        .unwrap();
+    let pg =
+        tokio::task::spawn_blocking(|| Postgres::start(PostgresConfig::default()).expect("PostgreSQL")).await.unwrap();
     pg.psql("postgres", "CREATE TABLE ledger (id text PRIMARY KEY, part integer NOT NULL, off bigint NOT NULL)")
         .unwrap();
     let conn = pg.connection_string("postgres");
@@ -175,8 +174,10 @@ async fn kafka_to_postgres(n: u64) {
             .input_topic(&topic)
             .guarantee(Guarantee::AtLeastOnce)
     };
-    println!("
-Kafka -> PostgreSQL (fsync off): {n} records in 4 partitions, records/s, group join included");
+    println!(
+        "
+Kafka -> PostgreSQL (fsync off): {n} records in 4 partitions, records/s, group join included"
+    );
 
     let app = format!("{topic}-eos");
     let mut b = base(&app);

@@ -127,7 +127,7 @@ mod ledger {
     use std::time::Duration;
 
     use kafka_eos::codec::{Codec, Json};
-    use kafka_eos::{Guarantee, Pipeline, ProcessError};
+    use kafka_eos::{Guarantee, Pipeline, PipelineBuilder, ProcessError};
     use kafka_eos_cli::workloads::financial_close::{Event, Reconciliation, DAY_MS};
     use kafka_eos_postgres::{row, PostgresSink, TableSpec};
     use kafka_eos_testkit::admin;
@@ -139,17 +139,9 @@ mod ledger {
         day      bigint  NOT NULL,
         cents    bigint  NOT NULL)";
 
-    pub struct Ledger {
-        pg: Postgres,
-        summary: kafka_eos::Summary,
-    }
-
-    /// Starts PostgreSQL and runs the ledger pipeline over `payments` until it caught up.
-    pub async fn start(bootstrap: &str, payments: &str, app: &str) -> Result<Ledger, Box<dyn std::error::Error>> {
-        let pg = tokio::task::spawn_blocking(|| Postgres::start(PostgresConfig::default())).await??;
-        pg.psql("postgres", TABLE)?;
-        let conn = pg.connection_string("postgres");
-        let mut builder = Pipeline::builder();
+    /// The ledger pipeline: one row per payment, upserted by `event_id`, into the `ledger`
+    /// table of the database `conn` names; ticks make no row.
+    pub fn pipeline(mut builder: PipelineBuilder, payments: &str, conn: String) -> PipelineBuilder {
         let rows = builder.sink(move || {
             let conn = conn.clone();
             // The sink's offsets are kept under the pipeline's name: one row per partition.
@@ -157,9 +149,7 @@ mod ledger {
                 PostgresSink::connect(&conn, "financial-close-ledger", &TableSpec::new("ledger", &["event_id"])).await
             }
         });
-        let pipeline = builder
-            .bootstrap_servers(bootstrap)
-            .application_id(app)
+        builder
             .input_topic(payments)
             // The database holds the offsets: no Kafka transaction is needed for exactly-once.
             .guarantee(Guarantee::AtLeastOnce)
@@ -170,7 +160,20 @@ mod ledger {
                 }
                 Ok::<_, ProcessError>(())
             })
-            .build()?;
+    }
+
+    pub struct Ledger {
+        pg: Postgres,
+        summary: kafka_eos::Summary,
+    }
+
+    /// Starts PostgreSQL and runs the ledger pipeline over `payments` until it caught up.
+    pub async fn start(bootstrap: &str, payments: &str, app: &str) -> Result<Ledger, Box<dyn std::error::Error>> {
+        let pg = tokio::task::spawn_blocking(|| Postgres::start(PostgresConfig::default())).await??;
+        pg.psql("postgres", TABLE)?;
+        let conn = pg.connection_string("postgres");
+        let pipeline =
+            pipeline(Pipeline::builder(), payments, conn).bootstrap_servers(bootstrap).application_id(app).build()?;
         let handle = pipeline.shutdown_handle();
         let running = tokio::spawn(pipeline.run());
         let (b, g, t) = (bootstrap.to_string(), app.to_string(), vec![payments.to_string()]);
@@ -244,6 +247,20 @@ mod tests {
         assert_eq!(driver.output(&t.late).len(), 1);
         assert_eq!((driver.stats().duplicates_dropped, driver.stats().late_records), (1, 1));
         assert!(driver.store_handle::<u64, ()>(DEDUP_STORE).is_some());
+    }
+
+    #[test]
+    fn the_ledger_gets_one_row_per_payment_and_none_per_tick() {
+        let builder = ledger::pipeline(Pipeline::builder(), "payments", "host=unused".into());
+        let mut driver = TestDriver::new(builder).unwrap();
+        driver.pipe(payment(1, 7, 500, 20_000)).unwrap();
+        driver.pipe(payment(2, 9, 250, 20_001)).unwrap();
+        driver.pipe(TestInput::new().key("tick").encode_value(&Json, &Event::Tick { time_ms: 0 }).unwrap()).unwrap();
+        let rows = driver.sink_rows::<kafka_eos_postgres::Row>();
+        let got: Vec<_> = rows.iter().map(|r| (r.offset, format!("{:?}", r.row))).collect();
+        assert_eq!(got.len(), 2, "{got:?}");
+        assert_eq!((got[0].0, got[1].0), (0, 1), "each row carries its input record's offset");
+        assert!(got[0].1.contains("500") && got[0].1.contains("20000"), "{got:?}");
     }
 
     #[test]

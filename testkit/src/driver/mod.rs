@@ -139,6 +139,8 @@ pub struct TestDriver {
     topics: BTreeMap<String, Vec<TestRecord>>,
     /// Committed changelog records per (changelog topic, partition).
     changelogs: BTreeMap<(String, i32), Vec<ChangelogEntry>>,
+    /// Committed sink rows, boxed (the driver is not generic over the row type).
+    sink_rows: Vec<kafka_eos::sink::SinkRow<Box<dyn std::any::Any + Send>>>,
     stats: DriverStats,
     pub(crate) faults: Option<Faults>,
 }
@@ -166,6 +168,7 @@ impl TestDriver {
             clock_ms: 0,
             topics: BTreeMap::new(),
             changelogs: BTreeMap::new(),
+            sink_rows: Vec::new(),
             stats: DriverStats::default(),
             faults: None,
         })
@@ -264,6 +267,35 @@ impl TestDriver {
     /// Every committed record of `topic` so far, in commit order.
     pub fn output(&self, topic: impl AsRef<str>) -> &[TestRecord] {
         self.topics.get(topic.as_ref()).map(Vec::as_slice).unwrap_or_default()
+    }
+
+    /// The rows the processor handed the pipeline's sink ([`Context::sink`]) in committed
+    /// batches, in order, with the input records they came from. A replayed batch's rows
+    /// appear once, as a sink receives them; the sink itself is not called (nothing
+    /// connects).
+    ///
+    /// # Panics
+    /// If `R` is not the sink's row type (the type of the pipeline's `SinkHandle<R>`).
+    ///
+    /// [`Context::sink`]: kafka_eos::Context::sink
+    pub fn sink_rows<R: 'static>(&self) -> Vec<kafka_eos::sink::SinkRow<&R>> {
+        self.sink_rows
+            .iter()
+            .map(|r| {
+                let row = r.row.downcast_ref::<R>().unwrap_or_else(|| {
+                    panic!(
+                        "sink rows are not {}: use the type of the pipeline's SinkHandle",
+                        std::any::type_name::<R>()
+                    )
+                });
+                kafka_eos::sink::SinkRow {
+                    topic: r.topic.clone(),
+                    partition: r.partition,
+                    offset: r.offset,
+                    row: row.clone(),
+                }
+            })
+            .collect()
     }
 
     /// Takes the committed records of `topic` (the next call returns only newer ones).
@@ -388,6 +420,7 @@ impl TestDriver {
                         self.topics.entry(out.topic.clone()).or_default().push(out);
                         self.stats.records_out += 1;
                     }
+                    self.sink_rows.extend(attempt.sink_rows);
                     for c in attempt.changelog {
                         let log = self.changelogs.entry((c.topic.to_string(), c.partition.unwrap_or(0))).or_default();
                         let offset = log.len() as i64;
