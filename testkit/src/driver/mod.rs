@@ -288,12 +288,7 @@ impl TestDriver {
                         std::any::type_name::<R>()
                     )
                 });
-                kafka_eos::sink::SinkRow {
-                    topic: r.topic.clone(),
-                    partition: r.partition,
-                    offset: r.offset,
-                    row: row.clone(),
-                }
+                kafka_eos::sink::SinkRow { topic: r.topic.clone(), partition: r.partition, offset: r.offset, row }
             })
             .collect()
     }
