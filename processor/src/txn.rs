@@ -56,15 +56,14 @@
 //! - **Unknown errors** are classified abortable ([`crate::error::classify`]): never
 //!   reported as committed.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::ConsumerGroupMetadata;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header as RdHeader, OwnedHeaders};
-use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
-use rdkafka::{ClientContext, Offset, TopicPartitionList};
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::{Offset, TopicPartitionList};
 
 use crate::config::{FaultInjection, PipelineConfig, UnknownOutcome};
 use crate::error::{classify, ErrorClass};
@@ -142,54 +141,6 @@ impl std::fmt::Display for StepError {
 /// task through a `Condvar` cost more still (a wake-up and a context switch per
 /// delivery-report event). The A/B figures are in docs/benchmarks.md.
 const ACK_POLL_PAUSE: Duration = Duration::from_micros(500);
-
-/// Counts this cycle's delivery reports; runs inside `poll` on the task thread.
-#[derive(Default)]
-pub(crate) struct DeliveryTracker {
-    /// For the statistics callback's metric labels.
-    pipeline: String,
-    transactional_id: Option<String>,
-    cycle: AtomicUsize,
-    acked: AtomicU64,
-    failed: AtomicU64,
-    first_error: Mutex<Option<KafkaError>>,
-    /// The topic of the first failed delivery: named when it turns out not to exist.
-    failed_topic: Mutex<Option<String>>,
-}
-
-impl ClientContext for DeliveryTracker {
-    /// librdkafka statistics (when `statistics.interval.ms` is set): the producer epoch.
-    fn stats(&self, stats: rdkafka::Statistics) {
-        if let (Some(eos), Some(id)) = (stats.eos, &self.transactional_id) {
-            crate::metrics::producer_epoch(&self.pipeline, id, eos.producer_epoch);
-            tracing::trace!(transactional_id = %id, state = %eos.txn_state, epoch = eos.producer_epoch, "producer statistics");
-        }
-    }
-}
-
-impl ProducerContext for DeliveryTracker {
-    type DeliveryOpaque = usize;
-
-    fn delivery(&self, result: &DeliveryResult<'_>, cycle: usize) {
-        if cycle != self.cycle.load(Ordering::Relaxed) {
-            return; // a report from an aborted cycle
-        }
-        match result {
-            Ok(_) => {
-                self.acked.fetch_add(1, Ordering::Relaxed);
-            }
-            Err((e, m)) => {
-                self.failed.fetch_add(1, Ordering::Relaxed);
-                let mut first = self.first_error.lock().unwrap_or_else(|p| p.into_inner());
-                if first.is_none() {
-                    *first = Some(e.clone());
-                    *self.failed_topic.lock().unwrap_or_else(|p| p.into_inner()) =
-                        Some(rdkafka::Message::topic(m).to_string());
-                }
-            }
-        }
-    }
-}
 
 /// Where a successful cycle's input offsets go.
 pub(crate) enum CommitTo<'a> {
@@ -340,29 +291,6 @@ impl TxnProducer {
             Some(e) => Err(StepError::new(Step::AwaitAcks, e)),
             None => Ok(()),
         }
-    }
-
-    /// After a failed [`await_acks`](Self::await_acks): the topic of the first failed
-    /// delivery, if the failure is one a missing topic causes (`_UNKNOWN_TOPIC`,
-    /// `UNKNOWN_TOPIC_OR_PARTITION`, or a message timeout: under a transaction the message
-    /// timeout, capped by `transaction.timeout.ms`, runs out before librdkafka gives up on
-    /// the topic's metadata) and the cluster confirms the topic does not exist. Otherwise
-    /// the same produce is retried until the task timeout, every attempt failing the same
-    /// way (it used to: `MessageTimedOut` every ~10 s for up to 300 s, the topic never named).
-    pub(crate) fn missing_topic(&self, e: &StepError, timeout: Duration) -> Option<String> {
-        use RDKafkaErrorCode as C;
-        let suspicious = e.step == Step::AwaitAcks
-            && matches!(
-                e.err.rdkafka_error_code(),
-                Some(C::UnknownTopic | C::UnknownTopicOrPartition | C::MessageTimedOut)
-            );
-        if !suspicious {
-            return None;
-        }
-        let topic = self.inner.context().failed_topic.lock().unwrap_or_else(|p| p.into_inner()).clone()?;
-        let md = self.inner.client().fetch_metadata(Some(&topic), timeout).ok()?;
-        let exists = md.topics().iter().any(|t| t.name() == topic && t.error().is_none() && !t.partitions().is_empty());
-        (!exists).then_some(topic)
     }
 
     /// Serves this producer's events on the calling thread until `left` counts nothing more
@@ -669,3 +597,6 @@ pub(crate) mod tests {
 /// Error paths a real broker rarely produces, driven by librdkafka's mock cluster.
 #[cfg(test)]
 mod mock_cluster_tests;
+
+mod delivery;
+pub(crate) use delivery::DeliveryTracker;

@@ -1,0 +1,87 @@
+//! The delivery reports of a producer's current cycle, counted inside `poll` on the task's
+//! thread; reports of earlier (aborted) cycles are ignored by their cycle number. And what
+//! a failed delivery says about a missing output topic.
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::producer::Producer;
+use rdkafka::producer::{DeliveryResult, ProducerContext};
+use rdkafka::ClientContext;
+
+use super::{Step, StepError};
+
+/// Counts this cycle's delivery reports; runs inside `poll` on the task thread.
+#[derive(Default)]
+pub(crate) struct DeliveryTracker {
+    /// For the statistics callback's metric labels.
+    pub(super) pipeline: String,
+    pub(super) transactional_id: Option<String>,
+    pub(super) cycle: AtomicUsize,
+    pub(super) acked: AtomicU64,
+    pub(super) failed: AtomicU64,
+    pub(super) first_error: Mutex<Option<KafkaError>>,
+    /// The topic of the first failed delivery: named when it turns out not to exist.
+    pub(super) failed_topic: Mutex<Option<String>>,
+}
+
+impl ClientContext for DeliveryTracker {
+    /// librdkafka statistics (when `statistics.interval.ms` is set): the producer epoch.
+    fn stats(&self, stats: rdkafka::Statistics) {
+        if let (Some(eos), Some(id)) = (stats.eos, &self.transactional_id) {
+            crate::metrics::producer_epoch(&self.pipeline, id, eos.producer_epoch);
+            tracing::trace!(transactional_id = %id, state = %eos.txn_state, epoch = eos.producer_epoch, "producer statistics");
+        }
+    }
+}
+
+impl ProducerContext for DeliveryTracker {
+    type DeliveryOpaque = usize;
+
+    fn delivery(&self, result: &DeliveryResult<'_>, cycle: usize) {
+        if cycle != self.cycle.load(Ordering::Relaxed) {
+            return; // a report from an aborted cycle
+        }
+        match result {
+            Ok(_) => {
+                self.acked.fetch_add(1, Ordering::Relaxed);
+            }
+            Err((e, m)) => {
+                self.failed.fetch_add(1, Ordering::Relaxed);
+                let mut first = self.first_error.lock().unwrap_or_else(|p| p.into_inner());
+                if first.is_none() {
+                    *first = Some(e.clone());
+                    *self.failed_topic.lock().unwrap_or_else(|p| p.into_inner()) =
+                        Some(rdkafka::Message::topic(m).to_string());
+                }
+            }
+        }
+    }
+}
+
+impl super::TxnProducer {
+    /// After a failed [`await_acks`](Self::await_acks): the topic of the first failed
+    /// delivery, if the failure is one a missing topic causes (`_UNKNOWN_TOPIC`,
+    /// `UNKNOWN_TOPIC_OR_PARTITION`, or a message timeout: under a transaction the message
+    /// timeout, capped by `transaction.timeout.ms`, runs out before librdkafka gives up on
+    /// the topic's metadata) and the cluster confirms the topic does not exist. Otherwise
+    /// the same produce is retried until the task timeout, every attempt failing the same
+    /// way (it used to: `MessageTimedOut` every ~10 s for up to 300 s, the topic never named).
+    pub(crate) fn missing_topic(&self, e: &StepError, timeout: Duration) -> Option<String> {
+        use RDKafkaErrorCode as C;
+        let suspicious = e.step == Step::AwaitAcks
+            && matches!(
+                e.err.rdkafka_error_code(),
+                Some(C::UnknownTopic | C::UnknownTopicOrPartition | C::MessageTimedOut)
+            );
+        if !suspicious {
+            return None;
+        }
+        let topic = self.inner.context().failed_topic.lock().unwrap_or_else(|p| p.into_inner()).clone()?;
+        let md = self.inner.client().fetch_metadata(Some(&topic), timeout).ok()?;
+        let exists = md.topics().iter().any(|t| t.name() == topic && t.error().is_none() && !t.partitions().is_empty());
+        (!exists).then_some(topic)
+    }
+}
