@@ -132,7 +132,12 @@ impl std::fmt::Display for Interruption {
 }
 
 /// One transaction cycle, as reported to [`PipelineBuilder::on_transaction`](crate::PipelineBuilder::on_transaction) hooks.
+///
+/// A task's time, cycle after cycle, is `idle` (no record to work on) → `collect` (the
+/// batch fills for up to the commit interval) → the cycle (`process`, `await_acks`,
+/// `commit`, adding up to about `total`): the timeline of `docs/benchmarks.md`.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct TransactionEvent {
     /// The producer's transactional.id (`None` under at-least-once).
     pub transactional_id: Option<String>,
@@ -148,6 +153,13 @@ pub struct TransactionEvent {
     pub commit: Duration,
     /// The whole cycle, from `begin_transaction` to the end of the commit (or the failure).
     pub total: Duration,
+    /// Collecting the batch before the cycle: from its first record's arrival at the task
+    /// to the cycle's start (the commit interval, or less once the batch is full). Zero
+    /// for a replay.
+    pub collect: Duration,
+    /// Before the batch's first record arrived: since the task's previous cycle ended (or
+    /// it started). Zero for a replay.
+    pub idle: Duration,
     /// How it ended.
     pub outcome: Outcome,
 }

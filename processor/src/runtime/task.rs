@@ -134,6 +134,10 @@ pub(crate) struct Task {
     sink: Option<Box<dyn crate::sink::erased::ErasedSink>>,
     /// Partitions an exactly-once sink has no offset for yet (anchored at their next batch).
     unanchored: HashSet<TopicPartition>,
+    /// When the previous cycle ended, and when the collected batch's first record came:
+    /// the `idle` and `collect` times of the next [`TransactionEvent`](crate::observe::TransactionEvent).
+    last_cycle_end: Instant,
+    collect_started: Option<Instant>,
 }
 
 impl Task {
@@ -160,6 +164,8 @@ impl Task {
         let mut task = Task {
             sink: None,
             unanchored: HashSet::new(),
+            last_cycle_end: Instant::now(),
+            collect_started: None,
             label,
             metrics,
             id,
@@ -225,6 +231,7 @@ impl Task {
                         }
                     }
                     if batch.is_empty() {
+                        self.collect_started = Some(Instant::now());
                         deadline = Instant::now() + cfg.commit_interval;
                     }
                     batch.push(r);

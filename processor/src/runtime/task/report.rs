@@ -69,7 +69,18 @@ impl Task {
         if self.shared.hooks.is_empty() {
             return;
         }
+        // The batch's first cycle only: a replay collects nothing and follows its failure.
+        let (collect, idle) = match self.collect_started.take() {
+            Some(first) => {
+                let cycle_start = std::time::Instant::now().checked_sub(total).unwrap_or(first);
+                (cycle_start.saturating_duration_since(first), first.saturating_duration_since(self.last_cycle_end))
+            }
+            None => (Duration::ZERO, Duration::ZERO),
+        };
+        self.last_cycle_end = std::time::Instant::now();
         let event = TransactionEvent {
+            collect,
+            idle,
             transactional_id: self.transactional_id.clone(),
             records,
             outputs: stats.outputs,
