@@ -68,9 +68,13 @@ impl Stages {
 }
 
 fn median(v: &[u64]) -> f64 {
+    quantile(v, 0.5)
+}
+
+fn quantile(v: &[u64], q: f64) -> f64 {
     let mut v = v.to_vec();
     v.sort_unstable();
-    v.get(v.len() / 2).copied().unwrap_or(0) as f64
+    v.get(((v.len() as f64 * q) as usize).min(v.len().saturating_sub(1))).copied().unwrap_or(0) as f64
 }
 
 fn main() {
@@ -124,6 +128,12 @@ fn main() {
             pct(2),
             pct(3),
             pct(4),
+            format!(
+                "{:.1} / {:.1} / {:.1}",
+                quantile(&s.idle, 0.9) / 1000.0,
+                s.idle.iter().max().copied().unwrap_or(0) as f64 / 1000.0,
+                s.idle.iter().sum::<u64>() as f64 / 1e6
+            ),
         ]);
         let ms = |v: &[u64]| median(v) / 1000.0;
         let (idle, collect, process, acks, commit) =
@@ -157,7 +167,8 @@ fn main() {
                 "collect",
                 "process",
                 "await acks",
-                "commit"
+                "commit",
+                "idle p90 / max ms / sum s"
             ],
             &rows
         )
