@@ -19,3 +19,4 @@ mod sinks;
 mod startup;
 mod state;
 mod unknown_outcome;
+mod versions;

@@ -149,7 +149,9 @@ pub fn run_suite(
             ));
             let c = LocalCluster::start(cc)?;
             let b = c.bootstrap_servers();
-            progress(Progress::Message(&format!("chaos: cluster ready at {b}")));
+            let tv = c.transaction_version()?;
+            let v = c.kafka_version();
+            progress(Progress::Message(&format!("chaos: Kafka {v} cluster (transaction.version {tv}) ready at {b}")));
             cluster = Some(c);
             (b, LOCAL_TIMEOUT_CHECK)
         }

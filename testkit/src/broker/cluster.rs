@@ -15,7 +15,7 @@ use super::proxy::FaultProxy;
 #[cfg(test)]
 use super::tempdirs::stale_dir_pid;
 use super::tempdirs::{fresh_temp_dir, prepare_given_dir, remove_stale_temp_dirs};
-use super::{BrokerError, ClusterConfig, SaslConfig, STOP_TIMEOUT};
+use super::{BrokerError, ClusterConfig, STOP_TIMEOUT};
 
 /// Lines of a node's log quoted in errors.
 const TAIL_LINES: usize = 30;
@@ -95,6 +95,7 @@ pub struct LocalCluster {
     remove_data_dir: bool,
     java: PathBuf,
     libs: PathBuf,
+    kafka_version: String,
     heap_mb: u32,
     ready_timeout: Duration,
     mode: SpawnMode,
@@ -147,8 +148,10 @@ impl LocalCluster {
                 "fault_proxy needs an attached cluster: the proxy lives in the process that started it".into(),
             ));
         }
+        let kafka_version = cfg.resolved_kafka_version()?;
+        let transaction_version = cfg.resolved_transaction_version()?;
         let java = java()?;
-        let libs = install()?;
+        let libs = install(&kafka_version)?;
         remove_stale_temp_dirs();
         let ids: Vec<i32> = (1..=cfg.nodes as i32).collect();
         let mut proxy = match cfg.fault_proxy {
@@ -191,6 +194,7 @@ impl LocalCluster {
                 remove_data_dir: owned && mode == SpawnMode::Attached,
                 java: java.clone(),
                 libs: libs.clone(),
+                kafka_version: kafka_version.clone(),
                 heap_mb: cfg.heap_mb,
                 ready_timeout: cfg.ready_timeout,
                 mode,
@@ -205,6 +209,8 @@ impl LocalCluster {
                 cfg.sasl.as_ref().map(|s| s.users.iter().map(|(name, _)| name.as_str()).collect());
             tracing::info!(
                 nodes = cfg.nodes,
+                kafka_version,
+                ?transaction_version,
                 dir = %cluster.data_dir.display(),
                 bootstrap = %cluster.bootstrap_servers(),
                 sasl_bootstrap = cluster.sasl_bootstrap_servers(),
@@ -212,7 +218,7 @@ impl LocalCluster {
                 "starting a local Kafka cluster"
             );
             let result = cluster
-                .write_and_format(&cfg.extra_properties, cfg.sasl.as_ref())
+                .write_and_format(&cfg.extra_properties, cfg.sasl.as_ref(), transaction_version)
                 .and_then(|()| cluster.nodes.iter().try_for_each(|n| cluster.spawn_node(n)))
                 .and_then(|()| on_spawned(&cluster))
                 .and_then(|()| cluster.wait_ready(cfg.ready_timeout));
@@ -272,6 +278,11 @@ impl LocalCluster {
     /// restarts, like [`LocalCluster::bootstrap_servers`].
     pub fn sasl_bootstrap_servers(&self) -> Option<String> {
         props::sasl_bootstrap_of(self.nodes.iter().map(|n| &n.spec))
+    }
+
+    /// The Apache Kafka version the nodes run.
+    pub fn kafka_version(&self) -> &str {
+        &self.kafka_version
     }
 
     /// Number of nodes, running or not.
@@ -431,71 +442,6 @@ impl LocalCluster {
         format!("{}/*", self.libs.display())
     }
 
-    /// Writes every node's config and formats its storage (all nodes in parallel), creating the
-    /// SCRAM credentials of `sasl`'s users in the metadata log.
-    fn write_and_format(&self, extra: &[(String, String)], sasl: Option<&SaslConfig>) -> Result<(), BrokerError> {
-        let specs: Vec<NodeSpec> = self.nodes.iter().map(|n| n.spec.clone()).collect();
-        for spec in &specs {
-            for dir in [spec.log_dirs(), spec.logs_dir()] {
-                fs::create_dir_all(&dir).map_err(|e| BrokerError::io(format!("creating {}", dir.display()), e))?;
-            }
-            let text = props::server_properties(spec, &specs, extra, sasl);
-            let path = spec.properties_path();
-            fs::write(&path, text).map_err(|e| BrokerError::io(format!("writing {}", path.display()), e))?;
-            let path = spec.log4j_path();
-            fs::write(&path, props::LOG4J2_YAML)
-                .map_err(|e| BrokerError::io(format!("writing {}", path.display()), e))?;
-        }
-
-        let cluster_id = props::random_kafka_id();
-        let controllers = props::initial_controllers(&specs);
-        let mut running = Vec::new();
-        for spec in &specs {
-            let mut cmd = self.java_cmd();
-            // A short-lived tool: small heap and the quick C1-only JIT start faster.
-            cmd.args(["-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"])
-                .arg(format!("-Dlog4j2.configurationFile={}", spec.log4j_path().display()))
-                .arg("-cp")
-                .arg(self.classpath())
-                .args(["kafka.tools.StorageTool", "format", "--cluster-id", &cluster_id, "--config"])
-                .arg(spec.properties_path());
-            if specs.len() == 1 {
-                cmd.arg("--standalone");
-            } else {
-                cmd.args(["--initial-controllers", &controllers]);
-            }
-            if let Some(sasl) = sasl {
-                // The same credentials on every node: they are bootstrap records, written to
-                // the metadata log by whichever controller becomes the first leader.
-                cmd.args(props::scram_format_args(sasl));
-            }
-            cmd.current_dir(&spec.dir).stdout(Stdio::piped()).stderr(Stdio::piped());
-            let child = cmd
-                .spawn()
-                .map_err(|e| BrokerError::io(format!("running {} (storage format)", self.java.display()), e))?;
-            running.push((spec, child));
-        }
-        let mut first_error = None;
-        for (spec, child) in running {
-            let out =
-                child.wait_with_output().map_err(|e| BrokerError::io("waiting for the storage format tool", e))?;
-            if !out.status.success() && first_error.is_none() {
-                let mut output = String::from_utf8_lossy(&out.stdout).into_owned();
-                output.push_str(&String::from_utf8_lossy(&out.stderr));
-                first_error = Some(BrokerError::FormatFailed {
-                    node: spec.id,
-                    status: out.status.to_string(),
-                    config: spec.properties_path(),
-                    output: props::redact_passwords(&super::install::last_lines(&output, TAIL_LINES), sasl),
-                });
-            }
-        }
-        match first_error {
-            Some(e) => Err(e),
-            None => Ok(()),
-        }
-    }
-
     /// Launches one node's JVM (stdout+stderr appended to its `kafka.log`).
     fn spawn_node(&self, node: &Node) -> Result<(), BrokerError> {
         let spec = &node.spec;
@@ -635,6 +581,9 @@ fn stop_gracefully(nodes: &[&Node]) {
         process::untrack_child(child.id());
     }
 }
+
+#[path = "cluster_format.rs"]
+mod format;
 
 #[cfg(test)]
 #[path = "cluster_tests.rs"]

@@ -1,6 +1,7 @@
 //! Tests of the cluster harness; the ones that start JVMs are `#[ignore]`d.
 
 use super::*;
+use crate::broker::SaslConfig;
 
 #[test]
 fn stale_dir_names() {

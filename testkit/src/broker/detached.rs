@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use super::cluster::LocalCluster;
 use super::process::{self, SpawnMode};
-use super::{BrokerError, ClusterConfig, KAFKA_VERSION, STOP_TIMEOUT};
+use super::{BrokerError, ClusterConfig, STOP_TIMEOUT};
 
 /// File name of the state file in the CLI's state directory.
 pub const STATE_FILE: &str = "cluster.json";
@@ -149,7 +149,7 @@ fn read_state(path: &Path) -> Result<Option<State>, BrokerError> {
 
 fn write_state(path: &Path, cluster: &LocalCluster, remove_data_dir: bool) -> Result<(), BrokerError> {
     let state = State {
-        kafka_version: KAFKA_VERSION.to_string(),
+        kafka_version: cluster.kafka_version().to_string(),
         bootstrap: cluster.bootstrap_servers(),
         data_dir: cluster.data_dir().to_path_buf(),
         remove_data_dir,
@@ -203,7 +203,7 @@ mod tests {
         fs::create_dir_all(&dir).unwrap();
         // Our own pid is alive but is not a Kafka broker: it must be treated as gone.
         let state = State {
-            kafka_version: KAFKA_VERSION.into(),
+            kafka_version: crate::broker::KAFKA_VERSION.into(),
             bootstrap: "127.0.0.1:1".into(),
             data_dir: dir.join("data"),
             remove_data_dir: true,

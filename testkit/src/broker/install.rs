@@ -1,5 +1,5 @@
 //! Prerequisites and the jar cache: finds Java, checks its version, and fetches the broker's
-//! classpath with Maven once.
+//! classpath with Maven once per Kafka version.
 
 use std::fs;
 use std::io::Write;
@@ -7,17 +7,44 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::{Mutex, OnceLock};
 
-use super::{BrokerError, KAFKA_VERSION};
+use super::BrokerError;
 
-/// The pom-only Maven project whose runtime dependencies are the broker classpath.
+/// The pom-only Maven project whose runtime dependencies are the broker classpath; a template
+/// filled in by [`pom`].
 const POM: &str = include_str!("pom.xml");
+
+/// The embedded pom for one Kafka version.
+///
+/// log4j2 (and its slf4j 1.x binding, which no Kafka pom declares) must be the generation the
+/// release itself depends on: 2.24.x up to Kafka 4.1, 2.25.x from 4.2 (4.4.0 brings 2.25.5;
+/// all of them keep slf4j-api 1.7.36).
+fn pom(version: &str) -> String {
+    let log4j = match version.split('.').take(2).collect::<Vec<_>>()[..] {
+        ["4", "0" | "1"] => "2.24.3",
+        _ => "2.25.5",
+    };
+    POM.replace("@KAFKA_VERSION@", version).replace("@LOG4J_VERSION@", log4j)
+}
+
+/// Checks that `version` looks like a Kafka release (`4.1.1`, `4.4.0`, `4.2.0-rc1`): it names a
+/// cache directory and goes into the pom, so nothing else is accepted.
+pub(crate) fn check_version(version: &str) -> Result<(), BrokerError> {
+    let ok = version.starts_with(|c: char| c.is_ascii_digit())
+        && version.split('.').count() >= 2
+        && version.chars().all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '-');
+    if ok {
+        Ok(())
+    } else {
+        Err(BrokerError::InvalidConfig(format!("not a Kafka version: {version:?} (expected e.g. 4.1.1)")))
+    }
+}
 
 /// Written into the version directory after a complete fetch; its absence means "fetch again".
 const MARKER: &str = ".complete";
 
 /// The main broker jar; its presence is checked before the marker is written.
-fn broker_jar() -> String {
-    format!("kafka_2.13-{KAFKA_VERSION}.jar")
+fn broker_jar(version: &str) -> String {
+    format!("kafka_2.13-{version}.jar")
 }
 
 /// Oldest Java the Kafka 4.x broker runs on.
@@ -37,12 +64,13 @@ pub fn cache_dir() -> PathBuf {
     }
 }
 
-fn version_dir() -> PathBuf {
-    cache_dir().join(format!("kafka-{KAFKA_VERSION}"))
+fn version_dir(version: &str) -> PathBuf {
+    cache_dir().join(format!("kafka-{version}"))
 }
 
-/// Makes sure the Kafka broker jars are in the cache and returns the `libs` directory holding
-/// them (the broker classpath is `<libs>/*`).
+/// Makes sure the jars of Kafka `version` (e.g. [`KAFKA_VERSION`](super::KAFKA_VERSION)) are in
+/// the cache and returns the `libs` directory holding them (the broker classpath is `<libs>/*`).
+/// Each version has its own directory, `<cache>/kafka-<version>`.
 ///
 /// Fast and offline when a previous fetch completed. Otherwise it needs Java 17+ and Maven and
 /// network access to Maven Central (or a mirror from `~/.m2/settings.xml`): it writes the
@@ -50,11 +78,12 @@ fn version_dir() -> PathBuf {
 /// 43 MB). Jars go to a scratch directory that is renamed into place, and a marker file is
 /// written last, so an interrupted fetch is simply redone. A file lock serializes concurrent
 /// installs from several test processes. Public so that CI and the CLI can pre-fetch.
-pub fn install() -> Result<PathBuf, BrokerError> {
+pub fn install(version: &str) -> Result<PathBuf, BrokerError> {
+    check_version(version)?;
     static IN_PROCESS: Mutex<()> = Mutex::new(());
     let _guard = IN_PROCESS.lock().unwrap_or_else(|e| e.into_inner());
 
-    let dir = version_dir();
+    let dir = version_dir(version);
     let libs = dir.join("libs");
     if dir.join(MARKER).is_file() {
         return Ok(libs);
@@ -72,7 +101,7 @@ pub fn install() -> Result<PathBuf, BrokerError> {
     match Command::new(mvn).arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status() {
         Ok(_) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err(BrokerError::MavenMissing { cache: dir });
+            return Err(BrokerError::MavenMissing { version: version.into(), cache: dir });
         }
         Err(e) => return Err(BrokerError::io(format!("running `{mvn} --version`"), e)),
     }
@@ -84,9 +113,9 @@ pub fn install() -> Result<PathBuf, BrokerError> {
         }
     }
     let pom = dir.join("pom.xml");
-    fs::write(&pom, POM).map_err(|e| BrokerError::io(format!("writing {}", pom.display()), e))?;
+    fs::write(&pom, self::pom(version)).map_err(|e| BrokerError::io(format!("writing {}", pom.display()), e))?;
 
-    tracing::info!(dir = %dir.display(), "fetching the Kafka {KAFKA_VERSION} jars with Maven (one time)");
+    tracing::info!(dir = %dir.display(), "fetching the Kafka {version} jars with Maven (one time)");
     let started = std::time::Instant::now();
     let out = copy_dependencies(&dir, &partial)
         .map_err(|e| BrokerError::io(format!("running {mvn} in {}", dir.display()), e))?;
@@ -94,14 +123,16 @@ pub fn install() -> Result<PathBuf, BrokerError> {
     combined.push_str(&String::from_utf8_lossy(&out.stderr));
     if !out.status.success() {
         return Err(BrokerError::MavenFailed {
+            version: version.into(),
             status: out.status.to_string(),
             dir: libs,
             tail: last_lines(&combined, 40),
         });
     }
-    if !partial.join(broker_jar()).is_file() {
+    if !partial.join(broker_jar(version)).is_file() {
         return Err(BrokerError::MavenFailed {
-            status: format!("succeeded but {} is missing", broker_jar()),
+            version: version.into(),
+            status: format!("succeeded but {} is missing", broker_jar(version)),
             dir: libs,
             tail: last_lines(&combined, 40),
         });
@@ -246,11 +277,18 @@ mod tests {
     }
 
     #[test]
-    fn pom_matches_version_constant() {
-        assert!(
-            POM.contains(&format!("<kafka.version>{KAFKA_VERSION}</kafka.version>")),
-            "pom.xml and KAFKA_VERSION disagree"
-        );
+    fn pom_per_version() {
+        let old = pom("4.1.1");
+        assert!(old.contains("<kafka.version>4.1.1</kafka.version>") && old.contains("<log4j.version>2.24.3<"));
+        let new = pom("4.4.0");
+        assert!(new.contains("<kafka.version>4.4.0</kafka.version>") && new.contains("<log4j.version>2.25.5<"));
+        assert!(!new.contains("_VERSION@"), "a placeholder is left: {new}");
+        for good in ["4.1.1", "4.4.0", "4.2.0-rc1"] {
+            assert!(check_version(good).is_ok(), "{good}");
+        }
+        for bad in ["", "4", "../4.1", "4.1.1/x", "latest", "4.1 1"] {
+            assert!(check_version(bad).is_err(), "{bad:?}");
+        }
     }
 
     #[test]

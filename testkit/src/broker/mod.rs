@@ -4,18 +4,33 @@
 //!
 //! Exactly-once processing lives and dies by broker behaviour: transaction coordinators,
 //! producer fencing, `read_committed` visibility, consumer-group generations. A mock would test
-//! our assumptions instead of Kafka, so the harness runs the genuine Apache Kafka
-//! [`KAFKA_VERSION`] broker in KRaft mode (no ZooKeeper), one JVM per node, each node being
-//! broker and controller at once ("combined" mode).
+//! our assumptions instead of Kafka, so the harness runs the genuine Apache Kafka broker
+//! ([`KAFKA_VERSION`] unless [`ClusterConfig::kafka_version`] or `KAFKA_EOS_KAFKA_VERSION` say
+//! otherwise) in KRaft mode (no ZooKeeper), one JVM per node, each node being broker and
+//! controller at once ("combined" mode).
+//!
+//! # Kafka version and transaction protocol
+//!
+//! Two settings choose what the cluster is, so that the same tests run against several
+//! brokers (see `docs/reliability.md`, "Broker versions"):
+//!
+//! - the Kafka release, [`ClusterConfig::kafka_version`], else the environment variable
+//!   `KAFKA_EOS_KAFKA_VERSION` ([`KAFKA_VERSION_ENV`]), else [`KAFKA_VERSION`]. Kafka 4.x
+//!   releases are supported (4.1.1 and 4.4.0 are tested); each gets its own jar cache;
+//! - the cluster's finalized feature level `transaction.version`,
+//!   [`ClusterConfig::transaction_version`], else `KAFKA_EOS_TRANSACTION_VERSION`
+//!   ([`TRANSACTION_VERSION_ENV`]), else Kafka's default. It is set when the storage is
+//!   formatted (`StorageTool format --feature transaction.version=N`); level 2 is the KIP-890
+//!   protocol, 0 the classic one. [`LocalCluster::finalized_features`] reads it back.
 //!
 //! # Where the broker comes from
 //!
 //! There is no Docker and no tarball download: [`install()`] writes a pom-only Maven project (the
 //! `pom.xml` next to this file, embedded in the binary) into a cache directory and lets Maven
-//! copy the broker's runtime classpath there (about 46 jars, 43 MB). That happens once; later
-//! runs are offline. The cache is `$KAFKA_EOS_CACHE` or `$HOME/.cache/kafka-eos`, in a
-//! sub-directory named by the Kafka version, so bumping the version fetches anew and never mixes
-//! jars. Requirements: Java 17 or newer always, Maven only for that first fetch; both are
+//! copy the broker's runtime classpath there (about 46 jars, 43 MB). That happens once per
+//! Kafka version; later runs are offline. The cache is `$KAFKA_EOS_CACHE` or
+//! `$HOME/.cache/kafka-eos`, in a sub-directory named by the Kafka version, so another version
+//! fetches anew and never mixes jars. Requirements: Java 17 or newer always, Maven only for that first fetch; both are
 //! checked up front with errors that say what to install.
 //!
 //! # Lifecycle and the PDEATHSIG trick
@@ -75,6 +90,7 @@
 mod cluster;
 mod coordinator;
 mod detached;
+mod features;
 mod install;
 mod probe;
 mod process;
@@ -88,13 +104,21 @@ use std::time::Duration;
 pub use cluster::LocalCluster;
 pub use coordinator::{coordinator_partition, find_coordinator, java_string_hash, CoordinatorKind};
 pub use detached::{start_detached, status_detached, stop_detached, STATE_FILE};
+pub use features::finalized_features;
 pub use install::{cache_dir, copy_dependencies, install};
 pub use proxy::{FaultProxy, OnRequest};
 
-/// The Apache Kafka version the harness runs. Must match `kafka.version` in the embedded
-/// `pom.xml` (a unit test checks that). 4.1.x because 4.0.0 dropped JoinGroup v0-1 (restored in
-/// 4.0.1/4.1.0) and 4.2+ changes tool flags and the log4j generation.
+/// The Apache Kafka version the harness runs by default (see [`ClusterConfig::kafka_version`]).
+/// 4.1.x because 4.0.0 dropped JoinGroup v0-1 (restored in 4.0.1/4.1.0).
 pub const KAFKA_VERSION: &str = "4.1.1";
+
+/// Environment variable naming the Kafka version of clusters whose
+/// [`ClusterConfig::kafka_version`] is `None`, e.g. `KAFKA_EOS_KAFKA_VERSION=4.4.0`.
+pub const KAFKA_VERSION_ENV: &str = "KAFKA_EOS_KAFKA_VERSION";
+
+/// Environment variable giving the `transaction.version` feature level (0, 1 or 2) of clusters
+/// whose [`ClusterConfig::transaction_version`] is `None`.
+pub const TRANSACTION_VERSION_ENV: &str = "KAFKA_EOS_TRANSACTION_VERSION";
 
 /// How long a graceful stop waits after SIGTERM before it sends SIGKILL.
 ///
@@ -151,6 +175,18 @@ pub struct ClusterConfig {
     /// are then injected with [`LocalCluster::proxy`]. Not available in detached mode (the
     /// proxy lives in the process that started the cluster).
     pub fault_proxy: bool,
+    /// The Apache Kafka release to run, e.g. `"4.4.0"`. Default `None`: the environment
+    /// variable `KAFKA_EOS_KAFKA_VERSION` when set, else [`KAFKA_VERSION`]. Its jars are
+    /// fetched on first use ([`install()`]).
+    pub kafka_version: Option<String>,
+    /// The cluster's finalized `transaction.version` feature level, written when the storage
+    /// is formatted: 0 is the classic transaction protocol, 2 the KIP-890 one (a new epoch per
+    /// transaction; Java clients 4.x use it when the cluster has it; librdkafka 2.12 speaks only
+    /// the classic protocol, which a level-2 cluster still serves). Default `None`: the
+    /// environment variable `KAFKA_EOS_TRANSACTION_VERSION` when set, else Kafka's own default,
+    /// which is the level of the release's latest production metadata version: **2** on every
+    /// Kafka 4.x (level 2 needs metadata version 4.0-IV2).
+    pub transaction_version: Option<u8>,
 }
 
 /// A `SASL_PLAINTEXT` listener on every node of a [`LocalCluster`], on its own port.
@@ -211,6 +247,8 @@ impl Default for ClusterConfig {
             ready_timeout: Duration::from_secs(60),
             sasl: None,
             fault_proxy: false,
+            kafka_version: None,
+            transaction_version: None,
         }
     }
 }
@@ -220,6 +258,38 @@ impl ClusterConfig {
     pub fn with_nodes(nodes: usize) -> Self {
         ClusterConfig { nodes, ..Default::default() }
     }
+
+    /// The Kafka version to run: [`ClusterConfig::kafka_version`], else
+    /// `KAFKA_EOS_KAFKA_VERSION`, else [`KAFKA_VERSION`]. Fails on a malformed version.
+    pub fn resolved_kafka_version(&self) -> Result<String, BrokerError> {
+        let version = match &self.kafka_version {
+            Some(v) => v.trim().to_string(),
+            None => env_setting(KAFKA_VERSION_ENV).unwrap_or_else(|| KAFKA_VERSION.to_string()),
+        };
+        install::check_version(&version)?;
+        Ok(version)
+    }
+
+    /// The `transaction.version` to format with: [`ClusterConfig::transaction_version`], else
+    /// `KAFKA_EOS_TRANSACTION_VERSION`; `None` leaves Kafka's default. Fails outside 0..=2.
+    pub fn resolved_transaction_version(&self) -> Result<Option<u8>, BrokerError> {
+        let level = match (self.transaction_version, env_setting(TRANSACTION_VERSION_ENV)) {
+            (Some(level), _) => level,
+            (None, None) => return Ok(None),
+            (None, Some(text)) => text.parse().map_err(|_| {
+                BrokerError::InvalidConfig(format!("{TRANSACTION_VERSION_ENV}={text:?} is not 0, 1 or 2"))
+            })?,
+        };
+        match level {
+            0..=2 => Ok(Some(level)),
+            _ => Err(BrokerError::InvalidConfig(format!("transaction.version must be 0, 1 or 2, got {level}"))),
+        }
+    }
+}
+
+/// A setting from the environment, trimmed; unset and empty are both `None`.
+fn env_setting(name: &str) -> Option<String> {
+    std::env::var(name).ok().map(|v| v.trim().to_string()).filter(|v| !v.is_empty())
 }
 
 /// The cluster that tests, examples and benchmarks run against.
@@ -300,21 +370,25 @@ pub enum BrokerError {
     },
     /// Maven is needed for the one-time jar fetch but is not installed.
     #[error(
-        "Apache Maven (`mvn`) is required once to fetch the Kafka {KAFKA_VERSION} jars into {}. \
+        "Apache Maven (`mvn`) is required once to fetch the Kafka {version} jars into {}. \
          On Debian: apt-get install -y maven (or copy a filled cache there), \
          or set {BOOTSTRAP_ENV} to use an existing Kafka cluster", cache.display()
     )]
     MavenMissing {
+        /// The Kafka version whose jars are missing.
+        version: String,
         /// The cache directory that needs the jars.
         cache: PathBuf,
     },
     /// Maven ran but failed, typically no network access to Maven Central.
     #[error(
-        "Maven failed ({status}) fetching the Kafka {KAFKA_VERSION} jars into {}. Check network \
+        "Maven failed ({status}) fetching the Kafka {version} jars into {}. Check network \
          access to Maven Central (or configure a mirror in ~/.m2/settings.xml) and retry. \
          Last lines of its output:\n{tail}", dir.display()
     )]
     MavenFailed {
+        /// The Kafka version being fetched.
+        version: String,
         /// Exit status of `mvn`.
         status: String,
         /// Where the jars were going.

@@ -65,6 +65,12 @@ enum BrokerAction {
         /// Where the cluster's state (PIDs, ports) and data live.
         #[arg(long, env = "KAFKA_EOS_STATE")]
         dir: Option<PathBuf>,
+        #[command(flatten)]
+        version: VersionArgs,
+        /// The cluster's `transaction.version` feature level: 0 (classic protocol) or 2
+        /// (KIP-890). Default: Kafka's own, 2 on Kafka 4.x.
+        #[arg(long, env = "KAFKA_EOS_TRANSACTION_VERSION", value_parser = clap::value_parser!(u8).range(0..=2))]
+        transaction_version: Option<u8>,
     },
     /// Stop the cluster started by `broker start` (by saved PID).
     Stop {
@@ -76,8 +82,19 @@ enum BrokerAction {
         #[arg(long, env = "KAFKA_EOS_STATE")]
         dir: Option<PathBuf>,
     },
-    /// Fetch the Kafka jars into the cache (needs Maven and the network once).
-    Install,
+    /// Fetch the Kafka jars into the cache (needs Maven and the network once per version).
+    Install {
+        #[command(flatten)]
+        version: VersionArgs,
+    },
+}
+
+#[derive(clap::Args)]
+struct VersionArgs {
+    /// Apache Kafka release to run, e.g. 4.4.0 (each version is fetched once into its own
+    /// cache directory).
+    #[arg(long, env = "KAFKA_EOS_KAFKA_VERSION", default_value = broker::KAFKA_VERSION)]
+    kafka_version: String,
 }
 
 #[derive(clap::Args)]
@@ -170,8 +187,13 @@ fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
     match cli.command {
         Command::Broker { action } => {
             match action {
-                BrokerAction::Start { nodes, dir } => {
-                    let bootstrap = broker::start_detached(ClusterConfig::with_nodes(nodes), &state_dir(dir))?;
+                BrokerAction::Start { nodes, dir, version, transaction_version } => {
+                    let cfg = ClusterConfig {
+                        kafka_version: Some(version.kafka_version),
+                        transaction_version,
+                        ..ClusterConfig::with_nodes(nodes)
+                    };
+                    let bootstrap = broker::start_detached(cfg, &state_dir(dir))?;
                     println!("{bootstrap}");
                 }
                 BrokerAction::Stop { dir } => {
@@ -185,7 +207,7 @@ fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
                         return Ok(ExitCode::from(1));
                     }
                 },
-                BrokerAction::Install => println!("{}", broker::install()?.display()),
+                BrokerAction::Install { version } => println!("{}", broker::install(&version.kafka_version)?.display()),
             }
             Ok(ExitCode::SUCCESS)
         }
