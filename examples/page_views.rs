@@ -225,10 +225,7 @@ mod redis_counts {
 
     /// The sum of the counters in `<ns>:views`.
     fn total(redis: &Redis, ns: &str) -> Result<u64, Box<dyn std::error::Error>> {
-        const SUM: &str =
-            "local s = 0 for _, v in ipairs(redis.call('HVALS', KEYS[1])) do s = s + tonumber(v) end return s";
-        let reply = redis.command(&["EVAL", SUM, "1", &format!("{ns}:views")])?;
-        Ok(reply.strip_prefix(':').and_then(|n| n.parse().ok()).ok_or(format!("unexpected reply {reply:?}"))?)
+        Ok(redis.hash_sum(&format!("{ns}:views"))? as u64)
     }
 
     pub async fn run(bootstrap: &str, views: &str, app: &str, events: u64) -> Result<(), Box<dyn std::error::Error>> {

@@ -137,6 +137,17 @@ impl Redis {
         Ok(line.trim_end().to_string())
     }
 
+    /// The sum of the integer fields of hash `key` (0 if it does not exist), computed by the
+    /// server: what a counter pipeline's check compares with its input.
+    pub fn hash_sum(&self, key: &str) -> Result<i64, ServerError> {
+        const SUM: &str =
+            "local s = 0 for _, v in ipairs(redis.call('HVALS', KEYS[1])) do s = s + tonumber(v) end return s";
+        let reply = self.command(&["EVAL", SUM, "1", key])?;
+        reply.strip_prefix(':').and_then(|n| n.parse().ok()).ok_or_else(|| {
+            ServerError::io(format!("summing {key}"), std::io::Error::other(format!("unexpected reply {reply:?}")))
+        })
+    }
+
     /// SIGKILLs the server, like a crash.
     pub fn kill(&mut self) {
         if let Some(mut s) = self.server.take() {

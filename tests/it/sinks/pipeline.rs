@@ -146,10 +146,7 @@ fn views_pipeline(t: &Topics, app: &str, url: &str, ns: &str, dedup: bool) -> Pi
 }
 
 fn redis_total(r: &Redis, ns: &str) -> u64 {
-    const SUM: &str =
-        "local s = 0 for _, v in ipairs(redis.call('HVALS', KEYS[1])) do s = s + tonumber(v) end return s";
-    let out = r.command(&["EVAL", SUM, "1", &format!("{ns}:views")]).expect("EVAL");
-    out.strip_prefix(':').and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("unexpected reply {out:?}"))
+    r.hash_sum(&format!("{ns}:views")).expect("sum of the counters") as u64
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -33,16 +33,7 @@ impl Run<'_, '_> {
             rec.payments, rec.input_duplicates, rec.late_payments
         ));
         r.notes.extend(rec.examples.iter().cloned());
-        r.notes.push(format!(
-            "instances: {} started, {} crashed; as last reported: {} transactions committed, {} aborted, {} producers fenced, {} assignments",
-            self.fleet.started,
-            self.fleet.crashes.len(),
-            t.transactions_committed,
-            t.transactions_aborted,
-            t.producers_fenced,
-            t.rebalances
-        ));
-        r.notes.extend(self.fleet.crashes.iter().cloned());
+        r.notes.extend(fleet_notes(&self.fleet, &t));
         if !caught_up {
             return Err("the pipeline did not catch up (see notes); the counts above are as found".into());
         }
@@ -62,13 +53,7 @@ impl Run<'_, '_> {
         r.anomalies.duplicate.at_end = found.duplicate;
         r.anomalies.other.at_end = found.other;
         r.notes.extend(found.notes);
-        r.notes.push(format!(
-            "instances: {} started, {} crashed; as last reported: {} transactions committed, {} aborted",
-            self.fleet.started,
-            self.fleet.crashes.len(),
-            t.transactions_committed,
-            t.transactions_aborted,
-        ));
+        r.notes.extend(fleet_notes(&self.fleet, &t));
         if !caught_up {
             return Err("the pipeline did not catch up (see notes); the counts above are as found".into());
         }
@@ -157,4 +142,20 @@ impl Run<'_, '_> {
         }
         Ok(())
     }
+}
+
+/// What the instances did, as last reported, and how each crash ended: the notes of the
+/// scenarios checked without the concurrent reader.
+fn fleet_notes(fleet: &super::super::fleet::Fleet, t: &kafka_eos::Summary) -> Vec<String> {
+    let mut notes = vec![format!(
+        "instances: {} started, {} crashed; as last reported: {} transactions committed, {} aborted, {} producers fenced, {} assignments",
+        fleet.started,
+        fleet.crashes.len(),
+        t.transactions_committed,
+        t.transactions_aborted,
+        t.producers_fenced,
+        t.rebalances
+    )];
+    notes.extend(fleet.crashes.iter().cloned());
+    notes
 }
