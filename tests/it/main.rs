@@ -14,6 +14,7 @@ mod fencing;
 mod interrupt;
 mod ops;
 mod rebalance;
+mod scale;
 mod security;
 mod sinks;
 mod startup;

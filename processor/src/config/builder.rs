@@ -6,6 +6,7 @@ use std::time::Duration;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use super::group::{GroupSettings, Rebalancing};
 use super::{Exhausted, Guarantee, PipelineConfig, ProcessorErrorPolicy, Properties};
 use crate::error::{Error, Result};
 use crate::observe::{TransactionEvent, TransactionHook};
@@ -35,6 +36,8 @@ pub struct PipelineBuilder {
     origin_header: Option<bool>,
     handle_signals: Option<bool>,
     instance_id: Option<String>,
+    rebalancing: Rebalancing,
+    static_membership: bool,
     ops_address: Option<std::net::SocketAddr>,
     health_threshold: Option<Duration>,
     statistics_interval: Option<Duration>,
@@ -307,6 +310,26 @@ impl PipelineBuilder {
         self
     }
 
+    /// How the group moves partitions between instances. Default
+    /// [`Rebalancing::Cooperative`]: only the partitions that move pause (see
+    /// [`Rebalancing`] for the others and their trade-offs).
+    pub fn rebalancing(mut self, r: Rebalancing) -> Self {
+        self.rebalancing = r;
+        self
+    }
+
+    /// Static membership (KIP-345): the [`instance_id`](Self::instance_id), which must then
+    /// be set and stable across restarts (a pod or host name), becomes the consumer's
+    /// `group.instance.id`. An instance restarted within the session timeout gets its own
+    /// partitions back with no rebalance at all; the cost is that a *crashed* instance's
+    /// partitions wait for the whole session timeout (librdkafka default 45 s) before the
+    /// group moves them, since a static member does not leave the group when it stops.
+    /// Default false.
+    pub fn static_membership(mut self, on: bool) -> Self {
+        self.static_membership = on;
+        self
+    }
+
     /// Serves Prometheus `/metrics` and `/health` on this address while the pipeline runs
     /// (see [`ops`](crate::ops); feature `ops-server`); port 0 picks a free port, which
     /// [`ShutdownHandle::ops_address`](crate::ShutdownHandle::ops_address) then tells. Default:
@@ -458,20 +481,19 @@ impl PipelineBuilder {
         if self.guarantee.is_transactional() && c.get("isolation.level").is_some_and(|v| v != "read_committed") {
             return cfg_err("consumer property isolation.level must be read_committed under exactly-once: a read_uncommitted consumer would process aborted records and fetch offsets that are not stable".into());
         }
-        if c.get("partition.assignment.strategy").is_some_and(|v| v.contains("cooperative")) {
-            return cfg_err(
-                "cooperative-sticky assignment is not supported yet: use range or roundrobin (eager rebalancing)"
-                    .into(),
-            );
-        }
-        // The KIP-848 consumer protocol rebalances incrementally too (the broker revokes
-        // only what moves); the runtime's rebalance handling assumes eager revocation.
-        if c.get("group.protocol").is_some_and(|v| !v.trim().eq_ignore_ascii_case("classic")) {
-            return cfg_err(
-                "group.protocol=consumer (KIP-848) is not supported yet: leave group.protocol unset or classic (eager rebalancing)"
-                    .into(),
-            );
-        }
+        let group = GroupSettings {
+            rebalancing: self.rebalancing,
+            static_member: match (self.static_membership, &self.instance_id) {
+                (false, _) => None,
+                (true, Some(id)) => Some(id.clone()),
+                (true, None) => {
+                    return cfg_err(
+                        "static_membership needs an instance_id that stays the same across restarts (a pod or host name): set PipelineBuilder::instance_id".into(),
+                    )
+                }
+            },
+        };
+        group.validate(c)?;
         let p = &self.producer_properties;
         if p.get("transactional.id").is_some() {
             return cfg_err("do not set transactional.id: the runtime derives one per partition (or per instance) from the application_id".into());
@@ -535,6 +557,7 @@ impl PipelineBuilder {
                 origin_header: self.origin_header.unwrap_or(true),
                 handle_signals: self.handle_signals.unwrap_or(false),
                 instance_id,
+                group,
                 statistics_interval: self.statistics_interval.unwrap_or(if self.ops_address.is_some() {
                     Duration::from_secs(5)
                 } else {
@@ -594,9 +617,11 @@ mod tests {
         assert!(err(base().producer_property("transactional.id", "x")).contains("transactional.id"));
         assert!(err(base().application_id("bad id!")).contains("application_id"));
         assert!(err(base().consumer_property("partition.assignment.strategy", "cooperative-sticky"))
-            .contains("cooperative"));
-        assert!(err(base().consumer_property("group.protocol", "consumer")).contains("KIP-848"));
-        assert!(err(base().client_property("group.protocol", "CONSUMER")).contains("KIP-848"));
+            .contains("PipelineBuilder::rebalancing"));
+        assert!(err(base().client_property("group.protocol", "CONSUMER")).contains("PipelineBuilder::rebalancing"));
+        assert!(err(base().static_membership(true)).contains("instance_id"));
+        let static_member = base().static_membership(true).instance_id("pod-1").build().unwrap();
+        assert_eq!(static_member.config().consumer_config().get("group.instance.id"), Some("pod-1"));
         assert!(
             err(Pipeline::builder().bootstrap_servers("x").application_id("a").input_topic("t")).contains("processor")
         );

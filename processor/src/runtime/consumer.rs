@@ -1,7 +1,13 @@
 //! The consumer thread: polls the consumer, routes records to tasks, and runs the
 //! rebalance protocol.
 //!
-//! # Rebalances (eager protocol)
+//! # Rebalances
+//! The callbacks see only the partitions that move under the incremental protocols
+//! ([`Rebalancing::Cooperative`](crate::Rebalancing), `Consumer`): every other partition
+//! keeps its task, its producer and its state, and goes on committing, with the group
+//! metadata read afresh by each transaction. Under `Eager` every rebalance revokes and
+//! assigns everything. The steps are the same:
+//!
 //! - **Assign.** Before librdkafka applies the assignment (and so before it fetches the
 //!   committed offsets), every new partition's task is started and its producer
 //!   initialised, in parallel; the callback waits for all of them. `init_transactions`
@@ -32,7 +38,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, RebalanceProtocol};
 use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
@@ -56,12 +62,17 @@ pub(crate) fn run(shared: Arc<Shared>, control: Receiver<Control>) -> Result<()>
     let consumer: BaseConsumer<Rebalancer> = cfg.consumer_config().create_with_context(handler).map_err(|e| {
         Error::Config(format!("consumer configuration rejected by librdkafka: {}", crate::config::client_error(&e)))
     })?;
+    let consumer = Arc::new(consumer);
+    // Tasks read the group metadata through a weak reference: the consumer (whose context
+    // holds the tasks) is never kept alive by them.
+    let weak = Arc::downgrade(&consumer);
+    let _ = shared.group.set(Box::new(move || weak.upgrade().and_then(|c| c.group_metadata())));
     if cfg.guarantee != Guarantee::ExactlyOnce {
         // One long-lived task (and producer) for the whole instance, ready before joining.
         let txn_id = (cfg.guarantee == Guarantee::ExactlyOncePerConsumer).then(|| cfg.instance_transactional_id());
         let ctx = consumer.context();
         let id = ctx.registry().next_id();
-        let (handle, ready) = spawn_task(&shared, id, txn_id, Vec::new(), None)?;
+        let (handle, ready) = spawn_task(&shared, id, txn_id, Vec::new())?;
         wait_ready(ready, Instant::now() + cfg.task_timeout)?;
         ctx.registry().tasks.insert(id, handle);
     }
@@ -102,11 +113,17 @@ pub(crate) fn run(shared: Arc<Shared>, control: Receiver<Control>) -> Result<()>
         consumer.context().drain_pending(&consumer);
         match consumer.poll(POLL_INTERVAL) {
             Some(Ok(m)) => consumer.context().dispatch(&consumer, InputRecord::from_message(&m)),
-            Some(Err(e)) if last_poll_error.elapsed() > Duration::from_secs(5) => {
-                tracing::warn!(error = %e, "consumer error");
-                last_poll_error = Instant::now();
+            Some(Err(e)) => {
+                if let Some((code, reason)) = consumer.client().fatal_error() {
+                    fatal = Some(consumer_failed(&cfg, code, reason));
+                    break;
+                }
+                if last_poll_error.elapsed() > Duration::from_secs(5) {
+                    tracing::warn!(error = %e, "consumer error");
+                    last_poll_error = Instant::now();
+                }
             }
-            Some(Err(_)) | None => {}
+            None => {}
         }
     }
     // Graceful shutdown, bounded by the shutdown timeout: revocation commits every task's
@@ -126,6 +143,26 @@ pub(crate) fn run(shared: Arc<Shared>, control: Receiver<Control>) -> Result<()>
     match fatal.or_else(|| consumer.context().take_fatal()) {
         Some(e) => Err(e),
         None => Ok(()),
+    }
+}
+
+/// librdkafka marked the consumer failed for good: what to do about it.
+fn consumer_failed(cfg: &PipelineConfig, code: rdkafka::error::RDKafkaErrorCode, reason: String) -> Error {
+    use rdkafka::error::RDKafkaErrorCode as C;
+    let hint = match (cfg.rebalancing(), code) {
+        (crate::Rebalancing::Consumer, C::UnsupportedVersion | C::UnsupportedFeature) => {
+            "Rebalancing::Consumer (KIP-848) needs Kafka 4.0 or newer brokers: use Rebalancing::Cooperative with older ones"
+        }
+        (_, C::UnreleasedInstanceId | C::FencedInstanceId) => {
+            "Another instance uses the same instance_id as group.instance.id (static membership): give each instance its own"
+        }
+        _ => "The consumer cannot go on; check the broker logs and the consumer properties",
+    };
+    Error::Kafka {
+        op: format!("consuming as group {} ({reason})", cfg.application_id),
+        class: crate::ErrorClass::Fatal,
+        source: Box::new(rdkafka::error::KafkaError::MessageConsumption(code)),
+        hint,
     }
 }
 
@@ -194,7 +231,6 @@ fn spawn_task(
     id: u64,
     txn_id: Option<String>,
     partitions: Vec<TopicPartition>,
-    group: Option<Arc<rdkafka::consumer::ConsumerGroupMetadata>>,
 ) -> Result<(TaskHandle, Ready)> {
     let (tx, rx) = sync_channel(queue_capacity(&shared.cfg));
     let (ready_tx, ready_rx) = sync_channel(1);
@@ -203,7 +239,7 @@ fn spawn_task(
     let task_interrupt = interrupt.clone();
     let join = std::thread::Builder::new()
         .name(format!("kafka-eos-task-{id}"))
-        .spawn(move || match Task::start(id, shared, txn_id, partitions, group, task_interrupt) {
+        .spawn(move || match Task::start(id, shared, txn_id, partitions, task_interrupt) {
             Ok((task, resume)) => {
                 let _ = ready_tx.send(Ok(resume));
                 task.run(rx);
@@ -347,13 +383,10 @@ impl Rebalancer {
         }
     }
 
-    fn on_assign(&self, consumer: &BaseConsumer<Self>, partitions: Vec<TopicPartition>) {
+    fn on_assign(&self, partitions: Vec<TopicPartition>) {
         let shared = &self.shared;
         shared.shutdown.stats().rebalances.inc();
         crate::metrics::rebalance(&shared.cfg.application_id);
-        let Some(group) = consumer.group_metadata().map(Arc::new) else {
-            return self.set_fatal(Error::Internal("no consumer group metadata after an assignment".into()));
-        };
         tracing::info!(?partitions, "partitions assigned");
         shared.shutdown.health_state().assigned(&partitions);
         let deadline = Instant::now() + shared.cfg.task_timeout;
@@ -362,7 +395,7 @@ impl Rebalancer {
             for tp in partitions {
                 let id = self.registry().next_id();
                 let txn_id = shared.cfg.partition_transactional_id(&tp.0, tp.1);
-                match spawn_task(shared, id, Some(txn_id), vec![tp.clone()], Some(group.clone())) {
+                match spawn_task(shared, id, Some(txn_id), vec![tp.clone()]) {
                     Ok((handle, ready)) => pending.push((id, tp, handle, ready)),
                     Err(e) => return self.set_fatal(e),
                 }
@@ -385,7 +418,7 @@ impl Rebalancer {
                 return self.set_fatal(Error::Internal("the instance task is missing".into()));
             };
             let (reply, claimed) = sync_channel(1);
-            let msg = TaskMsg::Assign { partitions: partitions.clone(), group, reply };
+            let msg = TaskMsg::Assign { partitions: partitions.clone(), reply };
             if !send_bounded(&handle.tx, msg, deadline) {
                 drop(reg);
                 return self.set_fatal(Error::Internal("the instance task did not accept its assignment".into()));
@@ -546,16 +579,22 @@ impl Rebalancer {
 }
 
 impl ConsumerContext for Rebalancer {
-    /// rust-rdkafka's own `rebalance` with one step added: after `pre_rebalance` started the
+    /// rust-rdkafka's own `rebalance`, with two steps added: after `on_assign` started the
     /// partitions' tasks (which claimed them in the sink), the assignment gets the sink's
-    /// offsets, so the partitions are fetched from there and never from the group's offset.
+    /// offsets, so the partitions are fetched from there and never from the group's offset;
+    /// and under incremental protocols (cooperative-sticky, KIP-848) the lists are the
+    /// partitions that move, applied with `incremental_assign`/`incremental_unassign` while
+    /// every other partition keeps its task.
     fn rebalance(&self, consumer: &BaseConsumer<Self>, err: RDKafkaRespErr, tpl: &mut TopicPartitionList) {
         let tps = |tpl: &TopicPartitionList| -> Vec<TopicPartition> {
             tpl.elements().iter().map(|e| (e.topic().to_string(), e.partition())).collect()
         };
+        let incremental = matches!(consumer.rebalance_protocol(), RebalanceProtocol::Cooperative);
         let result = match err {
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
-                self.on_assign(consumer, tps(tpl));
+                if tpl.count() > 0 {
+                    self.on_assign(tps(tpl));
+                }
                 for ((topic, partition), offset) in
                     std::mem::take(&mut *self.resume.lock().unwrap_or_else(|p| p.into_inner()))
                 {
@@ -563,19 +602,40 @@ impl ConsumerContext for Rebalancer {
                         tracing::warn!(topic, partition, offset, error = %e, "cannot set the sink's resume offset");
                     }
                 }
-                consumer.assign(tpl)
+                let applied = if incremental { consumer.incremental_assign(tpl) } else { consumer.assign(tpl) };
+                if let Err(e) = &applied {
+                    // Tasks were started for partitions librdkafka did not take: stop them,
+                    // so the registry matches the assignment.
+                    tracing::error!(error = %e, "applying the assignment failed: dropping its tasks");
+                    self.on_revoke(consumer, tps(tpl), true);
+                }
+                applied
             }
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {
-                self.on_revoke(consumer, tps(tpl), consumer.assignment_lost());
-                consumer.unassign()
+                if tpl.count() > 0 {
+                    self.on_revoke(consumer, tps(tpl), consumer.assignment_lost());
+                }
+                if incremental {
+                    consumer.incremental_unassign(tpl)
+                } else {
+                    consumer.unassign()
+                }
             }
             other => {
-                tracing::warn!(error = ?other, "rebalance error");
-                consumer.unassign()
+                // The registry follows what librdkafka is told: the callback's partitions
+                // (incremental) or the whole assignment (eager `unassign`) are dropped.
+                tracing::warn!(error = ?other, "rebalance error: giving up the partitions");
+                let dropped = if incremental { tps(tpl) } else { self.registry().routes.keys().cloned().collect() };
+                self.on_revoke(consumer, dropped, true);
+                if incremental {
+                    consumer.incremental_unassign(tpl)
+                } else {
+                    consumer.unassign()
+                }
             }
         };
         if let Err(e) = result {
-            tracing::error!(error = %e, "applying the assignment failed");
+            tracing::error!(error = %e, "applying the rebalance failed");
         }
     }
 }

@@ -139,14 +139,31 @@ impl Stats {
     }
 }
 
+/// Reads the consumer's current group metadata (member id, generation or member epoch).
+pub(crate) type GroupMetadataSource =
+    Box<dyn Fn() -> Option<rdkafka::consumer::ConsumerGroupMetadata> + Send + Sync>;
+
 /// What the consumer thread and every task share.
 pub(crate) struct Shared {
     pub cfg: Arc<PipelineConfig>,
+    /// Set by the consumer thread once its consumer exists. A transaction reads the
+    /// metadata afresh before it sends its offsets: under incremental rebalancing the
+    /// generation moves on while a partition stays put, and offsets sent with a stale one
+    /// are refused (KIP-447 checks it).
+    pub group: OnceLock<GroupMetadataSource>,
     pub processor: ProcessorFactory,
     pub hooks: Vec<TransactionHook>,
     pub rt: tokio::runtime::Handle,
     pub control: std::sync::mpsc::Sender<Control>,
     pub shutdown: ShutdownHandle,
+}
+
+impl Shared {
+    /// The consumer's current group metadata; `None` before the consumer exists or after
+    /// it is gone.
+    pub(crate) fn group_metadata(&self) -> Option<rdkafka::consumer::ConsumerGroupMetadata> {
+        self.group.get().and_then(|read| read())
+    }
 }
 
 /// Stops a running pipeline gracefully from anywhere (cheap to clone), and reads its
@@ -286,6 +303,7 @@ impl Pipeline {
         let (control_tx, control_rx) = std::sync::mpsc::channel();
         let shared = Arc::new(Shared {
             cfg: self.cfg.clone(),
+            group: OnceLock::new(),
             processor: self.processor,
             hooks: self.hooks,
             rt: tokio::runtime::Handle::current(),

@@ -121,18 +121,22 @@ pub(crate) fn verdict(e: &StepError, transactional: bool) -> Verdict {
     }
 }
 
-/// `send_offsets_to_transaction` refused with UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION or
-/// FENCED_INSTANCE_ID: the group expired this member (its session timed out: a stall, a
-/// partition) or moved to a newer generation. The task's group metadata is fixed at
-/// assignment, so no replay can ever succeed with it: replaying until the task timeout
-/// (as an abortable error would) livelocks the partition, and the revocation that waits
-/// for this task blocks the consumer from rejoining. Giving the producer up ends the cycle
-/// at once; the group reassigns the partition, whose next owner resumes from the committed
-/// offset. (Found by the chaos suite's stall scenario.)
+/// `send_offsets_to_transaction` refused with UNKNOWN_MEMBER_ID or FENCED_INSTANCE_ID:
+/// the group expired this member (its session timed out: a stall, a partition) or another
+/// instance took its `group.instance.id`. No replay can succeed as this member: replaying
+/// until the task timeout livelocks the partition, and the revocation that waits for this
+/// task blocks the consumer from rejoining. Giving the producer up ends the cycle at once;
+/// the group reassigns the partition, whose next owner resumes from the committed offset.
+/// (Found by the chaos suite's stall scenario.)
+///
+/// ILLEGAL_GENERATION and STALE_MEMBER_EPOCH are not among them: the member is still in the
+/// group, whose generation moved on between the metadata read and the offsets' arrival (an
+/// incremental rebalance that left the partition in place). The replay reads the metadata
+/// afresh and succeeds.
 fn left_the_group(e: &rdkafka::error::KafkaError) -> bool {
     use rdkafka::error::RDKafkaErrorCode as C;
     matches!(e, rdkafka::error::KafkaError::Transaction(rd)
-        if matches!(rd.code(), C::UnknownMemberId | C::IllegalGeneration | C::FencedInstanceId))
+        if matches!(rd.code(), C::UnknownMemberId | C::FencedInstanceId))
 }
 
 /// Steps 2–4 of the [module docs](self), after the caller dropped the old producer and

@@ -40,8 +40,6 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, SyncSender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rdkafka::consumer::ConsumerGroupMetadata;
-
 use crate::config::Guarantee;
 use crate::error::{Error, ErrorClass, Result};
 use crate::metrics::TaskMetrics;
@@ -67,9 +65,9 @@ pub(crate) type Resume = Vec<(TopicPartition, i64)>;
 pub(crate) enum TaskMsg {
     /// A consumed record of one of the task's partitions.
     Record(InputRecord),
-    /// New partitions and the group generation they belong to (long-lived tasks only);
-    /// the reply says where the sink, if any, has them resume.
-    Assign { partitions: Vec<TopicPartition>, group: Arc<ConsumerGroupMetadata>, reply: SyncSender<Result<Resume>> },
+    /// New partitions (long-lived tasks only); the reply says where the sink, if any, has
+    /// them resume.
+    Assign { partitions: Vec<TopicPartition>, reply: SyncSender<Result<Resume>> },
     /// Give these partitions up; reply when their batch is committed (or dropped, if lost).
     Revoke { partitions: Vec<TopicPartition>, lost: bool, reply: SyncSender<RevokeReply> },
     /// Commit what is collected and exit.
@@ -114,7 +112,6 @@ pub(crate) struct Task {
     shared: Arc<Shared>,
     producer: Option<TxnProducer>,
     transactional_id: Option<String>,
-    group: Option<Arc<ConsumerGroupMetadata>>,
     owned: HashSet<TopicPartition>,
     /// At-least-once: next offset acknowledged per partition.
     acked: HashMap<TopicPartition, i64>,
@@ -150,7 +147,6 @@ impl Task {
         shared: Arc<Shared>,
         transactional_id: Option<String>,
         partitions: Vec<TopicPartition>,
-        group: Option<Arc<ConsumerGroupMetadata>>,
         interrupt: Arc<Interrupt>,
     ) -> Result<(Task, Resume)> {
         let control = shared.control.clone();
@@ -172,7 +168,6 @@ impl Task {
             shared,
             producer: None,
             transactional_id,
-            group,
             owned: partitions.into_iter().collect(),
             acked: HashMap::new(),
             processing,
@@ -240,9 +235,8 @@ impl Task {
                     }
                 }
                 Err(RecvTimeoutError::Timeout) => self.flush(&mut batch),
-                Ok(TaskMsg::Assign { partitions, group, reply }) => {
+                Ok(TaskMsg::Assign { partitions, reply }) => {
                     self.flush(&mut batch);
-                    self.group = Some(group);
                     self.owned.extend(partitions.iter().cloned());
                     let resume = self.ensure_producer().and_then(|()| self.claim(&partitions));
                     let _ = reply.send(resume.map_err(|e| {
@@ -357,12 +351,18 @@ impl Task {
             let Some(producer) = self.producer.as_mut() else {
                 return Flush::GaveUp(StepError::given_up());
             };
-            let commit_to = match (&self.group, producer.transactional_id()) {
-                (Some(g), Some(_)) => CommitTo::Transaction(g),
-                (None, Some(_)) => {
-                    return Flush::Stop(Error::Internal("a transactional task has no group metadata".into()))
-                }
-                _ => CommitTo::Consumer,
+            // Read afresh for every attempt: the generation (member epoch) moves on with
+            // every rebalance, including those that leave this task's partitions in place.
+            let group = match producer.transactional_id() {
+                None => None,
+                Some(_) => match self.shared.group_metadata() {
+                    Some(g) => Some(g),
+                    None => return Flush::Stop(Error::Internal("the consumer is gone: no group metadata".into())),
+                },
+            };
+            let commit_to = match &group {
+                Some(g) => CommitTo::Transaction(g),
+                None => CommitTo::Consumer,
             };
             let span = tracing::info_span!(
                 "transaction",
