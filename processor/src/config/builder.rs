@@ -71,6 +71,9 @@ pub enum UnknownOutcome {
 pub struct FaultInjection {
     nth: u64,
     fault: UnknownOutcome,
+    /// The reconcile of the injected unknown outcome fails too, as one that runs out of
+    /// time does: the producer is given up.
+    pub(crate) unreconciled: bool,
     commits: std::sync::atomic::AtomicU64,
 }
 
@@ -393,7 +396,19 @@ impl PipelineBuilder {
     /// Costs one branch per commit when unset.
     #[doc(hidden)]
     pub fn inject_unknown_outcome(mut self, nth: u64, fault: UnknownOutcome) -> Self {
-        self.fault = Some(std::sync::Arc::new(FaultInjection { nth, fault, commits: Default::default() }));
+        self.fault =
+            Some(std::sync::Arc::new(FaultInjection { nth, fault, unreconciled: false, commits: Default::default() }));
+        self
+    }
+
+    /// **Test-only fault injection; not part of the API.** As
+    /// [`inject_unknown_outcome`](Self::inject_unknown_outcome), and the reconcile of that
+    /// outcome fails too: the producer is given up, which drives the in-place replacement
+    /// of a failed producer.
+    #[doc(hidden)]
+    pub fn inject_unreconciled_outcome(mut self, nth: u64, fault: UnknownOutcome) -> Self {
+        self.fault =
+            Some(std::sync::Arc::new(FaultInjection { nth, fault, unreconciled: true, commits: Default::default() }));
         self
     }
 

@@ -120,7 +120,7 @@ mod tests {
 
     fn props(kv: &[(&str, &str)]) -> Properties {
         let mut p = Properties::default();
-        for (k, v) in kv {
+        for &(k, v) in kv {
             p.set(k, v);
         }
         p

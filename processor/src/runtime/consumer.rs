@@ -32,10 +32,9 @@
 //!   the consumer leaves the group and joins again, so the group reassigns its partitions
 //!   (to this instance or another) and they restart from their committed offsets.
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
+use std::collections::BTreeMap;
+use std::sync::mpsc::{sync_channel, Receiver, TrySendError};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, RebalanceProtocol};
@@ -45,8 +44,8 @@ use rdkafka::{ClientContext, Offset, TopicPartitionList};
 use crate::config::{Guarantee, PipelineConfig};
 use crate::error::{Error, Result};
 use crate::record::InputRecord;
-use crate::runtime::interrupt::Interrupt;
-use crate::runtime::task::{Resume, RevokeReply, Task, TaskMsg};
+use crate::runtime::registry::{queue_capacity, send_bounded, spawn_task, to_tpl, wait_ready, Registry, TaskHandle};
+use crate::runtime::task::{Resume, RevokeReply, TaskMsg};
 use crate::runtime::{Control, Shared, TopicPartition, POLL_INTERVAL};
 
 /// Runs the consumer thread until shutdown or a fatal error.
@@ -93,6 +92,16 @@ pub(crate) fn run(shared: Arc<Shared>, control: Receiver<Control>) -> Result<()>
                 Control::Fenced { task, error } => {
                     if consumer.context().registry().owns_partitions(task) {
                         tracing::warn!(task, %error, "producer fenced: leaving the group so that it reassigns the partitions");
+                        leave_group(&consumer, Instant::now() + cfg.task_timeout + Duration::from_secs(5));
+                        if let Err(e) = consumer.subscribe(&topics) {
+                            fatal = Some(Error::Config(format!("cannot re-subscribe to {topics:?}: {e}")));
+                            break 'run;
+                        }
+                    }
+                }
+                Control::Rewind { task, partitions } => {
+                    if let Err(why) = consumer.context().rewind(&consumer, task, partitions) {
+                        tracing::warn!(task, %why, "cannot rewind the partitions: leaving the group so that it reassigns them");
                         leave_group(&consumer, Instant::now() + cfg.task_timeout + Duration::from_secs(5));
                         if let Err(e) = consumer.subscribe(&topics) {
                             fatal = Some(Error::Config(format!("cannot re-subscribe to {topics:?}: {e}")));
@@ -172,111 +181,6 @@ fn leave_group(consumer: &BaseConsumer<Rebalancer>, deadline: Instant) {
     while consumer.context().registry().has_routes() && Instant::now() < deadline {
         // Records still arriving belong to partitions being revoked: never routed again.
         let _ = consumer.poll(POLL_INTERVAL);
-    }
-}
-
-fn to_tpl(offsets: &[(TopicPartition, i64)]) -> TopicPartitionList {
-    let mut tpl = TopicPartitionList::with_capacity(offsets.len());
-    for ((t, p), o) in offsets {
-        let _ = tpl.add_partition_offset(t, *p, Offset::Offset(*o));
-    }
-    tpl
-}
-
-struct TaskHandle {
-    tx: SyncSender<TaskMsg>,
-    join: JoinHandle<()>,
-    /// Set before a revocation or shutdown is sent, so that a task busy retrying a failing
-    /// batch notices at once (see [`interrupt`](super::interrupt)).
-    interrupt: Arc<Interrupt>,
-}
-
-#[derive(Default)]
-struct Registry {
-    /// Which task owns each assigned partition.
-    routes: HashMap<TopicPartition, u64>,
-    tasks: HashMap<u64, TaskHandle>,
-    /// Records waiting for room in their task's queue, per partition.
-    pending: HashMap<TopicPartition, VecDeque<InputRecord>>,
-    /// Partitions paused because their pending queue grew to a queue's capacity.
-    paused: HashSet<TopicPartition>,
-    next: u64,
-}
-
-impl Registry {
-    fn next_id(&mut self) -> u64 {
-        self.next += 1;
-        self.next
-    }
-    fn has_routes(&self) -> bool {
-        !self.routes.is_empty()
-    }
-    fn owns_partitions(&self, task: u64) -> bool {
-        self.routes.values().any(|t| *t == task)
-    }
-}
-
-type Ready = Receiver<Result<Resume>>;
-
-/// Records a task's queue holds: a transaction's worth, within reason. A partition is paused
-/// once as many again wait in the consumer thread, which bounds memory per partition to about
-/// three transactions' worth plus librdkafka's prefetch.
-fn queue_capacity(cfg: &PipelineConfig) -> usize {
-    cfg.max_records_per_transaction.clamp(100, 10_000)
-}
-
-/// Starts a task thread; its producer is initialised on that thread and `Ready` says when.
-fn spawn_task(
-    shared: &Arc<Shared>,
-    id: u64,
-    txn_id: Option<String>,
-    partitions: Vec<TopicPartition>,
-) -> Result<(TaskHandle, Ready)> {
-    let (tx, rx) = sync_channel(queue_capacity(&shared.cfg));
-    let (ready_tx, ready_rx) = sync_channel(1);
-    let shared = shared.clone();
-    let interrupt = Arc::new(Interrupt::default());
-    let task_interrupt = interrupt.clone();
-    let join = std::thread::Builder::new()
-        .name(format!("kafka-eos-task-{id}"))
-        .spawn(move || match Task::start(id, shared, txn_id, partitions, task_interrupt) {
-            Ok((task, resume)) => {
-                let _ = ready_tx.send(Ok(resume));
-                task.run(rx);
-            }
-            Err(e) => {
-                let _ = ready_tx.send(Err(e));
-            }
-        })
-        .map_err(|e| Error::Internal(format!("cannot spawn a task thread: {e}")))?;
-    Ok((TaskHandle { tx, join, interrupt }, ready_rx))
-}
-
-fn wait_ready(ready: Ready, deadline: Instant) -> Result<Resume> {
-    match ready.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-        Ok(r) => r,
-        Err(_) => Err(Error::TaskTimeout {
-            what: "initialising a producer (init_transactions)".into(),
-            timeout: Duration::ZERO,
-            last: "no answer".into(),
-        }),
-    }
-}
-
-/// Sends a command to a task, waiting while its queue is full, until `deadline`.
-fn send_bounded(tx: &SyncSender<TaskMsg>, mut msg: TaskMsg, deadline: Instant) -> bool {
-    loop {
-        match tx.try_send(msg) {
-            Ok(()) => return true,
-            Err(TrySendError::Disconnected(_)) => return false,
-            Err(TrySendError::Full(m)) => {
-                if Instant::now() >= deadline {
-                    return false;
-                }
-                msg = m;
-                std::thread::sleep(Duration::from_millis(1));
-            }
-        }
     }
 }
 
@@ -573,6 +477,58 @@ impl ClientContext for Rebalancer {
 }
 
 impl Rebalancer {
+    /// Moves a task's partitions back to their committed offsets after it replaced its
+    /// producer in place ([`Control::Rewind`]; see `task/rewind.rs`), then tells it so. The
+    /// records waiting for room are dropped (they follow the old position); partitions no
+    /// longer routed to the task are left alone (revoked meanwhile). `Err` if the offsets
+    /// cannot be read or applied: the caller falls back to leaving the group.
+    fn rewind(&self, consumer: &BaseConsumer<Self>, task: u64, partitions: Vec<TopicPartition>) -> Result<(), String> {
+        let (tx, mine, paused) = {
+            let mut reg = self.registry();
+            let mine: Vec<TopicPartition> =
+                partitions.into_iter().filter(|tp| reg.routes.get(tp) == Some(&task)).collect();
+            let mut paused = Vec::new();
+            for tp in &mine {
+                reg.pending.remove(tp);
+                if reg.paused.remove(tp) {
+                    paused.push((tp.clone(), 0));
+                }
+            }
+            (reg.tasks.get(&task).map(|t| t.tx.clone()), mine, paused)
+        };
+        let Some(tx) = tx.filter(|_| !mine.is_empty()) else { return Ok(()) };
+        let timeout = Duration::from_secs(10);
+        let mut wanted = TopicPartitionList::with_capacity(mine.len());
+        for (t, p) in &mine {
+            wanted.add_partition(t, *p);
+        }
+        let committed = consumer.committed_offsets(wanted, timeout).map_err(|e| format!("committed offsets: {e}"))?;
+        let mut seek = TopicPartitionList::with_capacity(mine.len());
+        for e in committed.elements() {
+            // No committed offset yet: from the start, as `auto.offset.reset=earliest` does.
+            let offset = match e.offset() {
+                Offset::Offset(o) => Offset::Offset(o),
+                _ => Offset::Beginning,
+            };
+            seek.add_partition_offset(e.topic(), e.partition(), offset).map_err(|e| e.to_string())?;
+        }
+        let sought = consumer.seek_partitions(seek, timeout).map_err(|e| format!("seek: {e}"))?;
+        if let Some(e) = sought.elements().iter().find_map(|e| e.error().err()) {
+            return Err(format!("seek: {e}"));
+        }
+        if !paused.is_empty() {
+            if let Err(e) = consumer.resume(&to_tpl(&paused)) {
+                tracing::warn!(error = %e, "resuming rewound partitions failed");
+            }
+        }
+        tracing::info!(task, partitions = ?mine, "partitions rewound to their committed offsets");
+        let deadline = Instant::now() + self.shared.cfg.task_timeout;
+        if !send_bounded(&tx, TaskMsg::Rewound { partitions: mine }, deadline) {
+            return Err("the task did not take the rewind".into());
+        }
+        Ok(())
+    }
+
     fn resume_at(&self, resume: Resume) {
         self.resume.lock().unwrap_or_else(|p| p.into_inner()).extend(resume);
     }

@@ -26,6 +26,7 @@ pub(crate) mod consumer;
 pub(crate) mod interrupt;
 pub(crate) mod preflight;
 pub(crate) mod reconcile;
+mod registry;
 pub(crate) mod task;
 
 use std::net::SocketAddr;
@@ -46,8 +47,11 @@ pub(crate) type TopicPartition = (String, i32);
 pub(crate) enum Control {
     /// At-least-once: these next offsets are acknowledged; commit them.
     CommitOffsets(Vec<(TopicPartition, i64)>),
-    /// The task's producer was fenced or is unusable: give its partitions up.
+    /// The task's producer was fenced, or its member left the group: give its partitions up.
     Fenced { task: u64, error: String },
+    /// The task replaced a failed producer in place and dropped its batch: move its
+    /// partitions back to their committed offsets, then send it [`task::TaskMsg::Rewound`].
+    Rewind { task: u64, partitions: Vec<TopicPartition> },
     /// Stop the pipeline with this error.
     Fatal(Error),
 }

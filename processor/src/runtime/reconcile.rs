@@ -107,7 +107,7 @@ pub(crate) enum Verdict {
 /// `send_offsets_to_transaction` without a definite answer (retriable: it timed out), a
 /// producer turned fatal, and an abort that failed for any reason but fencing.
 pub(crate) fn verdict(e: &StepError, transactional: bool) -> Verdict {
-    if e.class == ErrorClass::Fenced || (e.step == Step::SendOffsets && left_the_group(&e.err)) {
+    if replaced(e) {
         return Verdict::GiveUp;
     }
     if !transactional {
@@ -119,6 +119,13 @@ pub(crate) fn verdict(e: &StepError, transactional: bool) -> Verdict {
         }
         _ => Verdict::Replay,
     }
+}
+
+/// Whether `e` says that someone else took over: the producer was fenced by a newer owner
+/// of its transactional.id, or the group no longer knows this member. Then the partitions
+/// belong elsewhere, and only the group may hand them back.
+pub(crate) fn replaced(e: &StepError) -> bool {
+    e.class == ErrorClass::Fenced || (e.step == Step::SendOffsets && left_the_group(&e.err))
 }
 
 /// `send_offsets_to_transaction` refused with UNKNOWN_MEMBER_ID or FENCED_INSTANCE_ID:

@@ -53,6 +53,7 @@ use crate::sink::SinkGuarantee;
 use crate::txn::{next_offsets, run_cycle, CommitTo, CycleError, CycleStats, SinkStep, Step, StepError, TxnProducer};
 
 mod report;
+mod rewind;
 mod sink;
 mod unknown;
 use sink::anchors;
@@ -70,6 +71,9 @@ pub(crate) enum TaskMsg {
     Assign { partitions: Vec<TopicPartition>, reply: SyncSender<Result<Resume>> },
     /// Give these partitions up; reply when their batch is committed (or dropped, if lost).
     Revoke { partitions: Vec<TopicPartition>, lost: bool, reply: SyncSender<RevokeReply> },
+    /// The consumer moved these partitions back to their committed offsets (after
+    /// [`Control::Rewind`]): their records from here on follow the rewind.
+    Rewound { partitions: Vec<TopicPartition> },
     /// Commit what is collected and exit.
     Shutdown,
 }
@@ -131,6 +135,9 @@ pub(crate) struct Task {
     sink: Option<Box<dyn crate::sink::erased::ErasedSink>>,
     /// Partitions an exactly-once sink has no offset for yet (anchored at their next batch).
     unanchored: HashSet<TopicPartition>,
+    /// Partitions waiting for [`TaskMsg::Rewound`] after a producer was replaced in place:
+    /// their records until then came before the rewind and are dropped.
+    rewinding: HashSet<TopicPartition>,
     /// When the previous cycle ended, and when the collected batch's first record came:
     /// the `idle` and `collect` times of the next [`TransactionEvent`](crate::observe::TransactionEvent).
     last_cycle_end: Instant,
@@ -160,6 +167,7 @@ impl Task {
         let mut task = Task {
             sink: None,
             unanchored: HashSet::new(),
+            rewinding: HashSet::new(),
             last_cycle_end: Instant::now(),
             collect_started: None,
             label,
@@ -215,9 +223,10 @@ impl Task {
             };
             match msg {
                 Ok(TaskMsg::Record(r)) => {
-                    if self.stopped || self.producer.is_none() || !self.owned.contains(&(r.topic.clone(), r.partition))
+                    let tp = (r.topic.clone(), r.partition);
+                    if self.stopped || self.producer.is_none() || !self.owned.contains(&tp) || self.rewinding.contains(&tp)
                     {
-                        continue; // never committed: the partition's next owner reads it again
+                        continue; // never committed: read again by the partition's next owner, or after the rewind
                     }
                     if self.processing.needs_restore(r.partition) {
                         if let Err(e) = self.restore() {
@@ -272,6 +281,11 @@ impl Task {
                         return;
                     }
                 }
+                Ok(TaskMsg::Rewound { partitions }) => {
+                    for tp in &partitions {
+                        self.rewinding.remove(tp);
+                    }
+                }
                 Ok(TaskMsg::Shutdown) | Err(RecvTimeoutError::Disconnected) => {
                     self.flush(&mut batch);
                     self.processing.close_all();
@@ -298,11 +312,13 @@ impl Task {
             Flush::GaveUp(e) => {
                 self.shared.shutdown.stats().producers_fenced.inc();
                 crate::metrics::producer_fenced(&self.shared.cfg.application_id);
-                tracing::warn!(task = self.id, error = %e, "producer given up; the partitions go back to the group");
-                self.producer = None;
-                // The group reassigns the partitions; whoever gets them restores their state.
-                self.processing.give_up_all();
-                let _ = self.control.send(Control::Fenced { task: self.id, error: e.to_string() });
+                if !self.recover_in_place(&e) {
+                    tracing::warn!(task = self.id, error = %e, "producer given up; the partitions go back to the group");
+                    self.producer = None;
+                    // The group reassigns the partitions; whoever gets them restores their state.
+                    self.processing.give_up_all();
+                    let _ = self.control.send(Control::Fenced { task: self.id, error: e.to_string() });
+                }
             }
             Flush::Dropped { because, reason } => {
                 tracing::warn!(
