@@ -37,3 +37,61 @@ async fn a_joining_instance_leaves_unmoved_partitions_committing() {
         assert_eq!(r.summaries.iter().map(|s| s.records_in).sum::<u64>(), r.produced, "{what}");
     }
 }
+
+/// Static membership (issue 11, item 6): an instance stopped and restarted within the
+/// session timeout under the same instance id gets its own partitions back with no
+/// rebalance — the other instance's assignment is never touched (without static
+/// membership it would take over the stopped instance's partitions, then give them back:
+/// two more assignments). The copy ends exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_static_member_restarted_in_time_gets_its_partitions_back_without_a_rebalance() {
+    use std::collections::BTreeSet;
+    use std::sync::{Arc, Mutex};
+
+    use kafka_eos::observe::{Outcome, TransactionEvent};
+
+    use crate::common::{spawn, topics, unique};
+
+    let t = topics("static", 4, 0, 100).await;
+    let app = unique("static");
+    type Seen = Arc<Mutex<BTreeSet<i32>>>;
+    let member = |id: &str, seen: &Seen| {
+        let seen = seen.clone();
+        spawn(
+            t.pipeline(&app, Guarantee::ExactlyOnce)
+                .instance_id(id)
+                .static_membership(true)
+                .consumer_property("session.timeout.ms", "30000")
+                .on_transaction(move |e: &TransactionEvent| {
+                    if e.outcome == Outcome::Committed {
+                        seen.lock().unwrap().extend(e.partitions.iter().map(|(_, p)| *p));
+                    }
+                }),
+        )
+    };
+    let (seen_a, seen_b, seen_a2): (Seen, Seen, Seen) = Default::default();
+    let a = member("pod-a", &seen_a);
+    let b = member("pod-b", &seen_b);
+    let both = |n: usize| seen_a.lock().unwrap().len() + seen_b.lock().unwrap().len() == n;
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !both(4) {
+        assert!(std::time::Instant::now() < deadline, "A and B never covered the 4 partitions");
+        t.produce(400).await;
+    }
+    let b_assignments = b.handle.summary().rebalances;
+    let sa = a.stop().await;
+    // Longer than B needs to notice a departure (a heartbeat, 3 s), shorter than the
+    // session timeout: a member that left would have its partitions moved to B by now.
+    t.produce(2_000).await;
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let a2 = member("pod-a", &seen_a2);
+    a2.wait_records_in(1, Duration::from_secs(20)).await;
+    t.produce(2_000).await;
+    t.wait_caught_up(&app, Duration::from_secs(60)).await;
+    let (sa2, sb) = (a2.stop().await, b.stop().await);
+    assert_eq!(*seen_a2.lock().unwrap(), *seen_a.lock().unwrap(), "A came back to its own partitions");
+    assert_eq!(sb.rebalances, b_assignments, "B's assignment never changed: {sb:?}");
+    let report = t.verify().await;
+    assert!(report.is_exactly_once(), "{report:?}");
+    assert_eq!(sa.records_in + sa2.records_in + sb.records_in, report.input_records, "{sa:?} {sa2:?} {sb:?}");
+}

@@ -146,8 +146,27 @@ pub(crate) fn run(shared: Arc<Shared>, control: Receiver<Control>) -> Result<()>
     for task in consumer.context().registry().tasks.values() {
         task.interrupt.shut_down(task_deadline);
     }
-    leave_group(&consumer, deadline);
+    // A static member on the classic protocol must not leave the group (KIP-345): its
+    // restart, within the session timeout, takes its partitions back with no rebalance. So
+    // no unsubscribe: the tasks commit what they collected as they stop, and closing the
+    // consumer sends no LeaveGroup. (KIP-848 has a temporary leave for static members.)
+    let stays_in_group = cfg.group_instance_id().is_some() && cfg.rebalancing() != crate::Rebalancing::Consumer;
+    if !stays_in_group {
+        leave_group(&consumer, deadline);
+    }
     consumer.context().stop_all_tasks(deadline);
+    // At-least-once: the offsets the instance task acknowledged while stopping.
+    let mut acked = Vec::new();
+    while let Ok(msg) = control.try_recv() {
+        if let Control::CommitOffsets(offsets) = msg {
+            acked.extend(offsets);
+        }
+    }
+    if !acked.is_empty() {
+        if let Err(e) = consumer.commit(&to_tpl(&acked), CommitMode::Sync) {
+            tracing::warn!(error = %e, "committing the last acknowledged offsets failed; a restart may reprocess them (at-least-once)");
+        }
+    }
     tracing::info!(application_id = %cfg.application_id, summary = ?shared.shutdown.summary(), "pipeline stopped");
     match fatal.or_else(|| consumer.context().take_fatal()) {
         Some(e) => Err(e),
