@@ -43,7 +43,8 @@ fn main() {
             let mut runs = Vec::new();
             for _ in 0..reps {
                 let opts = JoinOptions::new(&bootstrap, *g, r);
-                let report = rt.block_on(join_third(&opts)).unwrap_or_else(|e| panic!("{} / {}: {e}", r.as_str(), g.as_str()));
+                let report =
+                    rt.block_on(join_third(&opts)).unwrap_or_else(|e| panic!("{} / {}: {e}", r.as_str(), g.as_str()));
                 let exact = report.verified.is_exactly_once() && report.verified.output_records == report.produced;
                 if g.is_transactional() {
                     assert!(exact, "{} / {}: not exactly once: {:?}", r.as_str(), g.as_str(), report.verified);
@@ -52,9 +53,8 @@ fn main() {
                 }
                 runs.push(report);
             }
-            let med = |f: &dyn Fn(&kafka_eos_cli::scale::JoinReport) -> f64| {
-                median(&runs.iter().map(f).collect::<Vec<_>>())
-            };
+            let med =
+                |f: &dyn Fn(&kafka_eos_cli::scale::JoinReport) -> f64| median(&runs.iter().map(f).collect::<Vec<_>>());
             let secs = |d: Duration| d.as_secs_f64();
             let (gap, pause, newcomer, aborts, moved) = (
                 med(&|r| secs(r.longest_unmoved_gap)),

@@ -178,7 +178,14 @@ fn pauses(log: &[(Instant, usize, i32)], from: Instant, to: Instant) -> (usize, 
 
 type Running = (ShutdownHandle, tokio::task::JoinHandle<kafka_eos::Result<Summary>>);
 
-fn spawn(opts: &JoinOptions, app: &str, input: &str, output: &str, commits: Commits, i: usize) -> Result<Running, String> {
+fn spawn(
+    opts: &JoinOptions,
+    app: &str,
+    input: &str,
+    output: &str,
+    commits: Commits,
+    i: usize,
+) -> Result<Running, String> {
     let out = Topic::new(output);
     let pipeline = Pipeline::builder()
         .bootstrap_servers(&opts.bootstrap)

@@ -47,42 +47,8 @@ pub struct PipelineBuilder {
     stores: Vec<StoreDef>,
     output_topics: Vec<Topic>,
     changelog_replication: Option<i32>,
-    fault: Option<std::sync::Arc<FaultInjection>>,
+    pub(super) fault: super::fault::FaultSpec,
     sinks: Vec<SinkFactory>,
-}
-
-/// **Test-only fault injection** ([`PipelineBuilder::inject_unknown_outcome`]): how a commit
-/// is made to end with an outcome unknown to the runtime. Either way the commit step
-/// reports a timeout (`KafkaError::Flush(OperationTimedOut)`, retriable).
-#[doc(hidden)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum UnknownOutcome {
-    /// `commit_transaction` is called and succeeds; the task is told it timed out. The
-    /// transaction is committed.
-    CommittedButTimedOut,
-    /// `commit_transaction` is not called (the offsets are already in the transaction, which
-    /// stays open); the task is told it timed out. The transaction is never committed.
-    TimedOutBeforeCommit,
-}
-
-/// The state of one [`UnknownOutcome`] injection: which commit, and how many so far.
-#[doc(hidden)]
-#[derive(Debug)]
-pub struct FaultInjection {
-    nth: u64,
-    fault: UnknownOutcome,
-    /// The reconcile of the injected unknown outcome fails too, as one that runs out of
-    /// time does: the producer is given up.
-    pub(crate) unreconciled: bool,
-    commits: std::sync::atomic::AtomicU64,
-}
-
-impl FaultInjection {
-    /// Counts one commit; the fault to inject into it, if it is the chosen one.
-    pub(crate) fn on_commit(&self) -> Option<UnknownOutcome> {
-        let n = self.commits.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
-        (n == self.nth).then_some(self.fault)
-    }
 }
 
 impl PipelineBuilder {
@@ -389,29 +355,6 @@ impl PipelineBuilder {
         self
     }
 
-    /// **Test-only fault injection; not part of the API.** Makes the `nth` transaction commit
-    /// of this pipeline (counted from 1 across all its producers) end with an outcome the
-    /// runtime does not know, as a commit that times out does: see [`UnknownOutcome`]. The
-    /// integration tests use it to drive the fence-and-reconcile path on a real broker.
-    /// Costs one branch per commit when unset.
-    #[doc(hidden)]
-    pub fn inject_unknown_outcome(mut self, nth: u64, fault: UnknownOutcome) -> Self {
-        self.fault =
-            Some(std::sync::Arc::new(FaultInjection { nth, fault, unreconciled: false, commits: Default::default() }));
-        self
-    }
-
-    /// **Test-only fault injection; not part of the API.** As
-    /// [`inject_unknown_outcome`](Self::inject_unknown_outcome), and the reconcile of that
-    /// outcome fails too: the producer is given up, which drives the in-place replacement
-    /// of a failed producer.
-    #[doc(hidden)]
-    pub fn inject_unreconciled_outcome(mut self, nth: u64, fault: UnknownOutcome) -> Self {
-        self.fault =
-            Some(std::sync::Arc::new(FaultInjection { nth, fault, unreconciled: true, commits: Default::default() }));
-        self
-    }
-
     /// Calls `hook` after every transaction cycle with its timings and outcome (see
     /// [`observe`](crate::observe)). Hooks run on the partition task's thread: keep them quick.
     pub fn on_transaction<F>(mut self, hook: F) -> Self
@@ -585,7 +528,7 @@ impl PipelineBuilder {
                 stores: self.stores,
                 output_topics: self.output_topics.iter().map(|t| t.to_string()).collect(),
                 changelog_replication: self.changelog_replication.unwrap_or(-1),
-                fault: self.fault,
+                fault: self.fault.build(),
                 sink: self.sinks.into_iter().next(),
             },
             processor,

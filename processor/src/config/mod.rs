@@ -27,6 +27,7 @@
 //! ```
 
 mod builder;
+mod fault;
 mod group;
 mod properties;
 
@@ -35,10 +36,10 @@ use std::time::Duration;
 use rdkafka::ClientConfig;
 
 pub use builder::PipelineBuilder;
+#[doc(hidden)]
+pub use fault::{FaultInjection, UnknownOutcome};
 pub(crate) use group::GroupSettings;
 pub use group::Rebalancing;
-#[doc(hidden)]
-pub use builder::{FaultInjection, UnknownOutcome};
 pub use properties::{client_error, is_sensitive, Properties};
 
 use crate::error::{Error, Result};

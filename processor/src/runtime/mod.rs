@@ -144,8 +144,7 @@ impl Stats {
 }
 
 /// Reads the consumer's current group metadata (member id, generation or member epoch).
-pub(crate) type GroupMetadataSource =
-    Box<dyn Fn() -> Option<rdkafka::consumer::ConsumerGroupMetadata> + Send + Sync>;
+pub(crate) type GroupMetadataSource = Box<dyn Fn() -> Option<rdkafka::consumer::ConsumerGroupMetadata> + Send + Sync>;
 
 /// What the consumer thread and every task share.
 pub(crate) struct Shared {

@@ -40,7 +40,11 @@ pub(super) struct Registry {
     pub(super) tasks: HashMap<u64, TaskHandle>,
     /// Records waiting for room in their task's queue, per partition.
     pub(super) pending: HashMap<TopicPartition, VecDeque<InputRecord>>,
-    /// Partitions paused because their pending queue grew to a queue's capacity.
+    /// Assigned partitions whose task could not start (its producer failed to initialise):
+    /// paused, routed nowhere, retried from the consumer thread's loop.
+    pub(super) unstarted: HashMap<TopicPartition, Unstarted>,
+    /// Partitions paused because their pending queue grew to a queue's capacity, or because
+    /// they are unstarted.
     pub(super) paused: HashSet<TopicPartition>,
     pub(super) next: u64,
 }
@@ -56,6 +60,39 @@ impl Registry {
     pub(super) fn owns_partitions(&self, task: u64) -> bool {
         self.routes.values().any(|t| *t == task)
     }
+}
+
+/// An assigned partition whose task could not start yet.
+pub(super) struct Unstarted {
+    /// When its first attempt failed: it is given up on after the task timeout.
+    pub(super) since: Instant,
+    /// When to try again.
+    pub(super) next: Instant,
+    /// The pause before the try after that (doubling, at most 30 s).
+    pub(super) backoff: Duration,
+    /// Why the last attempt failed.
+    pub(super) last: String,
+}
+
+impl Unstarted {
+    pub(super) fn new(last: String) -> Unstarted {
+        let now = Instant::now();
+        Unstarted { since: now, next: now + Duration::from_secs(1), backoff: Duration::from_secs(2), last }
+    }
+
+    /// Another failed attempt.
+    pub(super) fn failed_again(&mut self, last: String) {
+        self.next = Instant::now() + self.backoff;
+        self.backoff = (self.backoff * 2).min(Duration::from_secs(30));
+        self.last = last;
+    }
+}
+
+/// Whether a task that could not start should be retried later rather than stop the
+/// pipeline: everything but a configuration or authorisation problem, which every
+/// partition would hit.
+pub(super) fn retry_later(e: &Error) -> bool {
+    !matches!(e, Error::Config(_) | Error::Kafka { class: crate::ErrorClass::Fatal, .. })
 }
 
 pub(super) type Ready = Receiver<Result<Resume>>;

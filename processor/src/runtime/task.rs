@@ -183,6 +183,13 @@ impl Task {
             control,
             interrupt,
         };
+        if task.shared.cfg.fault.as_ref().is_some_and(|f| f.on_init(&claimed)) {
+            return Err(Error::TaskTimeout {
+                what: format!("initialising {} (fault injection)", task.who()),
+                timeout: task.shared.cfg.task_timeout,
+                last: "init_transactions timed out".into(),
+            });
+        }
         task.ensure_producer()?;
         task.connect_sink()?;
         let resume = task.claim(&claimed)?;
@@ -224,7 +231,10 @@ impl Task {
             match msg {
                 Ok(TaskMsg::Record(r)) => {
                     let tp = (r.topic.clone(), r.partition);
-                    if self.stopped || self.producer.is_none() || !self.owned.contains(&tp) || self.rewinding.contains(&tp)
+                    if self.stopped
+                        || self.producer.is_none()
+                        || !self.owned.contains(&tp)
+                        || self.rewinding.contains(&tp)
                     {
                         continue; // never committed: read again by the partition's next owner, or after the rewind
                     }
