@@ -38,6 +38,7 @@ pub struct PipelineBuilder {
     instance_id: Option<String>,
     rebalancing: Rebalancing,
     static_membership: bool,
+    workers: Option<usize>,
     ops_address: Option<std::net::SocketAddr>,
     health_threshold: Option<Duration>,
     statistics_interval: Option<Duration>,
@@ -287,6 +288,20 @@ impl PipelineBuilder {
         self
     }
 
+    /// Worker tasks — each an OS thread with its own producer (and, under
+    /// [`Guarantee::ExactlyOncePerConsumer`], its own transactional.id and transactions) —
+    /// that share the instance's partitions under `ExactlyOncePerConsumer` and
+    /// [`Guarantee::AtLeastOnce`]; a partition stays with one worker while assigned. Default:
+    /// the machine's cores (`std::thread::available_parallelism`). More workers process
+    /// more partitions at once and confine an abort's replay to one worker's partitions;
+    /// each costs a producer (its librdkafka threads and a connection per broker) and,
+    /// under exactly-once, a transaction per commit interval. Not used by
+    /// [`Guarantee::ExactlyOnce`], which runs a task per partition.
+    pub fn workers(mut self, n: usize) -> Self {
+        self.workers = Some(n);
+        self
+    }
+
     /// Static membership (KIP-345): the [`instance_id`](Self::instance_id), which must then
     /// be set and stable across restarts (a pod or host name), becomes the consumer's
     /// `group.instance.id`. An instance restarted within the session timeout gets its own
@@ -452,6 +467,10 @@ impl PipelineBuilder {
             },
         };
         group.validate(c)?;
+        let workers = self.workers.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+        if workers == 0 {
+            return cfg_err("workers must be at least 1".into());
+        }
         let p = &self.producer_properties;
         if p.get("transactional.id").is_some() {
             return cfg_err("do not set transactional.id: the runtime derives one per partition (or per instance) from the application_id".into());
@@ -516,6 +535,7 @@ impl PipelineBuilder {
                 handle_signals: self.handle_signals.unwrap_or(false),
                 instance_id,
                 group,
+                workers,
                 statistics_interval: self.statistics_interval.unwrap_or(if self.ops_address.is_some() {
                     Duration::from_secs(5)
                 } else {

@@ -81,6 +81,13 @@ impl GroupSettings {
                 c.set("partition.assignment.strategy", "range,roundrobin");
             }
         }
+        if self.rebalancing != Rebalancing::Consumer {
+            // A member learns of a rebalance from its next heartbeat, and a cooperative one
+            // takes two rounds: librdkafka's 3 s interval kept moved partitions waiting for up
+            // to two of them (docs/scaling.md). 1 s costs one small request per second per
+            // instance. The user's consumer property, applied after, wins.
+            c.set("heartbeat.interval.ms", "1000");
+        }
         if let Some(id) = &self.static_member {
             c.set("group.instance.id", id);
         }

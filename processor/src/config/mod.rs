@@ -194,6 +194,9 @@ pub struct PipelineConfig {
     pub instance_id: String,
     /// The rebalance protocol and static membership.
     pub(crate) group: GroupSettings,
+    /// Worker tasks sharing the instance's partitions under
+    /// [`Guarantee::ExactlyOncePerConsumer`] and [`Guarantee::AtLeastOnce`].
+    pub workers: usize,
     /// Where `/metrics` and `/health` are served, if anywhere.
     pub ops_address: Option<std::net::SocketAddr>,
     /// How long input may wait without a commit before `/health` reports unhealthy.
@@ -296,5 +299,16 @@ impl PipelineConfig {
     /// [`partition_transactional_id`](Self::partition_transactional_id)).
     pub fn instance_transactional_id(&self) -> String {
         format!("{}:{}", self.application_id, self.instance_id)
+    }
+
+    /// The transactional.id of worker `k` of this instance in
+    /// [`Guarantee::ExactlyOncePerConsumer`]: the [instance's](Self::instance_transactional_id)
+    /// for worker 0, `<application-id>:<instance-id>#<k>` for the others (`#` never occurs
+    /// in an instance id, and there is still one `:`).
+    pub fn worker_transactional_id(&self, k: usize) -> String {
+        match k {
+            0 => self.instance_transactional_id(),
+            _ => format!("{}#{k}", self.instance_transactional_id()),
+        }
     }
 }

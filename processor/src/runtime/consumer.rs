@@ -45,7 +45,8 @@ use crate::config::{Guarantee, PipelineConfig};
 use crate::error::{Error, Result};
 use crate::record::InputRecord;
 use crate::runtime::registry::{
-    queue_capacity, retry_later, send_bounded, spawn_task, to_tpl, wait_ready, Registry, TaskHandle, Unstarted,
+    partition_label, queue_capacity, retry_later, send_bounded, spawn_task, to_tpl, wait_ready, Registry, TaskHandle,
+    Unstarted,
 };
 use crate::runtime::task::{Resume, RevokeReply, TaskMsg};
 use crate::runtime::{Control, Shared, TopicPartition, POLL_INTERVAL};
@@ -71,13 +72,21 @@ pub(crate) fn run(shared: Arc<Shared>, control: Receiver<Control>) -> Result<()>
     let weak = Arc::downgrade(&consumer);
     let _ = shared.group.set(Box::new(move || weak.upgrade().and_then(|c| c.group_metadata())));
     if cfg.guarantee != Guarantee::ExactlyOnce {
-        // One long-lived task (and producer) for the whole instance, ready before joining.
-        let txn_id = (cfg.guarantee == Guarantee::ExactlyOncePerConsumer).then(|| cfg.instance_transactional_id());
+        // Long-lived workers (each with its own producer) that share the instance's
+        // partitions, initialised in parallel and ready before joining.
         let ctx = consumer.context();
-        let id = ctx.registry().next_id();
-        let (handle, ready) = spawn_task(&shared, id, txn_id, Vec::new())?;
-        wait_ready(ready, Instant::now() + cfg.task_timeout)?;
-        ctx.registry().tasks.insert(id, handle);
+        let deadline = Instant::now() + cfg.task_timeout;
+        let mut starting = Vec::new();
+        for k in 0..cfg.workers {
+            let txn_id = (cfg.guarantee == Guarantee::ExactlyOncePerConsumer).then(|| cfg.worker_transactional_id(k));
+            let label = if cfg.workers == 1 { "all".to_string() } else { format!("worker-{k}") };
+            let id = ctx.registry().next_id();
+            starting.push((id, spawn_task(&shared, id, txn_id, Vec::new(), label)?));
+        }
+        for (id, (handle, ready)) in starting {
+            wait_ready(ready, deadline)?;
+            ctx.registry().tasks.insert(id, handle);
+        }
     }
     let topics: Vec<&str> = cfg.input_topics.iter().map(String::as_str).collect();
     consumer.subscribe(&topics).map_err(|e| Error::Config(format!("cannot subscribe to {topics:?}: {e}")))?;
@@ -323,7 +332,7 @@ impl Rebalancer {
             for tp in partitions {
                 let id = self.registry().next_id();
                 let txn_id = shared.cfg.partition_transactional_id(&tp.0, tp.1);
-                match spawn_task(shared, id, Some(txn_id), vec![tp.clone()]) {
+                match spawn_task(shared, id, Some(txn_id), vec![tp.clone()], partition_label(&tp)) {
                     Ok((handle, ready)) => pending.push((id, tp, handle, ready)),
                     Err(e) => return self.set_fatal(e),
                 }
@@ -346,27 +355,45 @@ impl Rebalancer {
                 }
             }
         } else {
+            // Each new partition goes to the worker with the fewest, and stays there while
+            // assigned: under incremental rebalancing the others keep theirs.
             let mut reg = self.registry();
-            let Some((&id, handle)) = reg.tasks.iter().next() else {
+            let mut load: BTreeMap<u64, usize> = reg.tasks.keys().map(|id| (*id, 0)).collect();
+            if load.is_empty() {
                 drop(reg);
-                return self.set_fatal(Error::Internal("the instance task is missing".into()));
-            };
-            let (reply, claimed) = sync_channel(1);
-            let msg = TaskMsg::Assign { partitions: partitions.clone(), reply };
-            if !send_bounded(&handle.tx, msg, deadline) {
-                drop(reg);
-                return self.set_fatal(Error::Internal("the instance task did not accept its assignment".into()));
+                return self.set_fatal(Error::Internal("the instance's workers are missing".into()));
             }
+            for id in reg.routes.values() {
+                *load.entry(*id).or_default() += 1;
+            }
+            let mut shares: BTreeMap<u64, Vec<TopicPartition>> = BTreeMap::new();
             for tp in partitions {
-                reg.routes.insert(tp, id);
+                let (&id, n) = load.iter_mut().min_by_key(|(id, n)| (**n, **id)).expect("not empty");
+                *n += 1;
+                shares.entry(id).or_default().push(tp);
+            }
+            let mut replies = Vec::new();
+            for (id, share) in shares {
+                let (reply, claimed) = sync_channel(1);
+                let msg = TaskMsg::Assign { partitions: share.clone(), reply };
+                if !reg.tasks.get(&id).is_some_and(|h| send_bounded(&h.tx, msg, deadline)) {
+                    drop(reg);
+                    return self.set_fatal(Error::Internal("a worker did not accept its assignment".into()));
+                }
+                for tp in share {
+                    reg.routes.insert(tp, id);
+                }
+                replies.push(claimed);
             }
             drop(reg);
-            // Only a sink can move where partitions start; without one the task is not
-            // waited for (it never waits for this thread, so waiting would be safe too).
+            // Only a sink can move where partitions start; without one the workers are not
+            // waited for (they never wait for this thread, so waiting would be safe too).
             if shared.cfg.sink.is_some() {
-                match wait_ready(claimed, deadline) {
-                    Ok(resume) => self.resume_at(resume),
-                    Err(e) => self.set_fatal(e),
+                for claimed in replies {
+                    match wait_ready(claimed, deadline) {
+                        Ok(resume) => self.resume_at(resume),
+                        Err(e) => self.set_fatal(e),
+                    }
                 }
             }
         }

@@ -104,12 +104,19 @@ pub(super) fn queue_capacity(cfg: &PipelineConfig) -> usize {
     cfg.max_records_per_transaction.clamp(100, 10_000)
 }
 
+/// The `label` of a partition's task (per-partition mode): `topic-partition`.
+pub(super) fn partition_label((t, p): &TopicPartition) -> String {
+    format!("{t}-{p}")
+}
+
 /// Starts a task thread; its producer is initialised on that thread and `Ready` says when.
+/// `label` names it in metrics and spans (see [`Task`]'s field).
 pub(super) fn spawn_task(
     shared: &Arc<Shared>,
     id: u64,
     txn_id: Option<String>,
     partitions: Vec<TopicPartition>,
+    label: String,
 ) -> Result<(TaskHandle, Ready)> {
     let (tx, rx) = sync_channel(queue_capacity(&shared.cfg));
     let (ready_tx, ready_rx) = sync_channel(1);
@@ -118,7 +125,7 @@ pub(super) fn spawn_task(
     let task_interrupt = interrupt.clone();
     let join = std::thread::Builder::new()
         .name(format!("kafka-eos-task-{id}"))
-        .spawn(move || match Task::start(id, shared, txn_id, partitions, task_interrupt) {
+        .spawn(move || match Task::start(id, shared, txn_id, partitions, label, task_interrupt) {
             Ok((task, resume)) => {
                 let _ = ready_tx.send(Ok(resume));
                 task.run(rx);

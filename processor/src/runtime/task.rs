@@ -127,8 +127,8 @@ pub(crate) struct Task {
     /// Set by the consumer thread on revocation and shutdown: bounds the retries of a
     /// failing batch (see [`interrupt`](super::interrupt)).
     interrupt: Arc<Interrupt>,
-    /// `topic-partition` for a per-partition task, `all` for an instance task: the
-    /// `partition` label of its metrics and spans.
+    /// `topic-partition` for a per-partition task; for a worker, `all` (the only one) or
+    /// `worker-<k>`: the `partition` label of its metrics and spans.
     label: String,
     metrics: TaskMetrics,
     /// The pipeline's sink, connected on this thread ([`crate::sink`]).
@@ -154,14 +154,11 @@ impl Task {
         shared: Arc<Shared>,
         transactional_id: Option<String>,
         partitions: Vec<TopicPartition>,
+        label: String,
         interrupt: Arc<Interrupt>,
     ) -> Result<(Task, Resume)> {
         let control = shared.control.clone();
         let processing = Processing::new(shared.cfg.clone(), shared.rt.clone(), shared.processor.clone());
-        let label = match (shared.cfg.guarantee, partitions.as_slice()) {
-            (Guarantee::ExactlyOnce, [(t, p)]) => format!("{t}-{p}"),
-            _ => "all".to_string(),
-        };
         let metrics = TaskMetrics::new(&shared.cfg.application_id, &label);
         let claimed = partitions.clone();
         let mut task = Task {
