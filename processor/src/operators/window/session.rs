@@ -1,0 +1,281 @@
+//! Session windows: a key's records closer than an inactivity gap form one session.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use super::align::millis;
+use super::{window_options, Clock, ClosedWindow, Key, Policy, RetractedWindow, Session, Val, WindowError, WindowUpdate};
+use crate::record::InputRecord;
+use crate::state::StateError;
+use crate::{Context, PipelineBuilder};
+
+type Merge<A> = Arc<dyn Fn(&mut A, A) + Send + Sync>;
+
+/// Session windows: per key, records whose event times are at most `gap` apart belong to
+/// one session `[first, last]`, reported as `start_ms = first`, `end_ms = last + 1`. A
+/// record within `gap` of two sessions bridges them into one, combining their aggregates
+/// with the `merge` function given to [`new`](Self::new) (called in start order: the
+/// earlier session's aggregate absorbs the later's).
+///
+/// - A session **closes** when the watermark reaches `last + gap` (no on-time record can
+///   join it any more) and is returned once, revision 0.
+/// - With a [`retention`](Self::retention) `R` (default zero), closed sessions are kept
+///   until the watermark reaches `last + gap + R`. A record is **late** — returned in
+///   [`WindowUpdate::late`] and not folded — when `event time + R ≤ watermark`; otherwise
+///   it is folded even if its session closed, which emits a **correction**: the session's
+///   result again, revision + 1. (That bound guarantees no session within `gap` of a
+///   folded record has been deleted, so a record never starts a session that should have
+///   merged with a forgotten one.)
+/// - A late record that extends a closed session backwards, or bridges it with a later
+///   session, changes which (key, start) the merged session has: the results emitted for
+///   the starts that no longer exist come back in [`WindowUpdate::retracted`] (delete them
+///   downstream), and the merged session is emitted under its start — as a correction if it
+///   is closed, or when it closes if the merge reopened it.
+///
+/// State: one entry per key holding its live sessions, so a record costs one read and one
+/// write of that key's sessions (a key with many sessions within the retention costs more).
+pub struct SessionWindows<K, A> {
+    policy: Policy<K, A>,
+    gap_ms: i64,
+    merge: Merge<A>,
+}
+
+impl<K, A> Clone for SessionWindows<K, A> {
+    fn clone(&self) -> Self {
+        SessionWindows { policy: self.policy.clone(), gap_ms: self.gap_ms, merge: self.merge.clone() }
+    }
+}
+
+window_options!(SessionWindows);
+
+fn result<K: Clone, A>(key: &K, s: &Session<A>, value: A, revision: u32) -> ClosedWindow<K, A> {
+    ClosedWindow { key: key.clone(), start_ms: s.start, end_ms: s.last.saturating_add(1), value, revision }
+}
+
+impl<K, A> SessionWindows<K, A>
+where
+    K: Serialize + DeserializeOwned + Clone + 'static,
+    A: Serialize + DeserializeOwned + Default + Clone + 'static,
+{
+    /// Sessions with inactivity `gap`, kept in store `store`; late records go to
+    /// `late_topic` (both declared on `builder`); `merge(earlier, later)` combines the
+    /// aggregates of two sessions a record bridges (a sum: `|a, b| *a += b`).
+    ///
+    /// # Errors
+    /// [`WindowError::Shape`] if `gap` is zero.
+    pub fn new(
+        builder: &mut PipelineBuilder,
+        store: impl Into<String>,
+        gap: Duration,
+        late_topic: &str,
+        merge: impl Fn(&mut A, A) + Send + Sync + 'static,
+    ) -> Result<Self, WindowError> {
+        if gap.is_zero() {
+            return Err(WindowError::Shape("a session gap must be at least 1 ms".into()));
+        }
+        let policy = Policy::new(builder, store.into(), late_topic);
+        Ok(SessionWindows { policy, gap_ms: millis(gap), merge: Arc::new(merge) })
+    }
+
+    /// Folds `record` (with `key` and event time `event_time_ms`) into its session, merging
+    /// the sessions it bridges; then closes the sessions the new watermark has passed.
+    pub fn add(
+        &self,
+        ctx: &mut Context<'_>,
+        record: &InputRecord,
+        key: &K,
+        event_time_ms: i64,
+        fold: impl FnOnce(&mut A),
+    ) -> Result<WindowUpdate<K, A>, StateError> {
+        let (policy, t) = (&self.policy, event_time_ms);
+        let mut update = WindowUpdate::default();
+        let mut store = ctx.store(&policy.store);
+        let mut clock = Clock::load(&store)?;
+        let watermark = policy.watermark(&clock);
+        if policy.expired(t, watermark) {
+            update.late = Some(policy.late(ctx, record, watermark));
+            return Ok(update);
+        }
+        let k = Key::Sessions(key.clone());
+        let sessions = match store.get(&k)? {
+            Some(Val::Sessions(s)) => s,
+            _ => Vec::new(),
+        };
+        let gap = self.gap_ms;
+        let (near, mut rest): (Vec<_>, Vec<_>) =
+            sessions.into_iter().partition(|s| s.start.saturating_sub(gap) <= t && t <= s.last.saturating_add(gap));
+        let mut parts = near.into_iter();
+        let mut merged =
+            parts.next().unwrap_or(Session { start: t, last: t, value: A::default(), revision: None, closed: false });
+        for later in parts {
+            if later.revision.is_some() {
+                update.retracted.push(RetractedWindow { key: key.clone(), start_ms: later.start });
+            }
+            merged.last = merged.last.max(later.last);
+            (self.merge)(&mut merged.value, later.value);
+        }
+        if t < merged.start {
+            if merged.revision.take().is_some() {
+                update.retracted.push(RetractedWindow { key: key.clone(), start_ms: merged.start });
+            }
+            merged.start = t;
+        }
+        merged.last = merged.last.max(t);
+        fold(&mut merged.value);
+        let close = merged.last.saturating_add(gap);
+        merged.closed = close <= watermark;
+        if merged.closed {
+            let revision = merged.revision.map_or(0, |r| r.saturating_add(1));
+            merged.revision = Some(revision);
+            update.closed.push(result(key, &merged, merged.value.clone(), revision));
+            clock.next_expiry = clock.next_expiry.min(close.saturating_add(policy.retention_ms));
+        } else {
+            clock.next_close = clock.next_close.min(close);
+        }
+        rest.insert(rest.partition_point(|s| s.start < merged.start), merged);
+        store.put(&k, &Val::Sessions(rest))?;
+        clock.save(&mut store)?;
+        policy.corrected(ctx, update.closed.len() + update.retracted.len());
+        update.closed.extend(self.advance(ctx, t)?);
+        Ok(update)
+    }
+
+    /// Moves the watermark to at least `event_time_ms - allowed lateness` without adding a
+    /// record (a heartbeat, a timer), and returns the sessions that closes.
+    pub fn advance(&self, ctx: &mut Context<'_>, event_time_ms: i64) -> Result<Vec<ClosedWindow<K, A>>, StateError> {
+        let policy = &self.policy;
+        policy.advance(ctx, event_time_ms, |store, k, v, watermark, clock, closed| {
+            let (Key::Sessions(key), Val::Sessions(mut sessions)) = (k, v) else { return Ok(()) };
+            let mut changed = false;
+            sessions.retain_mut(|s| {
+                let close = s.last.saturating_add(self.gap_ms);
+                let expired = policy.expired(close, watermark);
+                if !s.closed && close <= watermark {
+                    let revision = s.revision.map_or(0, |r| r.saturating_add(1));
+                    let value = if expired { std::mem::take(&mut s.value) } else { s.value.clone() };
+                    closed.push(result(&key, s, value, revision));
+                    (s.revision, s.closed, changed) = (Some(revision), true, true);
+                }
+                if expired {
+                    changed = true;
+                } else if s.closed {
+                    clock.next_expiry = clock.next_expiry.min(close.saturating_add(policy.retention_ms));
+                } else {
+                    clock.next_close = clock.next_close.min(close);
+                }
+                !expired
+            });
+            let k = Key::Sessions(key);
+            match (sessions.is_empty(), changed) {
+                (true, _) => store.delete(&k),
+                (false, true) => store.put(&k, &Val::Sessions(sessions)),
+                (false, false) => Ok(()),
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::{rec, results};
+    use super::*;
+    use crate::processor::driver::tests::context;
+    use crate::state::Tally;
+
+    fn sessions(b: &mut PipelineBuilder, retention_ms: u64) -> SessionWindows<String, u64> {
+        SessionWindows::new(b, "s", Duration::from_millis(10), "late", |a, b| *a += b)
+            .unwrap()
+            .retention(Duration::from_millis(retention_ms))
+    }
+
+    fn retracted(u: &WindowUpdate<String, u64>) -> Vec<(&str, i64)> {
+        u.retracted.iter().map(|r| (r.key.as_str(), r.start_ms)).collect()
+    }
+
+    #[test]
+    fn a_zero_gap_is_refused() {
+        let mut b = crate::Pipeline::builder();
+        let err = SessionWindows::<String, u64>::new(&mut b, "s", Duration::ZERO, "late", |a, b| *a += b).err();
+        assert!(matches!(err, Some(WindowError::Shape(_))));
+    }
+
+    #[test]
+    fn records_within_the_gap_share_a_session_that_closes_after_the_gap() {
+        let mut b = crate::Pipeline::builder();
+        let w = sessions(&mut b, 0);
+        let mut st = crate::state::tests::state_of(&b, 0);
+        let mut out = Vec::new();
+        let mut ctx = context(&mut st, &mut out);
+        let add = |ctx: &mut Context<'_>, k: &str, t: i64| w.add(ctx, &rec(t), &k.to_string(), t, |a| *a += 1).unwrap();
+        assert!(add(&mut ctx, "a", 0).closed.is_empty());
+        assert!(add(&mut ctx, "a", 10).closed.is_empty(), "exactly the gap apart: same session");
+        assert!(add(&mut ctx, "b", 12).closed.is_empty());
+        // 11 after a's last record: a new session; watermark 21 closes [0,10] (at 10 + 10).
+        let u = add(&mut ctx, "a", 21);
+        assert_eq!(results(&u.closed), vec![("a", 0, 2, 0)]);
+        assert_eq!(u.closed[0].end_ms, 11);
+        let u = add(&mut ctx, "a", 5);
+        assert!(u.late.is_some() && u.closed.is_empty(), "watermark 21: no retention, so late");
+        assert!(add(&mut ctx, "b", 20).late.is_some(), "not after the watermark: late, although b's session is open");
+        assert!(add(&mut ctx, "b", 22).closed.is_empty(), "joins b's open session [12,12]");
+        let closed = w.advance(&mut ctx, 40).unwrap();
+        assert_eq!(results(&closed), vec![("a", 21, 1, 0), ("b", 12, 2, 0)]);
+        let tallies = st.commit().tallies;
+        assert_eq!(tallies.get(&(Tally::Late, "s".to_string())), Some(&2));
+        assert_eq!(st.committed_entries()[0].1.len(), 1, "closed sessions without retention are deleted");
+    }
+
+    #[test]
+    fn a_late_record_bridging_two_closed_sessions_corrects_one_and_retracts_the_other() {
+        let mut b = crate::Pipeline::builder();
+        let w = sessions(&mut b, 100);
+        let mut st = crate::state::tests::state_of(&b, 0);
+        let mut out = Vec::new();
+        let mut ctx = context(&mut st, &mut out);
+        let add = |ctx: &mut Context<'_>, t: i64| w.add(ctx, &rec(t), &"a".to_string(), t, |a| *a += 1).unwrap();
+        add(&mut ctx, 0);
+        // 18 apart: two sessions; watermark 18 closes the first (at 0 + 10).
+        assert_eq!(results(&add(&mut ctx, 18).closed), vec![("a", 0, 1, 0)]);
+        assert_eq!(results(&add(&mut ctx, 40).closed), vec![("a", 18, 1, 0)]);
+        // 9 is within the gap of both: one session [0,18], corrected under start 0.
+        let u = add(&mut ctx, 9);
+        assert!(u.late.is_none());
+        assert_eq!(results(&u.closed), vec![("a", 0, 3, 1)]);
+        assert_eq!(u.closed[0].end_ms, 19);
+        assert_eq!(retracted(&u), vec![("a", 18)]);
+        // -5 extends it backwards: start 0 is retracted, start -5 is a first result.
+        let u = add(&mut ctx, -5);
+        assert_eq!(results(&u.closed), vec![("a", -5, 4, 0)]);
+        assert_eq!(retracted(&u), vec![("a", 0)]);
+        // A record that reopens nothing: 45 joins the open session [40,40].
+        assert!(add(&mut ctx, 45).closed.is_empty());
+        // Watermark 200: [-5,18] closed at 28 is past 28 + 100; [40,45] closes and expires.
+        let closed = w.advance(&mut ctx, 200).unwrap();
+        assert_eq!(results(&closed), vec![("a", 40, 2, 0)]);
+        let u = add(&mut ctx, 100);
+        assert!(u.late.is_some(), "100 + 100 <= 200: late");
+        let tallies = st.commit().tallies;
+        assert_eq!(tallies.get(&(Tally::Correction, "s".to_string())), Some(&4));
+        assert_eq!(st.committed_entries()[0].1.len(), 1, "only the watermark is left");
+    }
+
+    #[test]
+    fn a_late_record_can_reopen_a_closed_session_which_is_emitted_again_when_it_closes() {
+        let mut b = crate::Pipeline::builder();
+        let w = sessions(&mut b, 100);
+        let mut st = crate::state::tests::state_of(&b, 0);
+        let mut out = Vec::new();
+        let mut ctx = context(&mut st, &mut out);
+        let add = |ctx: &mut Context<'_>, t: i64| w.add(ctx, &rec(t), &"a".to_string(), t, |a| *a += 1).unwrap();
+        add(&mut ctx, 0);
+        assert_eq!(results(&add(&mut ctx, 15).closed), vec![("a", 0, 1, 0)]);
+        // Watermark 15: 8 bridges [0,0] (closed) and [15,15] (open): the merged session is
+        // open; 15's start is not retracted (never emitted), 0's result waits for the close.
+        let u = add(&mut ctx, 8);
+        assert!(u.closed.is_empty() && u.retracted.is_empty());
+        assert_eq!(results(&w.advance(&mut ctx, 25).unwrap()), vec![("a", 0, 3, 1)]);
+    }
+}
