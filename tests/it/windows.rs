@@ -97,10 +97,12 @@ impl Windowed {
             .max_records_per_transaction(300)
             .on_processor_error(ProcessorErrorPolicy::retry(1).backoff(Duration::from_millis(1)));
         let (size, advance) = (Duration::from_millis(HOP_SIZE_MS as u64), Duration::from_millis(HOP_ADVANCE_MS as u64));
-        let hop = HoppingWindows::<u64, u64>::new(&mut b, "hop", size, advance, &self.late).unwrap().retention(RETENTION);
+        let hop =
+            HoppingWindows::<u64, u64>::new(&mut b, "hop", size, advance, &self.late).unwrap().retention(RETENTION);
         let gap = Duration::from_millis(GAP_MS as u64);
-        let sessions =
-            SessionWindows::<u64, u64>::new(&mut b, "sessions", gap, &self.late, |a, b| *a += b).unwrap().retention(RETENTION);
+        let sessions = SessionWindows::<u64, u64>::new(&mut b, "sessions", gap, &self.late, |a, b| *a += b)
+            .unwrap()
+            .retention(RETENTION);
         let out = b.output_topic(&self.output);
         let failed = self.failed.clone();
         b.processor(move |ctx, rec| {
@@ -110,10 +112,14 @@ impl Windowed {
             let text = String::from_utf8(rec.value.clone().unwrap_or_default())?;
             let fields: Vec<i64> = text.split(' ').map(str::parse).collect::<Result<_, _>>()?;
             let updates = match fields[..] {
-                [t] => [hop.advance(ctx, t)?, sessions.advance(ctx, t)?].map(|closed| WindowUpdate { closed, ..Default::default() }),
+                [t] => [hop.advance(ctx, t)?, sessions.advance(ctx, t)?]
+                    .map(|closed| WindowUpdate { closed, ..Default::default() }),
                 [user, t, amount] => {
                     let (user, amount) = (user as u64, amount as u64);
-                    [hop.add(ctx, rec, &user, t, |a| *a += amount)?, sessions.add(ctx, rec, &user, t, |a| *a += amount)?]
+                    [
+                        hop.add(ctx, rec, &user, t, |a| *a += amount)?,
+                        sessions.add(ctx, rec, &user, t, |a| *a += amount)?,
+                    ]
                 }
                 _ => return Err(format!("bad record {text:?}").into()),
             };
@@ -243,7 +249,7 @@ async fn hopping_and_session_totals_with_corrections_match_the_batch_across_rest
     // Every tombstone is a counted retraction (unless a producer was given up with its
     // commit in doubt, which drops that batch's counts).
     if sum(|s| s.producers_fenced) == 0 {
-        assert!(sum(|s| s.window_corrections) >= tombstones as u64 + 1, "{summaries:?}");
+        assert!(sum(|s| s.window_corrections) > tombstones as u64, "{summaries:?}");
     }
     assert!(sum(|s| s.transactions_aborted) >= 5, "injected failures abort");
     assert!(sum(|s| s.restored_records) > 0, "restarts restore the windows");

@@ -216,8 +216,9 @@ fn windowed(builder: PipelineBuilder) -> PipelineBuilder {
     let mut b = builder.input_topic("in");
     let (s, m) = (Duration::from_secs, Duration::from_millis);
     let hop = HoppingWindows::<String, u64>::new(&mut b, "hop", s(10), s(5), "late").unwrap().retention(s(8));
-    let sessions =
-        SessionWindows::<String, u64>::new(&mut b, "sessions", m(1_500), "late", |a, b| *a += b).unwrap().retention(s(8));
+    let sessions = SessionWindows::<String, u64>::new(&mut b, "sessions", m(1_500), "late", |a, b| *a += b)
+        .unwrap()
+        .retention(s(8));
     let out = b.output_topic("out");
     b.processor(move |ctx, rec| {
         let key = rec.key_as::<String>(&kafka_eos::codec::Raw)?;

@@ -25,15 +25,10 @@ use crate::{Context, PipelineBuilder};
 ///
 /// Cost: `size / advance` store reads and writes per record (tumbling: one), and as many
 /// windows in state per key.
+#[derive(Clone)]
 pub struct HoppingWindows<K, A> {
     policy: Policy<K, A>,
     shape: Shape,
-}
-
-impl<K, A> Clone for HoppingWindows<K, A> {
-    fn clone(&self) -> Self {
-        HoppingWindows { policy: self.policy.clone(), shape: self.shape.clone() }
-    }
 }
 
 window_options!(HoppingWindows);
@@ -111,9 +106,8 @@ where
 
 #[cfg(test)]
 mod tests {
-    use super::super::tests::{rec, results};
+    use super::super::tests::{rec, results, run};
     use super::*;
-    use crate::processor::driver::tests::context;
     use crate::state::Tally;
 
     #[test]
@@ -129,27 +123,35 @@ mod tests {
     #[test]
     fn each_record_counts_in_every_overlapping_window_and_corrections_apply_per_window() {
         let mut b = crate::Pipeline::builder();
-        let w = HoppingWindows::<String, u64>::new(&mut b, "h", Duration::from_millis(10), Duration::from_millis(5), "late")
-            .unwrap()
-            .retention(Duration::from_millis(5));
-        let mut st = crate::state::tests::state_of(&b, 0);
-        let mut out = Vec::new();
-        let mut ctx = context(&mut st, &mut out);
-        let add = |ctx: &mut Context<'_>, t: i64| w.add(ctx, &rec(t), &"k".to_string(), t, |a| *a += 1).unwrap();
-        assert!(add(&mut ctx, 3).closed.is_empty()); // [-5,5) and [0,10)
-        let u = add(&mut ctx, 7); // [0,10) and [5,15); watermark 7 closes [-5,5)
-        assert_eq!(results(&u.closed), vec![("k", -5, 1, 0)]);
-        let u = add(&mut ctx, 12); // [5,15) and [10,20); watermark 12 closes [0,10)
-        assert_eq!(results(&u.closed), vec![("k", 0, 2, 0)]);
-        // Watermark 12: [-5,5) closed at 5 is past its retention (5 + 5 <= 12), [0,10) is
-        // within it (10 + 5 > 12), [5,15) is open: folded into the last two, and late too.
-        let u = add(&mut ctx, 4);
-        assert_eq!(results(&u.closed), vec![("k", 0, 3, 1)]);
-        let late = u.late.expect("[-5,5) missed it");
-        assert!(late.headers.iter().any(|(k, v)| k == crate::operators::LATE_HEADER && v.as_deref() == Some(&b"12"[..])));
-        let closed = w.advance(&mut ctx, 25).unwrap();
-        assert_eq!(results(&closed), vec![("k", 5, 2, 0), ("k", 10, 1, 0)]);
-        let tallies = st.commit().tallies;
+        let w = HoppingWindows::<String, u64>::new(
+            &mut b,
+            "h",
+            Duration::from_millis(10),
+            Duration::from_millis(5),
+            "late",
+        )
+        .unwrap()
+        .retention(Duration::from_millis(5));
+        let ran = run(&b, |mut ctx| {
+            let add = |ctx: &mut Context<'_>, t: i64| w.add(ctx, &rec(t), &"k".to_string(), t, |a| *a += 1).unwrap();
+            assert!(add(&mut ctx, 3).closed.is_empty()); // [-5,5) and [0,10)
+            let u = add(&mut ctx, 7); // [0,10) and [5,15); watermark 7 closes [-5,5)
+            assert_eq!(results(&u.closed), vec![("k", -5, 1, 0)]);
+            let u = add(&mut ctx, 12); // [5,15) and [10,20); watermark 12 closes [0,10)
+            assert_eq!(results(&u.closed), vec![("k", 0, 2, 0)]);
+            // Watermark 12: [-5,5) closed at 5 is past its retention (5 + 5 <= 12), [0,10) is
+            // within it (10 + 5 > 12), [5,15) is open: folded into the last two, and late too.
+            let u = add(&mut ctx, 4);
+            assert_eq!(results(&u.closed), vec![("k", 0, 3, 1)]);
+            let late = u.late.expect("[-5,5) missed it");
+            assert!(late
+                .headers
+                .iter()
+                .any(|(k, v)| k == crate::operators::LATE_HEADER && v.as_deref() == Some(&b"12"[..])));
+            let closed = w.advance(&mut ctx, 25).unwrap();
+            assert_eq!(results(&closed), vec![("k", 5, 2, 0), ("k", 10, 1, 0)]);
+        });
+        let tallies = ran.tallies;
         assert_eq!(tallies.get(&(Tally::Correction, "h".to_string())), Some(&1));
         assert_eq!(tallies.get(&(Tally::Late, "h".to_string())), Some(&1));
     }

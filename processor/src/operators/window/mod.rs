@@ -176,22 +176,12 @@ impl Clock {
 }
 
 /// What every kind shares: its store, lateness, retention and late topic.
+#[derive(Clone)]
 pub(super) struct Policy<K, A> {
     pub store: Store<Key<K>, Val<A>>,
     pub lateness_ms: i64,
     pub retention_ms: i64,
     pub late_topic: Topic,
-}
-
-impl<K, A> Clone for Policy<K, A> {
-    fn clone(&self) -> Self {
-        Policy {
-            store: self.store.clone(),
-            lateness_ms: self.lateness_ms,
-            retention_ms: self.retention_ms,
-            late_topic: self.late_topic.clone(),
-        }
-    }
 }
 
 impl<K, A> Policy<K, A>
@@ -200,7 +190,12 @@ where
     A: Serialize + DeserializeOwned + 'static,
 {
     pub(super) fn new(builder: &mut crate::PipelineBuilder, store: String, late_topic: &str) -> Self {
-        Policy { store: builder.store(store), lateness_ms: 0, retention_ms: 0, late_topic: builder.output_topic(late_topic) }
+        Policy {
+            store: builder.store(store),
+            lateness_ms: 0,
+            retention_ms: 0,
+            late_topic: builder.output_topic(late_topic),
+        }
     }
 
     pub(super) fn watermark(&self, clock: &Clock) -> i64 {
@@ -232,7 +227,14 @@ where
         &self,
         ctx: &mut Context<'_>,
         event_time_ms: i64,
-        mut sweep: impl FnMut(&mut StoreMut<'_, Key<K>, Val<A>>, Key<K>, Val<A>, i64, &mut Clock, &mut Vec<ClosedWindow<K, A>>) -> Result<(), StateError>,
+        mut sweep: impl FnMut(
+            &mut StoreMut<'_, Key<K>, Val<A>>,
+            Key<K>,
+            Val<A>,
+            i64,
+            &mut Clock,
+            &mut Vec<ClosedWindow<K, A>>,
+        ) -> Result<(), StateError>,
     ) -> Result<Vec<ClosedWindow<K, A>>, StateError> {
         let mut store = ctx.store(&self.store);
         let mut clock = Clock::load(&store)?;
@@ -293,6 +295,24 @@ pub(super) mod tests {
 
     pub(in crate::operators) fn rec(offset: i64) -> InputRecord {
         InputRecord { value: Some(b"v".to_vec()), ..InputRecord::test("in", 0, offset) }
+    }
+
+    /// What a [`run`] committed.
+    pub(in crate::operators) struct Ran {
+        /// The operators' tallies, by (tally, store).
+        pub tallies: std::collections::BTreeMap<(Tally, String), u64>,
+        /// Entries left in the first store declared.
+        pub entries: usize,
+    }
+
+    /// Runs `f` with a context over partition 0's state of the stores declared on `b`, then
+    /// commits the transaction.
+    pub(in crate::operators) fn run(b: &crate::PipelineBuilder, f: impl FnOnce(Context<'_>)) -> Ran {
+        let mut st = crate::state::tests::state_of(b, 0);
+        let mut out = Vec::new();
+        f(crate::processor::driver::tests::context(&mut st, &mut out));
+        let tallies = st.commit().tallies;
+        Ran { tallies, entries: st.committed_entries()[0].1.len() }
     }
 
     /// (key, start, value, revision) of each result.

@@ -7,7 +7,9 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::align::millis;
-use super::{window_options, Clock, ClosedWindow, Key, Policy, RetractedWindow, Session, Val, WindowError, WindowUpdate};
+use super::{
+    window_options, Clock, ClosedWindow, Key, Policy, RetractedWindow, Session, Val, WindowError, WindowUpdate,
+};
 use crate::record::InputRecord;
 use crate::state::StateError;
 use crate::{Context, PipelineBuilder};
@@ -37,16 +39,11 @@ type Merge<A> = Arc<dyn Fn(&mut A, A) + Send + Sync>;
 ///
 /// State: one entry per key holding its live sessions, so a record costs one read and one
 /// write of that key's sessions (a key with many sessions within the retention costs more).
+#[derive(Clone)]
 pub struct SessionWindows<K, A> {
     policy: Policy<K, A>,
     gap_ms: i64,
     merge: Merge<A>,
-}
-
-impl<K, A> Clone for SessionWindows<K, A> {
-    fn clone(&self) -> Self {
-        SessionWindows { policy: self.policy.clone(), gap_ms: self.gap_ms, merge: self.merge.clone() }
-    }
 }
 
 window_options!(SessionWindows);
@@ -180,9 +177,8 @@ where
 
 #[cfg(test)]
 mod tests {
-    use super::super::tests::{rec, results};
+    use super::super::tests::{rec, results, run};
     use super::*;
-    use crate::processor::driver::tests::context;
     use crate::state::Tally;
 
     fn sessions(b: &mut PipelineBuilder, retention_ms: u64) -> SessionWindows<String, u64> {
@@ -206,76 +202,77 @@ mod tests {
     fn records_within_the_gap_share_a_session_that_closes_after_the_gap() {
         let mut b = crate::Pipeline::builder();
         let w = sessions(&mut b, 0);
-        let mut st = crate::state::tests::state_of(&b, 0);
-        let mut out = Vec::new();
-        let mut ctx = context(&mut st, &mut out);
-        let add = |ctx: &mut Context<'_>, k: &str, t: i64| w.add(ctx, &rec(t), &k.to_string(), t, |a| *a += 1).unwrap();
-        assert!(add(&mut ctx, "a", 0).closed.is_empty());
-        assert!(add(&mut ctx, "a", 10).closed.is_empty(), "exactly the gap apart: same session");
-        assert!(add(&mut ctx, "b", 12).closed.is_empty());
-        // 11 after a's last record: a new session; watermark 21 closes [0,10] (at 10 + 10).
-        let u = add(&mut ctx, "a", 21);
-        assert_eq!(results(&u.closed), vec![("a", 0, 2, 0)]);
-        assert_eq!(u.closed[0].end_ms, 11);
-        let u = add(&mut ctx, "a", 5);
-        assert!(u.late.is_some() && u.closed.is_empty(), "watermark 21: no retention, so late");
-        assert!(add(&mut ctx, "b", 20).late.is_some(), "not after the watermark: late, although b's session is open");
-        assert!(add(&mut ctx, "b", 22).closed.is_empty(), "joins b's open session [12,12]");
-        let closed = w.advance(&mut ctx, 40).unwrap();
-        assert_eq!(results(&closed), vec![("a", 21, 1, 0), ("b", 12, 2, 0)]);
-        let tallies = st.commit().tallies;
+        let ran = run(&b, |mut ctx| {
+            let add =
+                |ctx: &mut Context<'_>, k: &str, t: i64| w.add(ctx, &rec(t), &k.to_string(), t, |a| *a += 1).unwrap();
+            assert!(add(&mut ctx, "a", 0).closed.is_empty());
+            assert!(add(&mut ctx, "a", 10).closed.is_empty(), "exactly the gap apart: same session");
+            assert!(add(&mut ctx, "b", 12).closed.is_empty());
+            // 11 after a's last record: a new session; watermark 21 closes [0,10] (at 10 + 10).
+            let u = add(&mut ctx, "a", 21);
+            assert_eq!(results(&u.closed), vec![("a", 0, 2, 0)]);
+            assert_eq!(u.closed[0].end_ms, 11);
+            let u = add(&mut ctx, "a", 5);
+            assert!(u.late.is_some() && u.closed.is_empty(), "watermark 21: no retention, so late");
+            assert!(
+                add(&mut ctx, "b", 20).late.is_some(),
+                "not after the watermark: late, although b's session is open"
+            );
+            assert!(add(&mut ctx, "b", 22).closed.is_empty(), "joins b's open session [12,12]");
+            let closed = w.advance(&mut ctx, 40).unwrap();
+            assert_eq!(results(&closed), vec![("a", 21, 1, 0), ("b", 12, 2, 0)]);
+        });
+        let tallies = ran.tallies;
         assert_eq!(tallies.get(&(Tally::Late, "s".to_string())), Some(&2));
-        assert_eq!(st.committed_entries()[0].1.len(), 1, "closed sessions without retention are deleted");
+        assert_eq!(ran.entries, 1, "closed sessions without retention are deleted");
     }
 
     #[test]
     fn a_late_record_bridging_two_closed_sessions_corrects_one_and_retracts_the_other() {
         let mut b = crate::Pipeline::builder();
         let w = sessions(&mut b, 100);
-        let mut st = crate::state::tests::state_of(&b, 0);
-        let mut out = Vec::new();
-        let mut ctx = context(&mut st, &mut out);
-        let add = |ctx: &mut Context<'_>, t: i64| w.add(ctx, &rec(t), &"a".to_string(), t, |a| *a += 1).unwrap();
-        add(&mut ctx, 0);
-        // 18 apart: two sessions; watermark 18 closes the first (at 0 + 10).
-        assert_eq!(results(&add(&mut ctx, 18).closed), vec![("a", 0, 1, 0)]);
-        assert_eq!(results(&add(&mut ctx, 40).closed), vec![("a", 18, 1, 0)]);
-        // 9 is within the gap of both: one session [0,18], corrected under start 0.
-        let u = add(&mut ctx, 9);
-        assert!(u.late.is_none());
-        assert_eq!(results(&u.closed), vec![("a", 0, 3, 1)]);
-        assert_eq!(u.closed[0].end_ms, 19);
-        assert_eq!(retracted(&u), vec![("a", 18)]);
-        // -5 extends it backwards: start 0 is retracted, start -5 is a first result.
-        let u = add(&mut ctx, -5);
-        assert_eq!(results(&u.closed), vec![("a", -5, 4, 0)]);
-        assert_eq!(retracted(&u), vec![("a", 0)]);
-        // A record that reopens nothing: 45 joins the open session [40,40].
-        assert!(add(&mut ctx, 45).closed.is_empty());
-        // Watermark 200: [-5,18] closed at 28 is past 28 + 100; [40,45] closes and expires.
-        let closed = w.advance(&mut ctx, 200).unwrap();
-        assert_eq!(results(&closed), vec![("a", 40, 2, 0)]);
-        let u = add(&mut ctx, 100);
-        assert!(u.late.is_some(), "100 + 100 <= 200: late");
-        let tallies = st.commit().tallies;
+        let ran = run(&b, |mut ctx| {
+            let add = |ctx: &mut Context<'_>, t: i64| w.add(ctx, &rec(t), &"a".to_string(), t, |a| *a += 1).unwrap();
+            add(&mut ctx, 0);
+            // 18 apart: two sessions; watermark 18 closes the first (at 0 + 10).
+            assert_eq!(results(&add(&mut ctx, 18).closed), vec![("a", 0, 1, 0)]);
+            assert_eq!(results(&add(&mut ctx, 40).closed), vec![("a", 18, 1, 0)]);
+            // 9 is within the gap of both: one session [0,18], corrected under start 0.
+            let u = add(&mut ctx, 9);
+            assert!(u.late.is_none());
+            assert_eq!(results(&u.closed), vec![("a", 0, 3, 1)]);
+            assert_eq!(u.closed[0].end_ms, 19);
+            assert_eq!(retracted(&u), vec![("a", 18)]);
+            // -5 extends it backwards: start 0 is retracted, start -5 is a first result.
+            let u = add(&mut ctx, -5);
+            assert_eq!(results(&u.closed), vec![("a", -5, 4, 0)]);
+            assert_eq!(retracted(&u), vec![("a", 0)]);
+            // A record that reopens nothing: 45 joins the open session [40,40].
+            assert!(add(&mut ctx, 45).closed.is_empty());
+            // Watermark 200: [-5,18] closed at 28 is past 28 + 100; [40,45] closes and expires.
+            let closed = w.advance(&mut ctx, 200).unwrap();
+            assert_eq!(results(&closed), vec![("a", 40, 2, 0)]);
+            let u = add(&mut ctx, 100);
+            assert!(u.late.is_some(), "100 + 100 <= 200: late");
+        });
+        let tallies = ran.tallies;
         assert_eq!(tallies.get(&(Tally::Correction, "s".to_string())), Some(&4));
-        assert_eq!(st.committed_entries()[0].1.len(), 1, "only the watermark is left");
+        assert_eq!(ran.entries, 1, "only the watermark is left");
     }
 
     #[test]
     fn a_late_record_can_reopen_a_closed_session_which_is_emitted_again_when_it_closes() {
         let mut b = crate::Pipeline::builder();
         let w = sessions(&mut b, 100);
-        let mut st = crate::state::tests::state_of(&b, 0);
-        let mut out = Vec::new();
-        let mut ctx = context(&mut st, &mut out);
-        let add = |ctx: &mut Context<'_>, t: i64| w.add(ctx, &rec(t), &"a".to_string(), t, |a| *a += 1).unwrap();
-        add(&mut ctx, 0);
-        assert_eq!(results(&add(&mut ctx, 15).closed), vec![("a", 0, 1, 0)]);
-        // Watermark 15: 8 bridges [0,0] (closed) and [15,15] (open): the merged session is
-        // open; 15's start is not retracted (never emitted), 0's result waits for the close.
-        let u = add(&mut ctx, 8);
-        assert!(u.closed.is_empty() && u.retracted.is_empty());
-        assert_eq!(results(&w.advance(&mut ctx, 25).unwrap()), vec![("a", 0, 3, 1)]);
+        run(&b, |mut ctx| {
+            let add = |ctx: &mut Context<'_>, t: i64| w.add(ctx, &rec(t), &"a".to_string(), t, |a| *a += 1).unwrap();
+            add(&mut ctx, 0);
+            assert_eq!(results(&add(&mut ctx, 15).closed), vec![("a", 0, 1, 0)]);
+            // Watermark 15: 8 bridges [0,0] (closed) and [15,15] (open): the merged session is
+            // open; 15's start is not retracted (never emitted), 0's result waits for the close.
+            let u = add(&mut ctx, 8);
+            assert!(u.closed.is_empty() && u.retracted.is_empty());
+            assert_eq!(results(&w.advance(&mut ctx, 25).unwrap()), vec![("a", 0, 3, 1)]);
+        });
     }
 }

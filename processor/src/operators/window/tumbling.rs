@@ -28,15 +28,10 @@ use crate::{Context, PipelineBuilder};
 /// A partition that receives no records does not advance its watermark: its windows close
 /// when traffic resumes, or when the processor calls [`advance`](Self::advance) (on a
 /// heartbeat record or a timer).
+#[derive(Clone)]
 pub struct TumblingWindows<K, A> {
     policy: Policy<K, A>,
     shape: Shape,
-}
-
-impl<K, A> Clone for TumblingWindows<K, A> {
-    fn clone(&self) -> Self {
-        TumblingWindows { policy: self.policy.clone(), shape: self.shape.clone() }
-    }
 }
 
 window_options!(TumblingWindows);
@@ -55,7 +50,12 @@ where
 
     /// Windows of one step of `align`: `WindowAlign::fixed(day).offset(6 h)` for days from
     /// 06:00 UTC, `WindowAlign::days_in("Europe/Berlin")?` for Berlin calendar days.
-    pub fn aligned(builder: &mut PipelineBuilder, store: impl Into<String>, align: WindowAlign, late_topic: &str) -> Self {
+    pub fn aligned(
+        builder: &mut PipelineBuilder,
+        store: impl Into<String>,
+        align: WindowAlign,
+        late_topic: &str,
+    ) -> Self {
         TumblingWindows { policy: Policy::new(builder, store.into(), late_topic), shape: Shape { align, span: 1 } }
     }
 
@@ -89,9 +89,8 @@ where
 
 #[cfg(test)]
 mod tests {
-    use super::super::tests::{rec, results};
+    use super::super::tests::{rec, results, run};
     use super::*;
-    use crate::processor::driver::tests::context;
     use crate::state::Tally;
 
     type Add<'w> = Box<dyn Fn(&mut Context<'_>, &str, i64) -> WindowUpdate<String, u64> + 'w>;
@@ -105,29 +104,28 @@ mod tests {
         let mut b = crate::Pipeline::builder();
         let w = TumblingWindows::<String, u64>::new(&mut b, "w", Duration::from_millis(10), "late")
             .allowed_lateness(Duration::from_millis(5));
-        let mut st = crate::state::tests::state_of(&b, 0);
-        let mut out = Vec::new();
-        let mut ctx = context(&mut st, &mut out);
-        let add = counter(&w);
-        assert!(add(&mut ctx, "a", 1).closed.is_empty());
-        assert!(add(&mut ctx, "b", 3).closed.is_empty());
-        assert!(add(&mut ctx, "a", 12).closed.is_empty()); // watermark 7 < end 10
-        let u = add(&mut ctx, "a", 8); // out of order but within lateness: joins [0,10)
-        assert!(u.late.is_none() && u.closed.is_empty());
-        let u = add(&mut ctx, "b", 15); // watermark 10: [0,10) closes
-        let got = results(&u.closed);
-        assert_eq!(got.len(), 2);
-        assert!(got.contains(&("a", 0, 2, 0)) && got.contains(&("b", 0, 1, 0)));
-        let u = add(&mut ctx, "a", 9); // [0,10) is closed, no retention: late
-        assert_eq!(u.late.as_ref().map(|r| r.topic.as_str()), Some("late"));
-        assert!(u.closed.is_empty());
-        assert!(add(&mut ctx, "a", 16).closed.is_empty(), "closed windows are never emitted again");
-        let closed = w.advance(&mut ctx, 30).unwrap();
-        assert_eq!(results(&closed), vec![("a", 10, 2, 0), ("b", 10, 1, 0)]);
-        let tallies = st.commit().tallies;
+        let ran = run(&b, |mut ctx| {
+            let add = counter(&w);
+            assert!(add(&mut ctx, "a", 1).closed.is_empty());
+            assert!(add(&mut ctx, "b", 3).closed.is_empty());
+            assert!(add(&mut ctx, "a", 12).closed.is_empty()); // watermark 7 < end 10
+            let u = add(&mut ctx, "a", 8); // out of order but within lateness: joins [0,10)
+            assert!(u.late.is_none() && u.closed.is_empty());
+            let u = add(&mut ctx, "b", 15); // watermark 10: [0,10) closes
+            let got = results(&u.closed);
+            assert_eq!(got.len(), 2);
+            assert!(got.contains(&("a", 0, 2, 0)) && got.contains(&("b", 0, 1, 0)));
+            let u = add(&mut ctx, "a", 9); // [0,10) is closed, no retention: late
+            assert_eq!(u.late.as_ref().map(|r| r.topic.as_str()), Some("late"));
+            assert!(u.closed.is_empty());
+            assert!(add(&mut ctx, "a", 16).closed.is_empty(), "closed windows are never emitted again");
+            let closed = w.advance(&mut ctx, 30).unwrap();
+            assert_eq!(results(&closed), vec![("a", 10, 2, 0), ("b", 10, 1, 0)]);
+        });
+        let tallies = ran.tallies;
         assert_eq!(tallies.get(&(Tally::Late, "w".to_string())), Some(&1));
         assert_eq!(tallies.get(&(Tally::Correction, "w".to_string())), None);
-        assert_eq!(st.committed_entries()[0].1.len(), 1, "only the watermark is left");
+        assert_eq!(ran.entries, 1, "only the watermark is left");
     }
 
     #[test]
@@ -135,33 +133,32 @@ mod tests {
         let mut b = crate::Pipeline::builder();
         let w = TumblingWindows::<String, u64>::new(&mut b, "w", Duration::from_millis(10), "late")
             .retention(Duration::from_millis(20));
-        let mut st = crate::state::tests::state_of(&b, 0);
-        let mut out = Vec::new();
-        let mut ctx = context(&mut st, &mut out);
-        let add = counter(&w);
-        add(&mut ctx, "a", 1);
-        assert_eq!(results(&add(&mut ctx, "a", 10).closed), vec![("a", 0, 1, 0)]);
-        // Late for [0,10) but within its retention (closed at 10, kept until watermark 30).
-        let u = add(&mut ctx, "a", 5);
-        assert!(u.late.is_none());
-        assert_eq!(results(&u.closed), vec![("a", 0, 2, 1)]);
-        assert_eq!(results(&add(&mut ctx, "a", 2).closed), vec![("a", 0, 3, 2)]);
-        // A key the window never held: its first result is revision 0.
-        assert_eq!(results(&add(&mut ctx, "b", 3).closed), vec![("b", 0, 1, 0)]);
-        // Watermark 29: [0,10) is still kept (closed at 10, retained until 30).
-        let u = add(&mut ctx, "a", 29);
-        assert_eq!(results(&u.closed), vec![("a", 10, 1, 0)]);
-        assert_eq!(results(&add(&mut ctx, "a", 9).closed), vec![("a", 0, 4, 3)]);
-        // Watermark 30: [0,10) is past its retention and deleted; [20,30) closes.
-        assert_eq!(results(&add(&mut ctx, "c", 30).closed), vec![("a", 20, 1, 0)]);
-        let u = add(&mut ctx, "a", 8);
-        assert!(u.closed.is_empty() && u.late.is_some(), "past the retention: late, as without corrections");
-        assert_eq!(results(&add(&mut ctx, "a", 15).closed), vec![("a", 10, 2, 1)]);
-        let tallies = st.commit().tallies;
+        let ran = run(&b, |mut ctx| {
+            let add = counter(&w);
+            add(&mut ctx, "a", 1);
+            assert_eq!(results(&add(&mut ctx, "a", 10).closed), vec![("a", 0, 1, 0)]);
+            // Late for [0,10) but within its retention (closed at 10, kept until watermark 30).
+            let u = add(&mut ctx, "a", 5);
+            assert!(u.late.is_none());
+            assert_eq!(results(&u.closed), vec![("a", 0, 2, 1)]);
+            assert_eq!(results(&add(&mut ctx, "a", 2).closed), vec![("a", 0, 3, 2)]);
+            // A key the window never held: its first result is revision 0.
+            assert_eq!(results(&add(&mut ctx, "b", 3).closed), vec![("b", 0, 1, 0)]);
+            // Watermark 29: [0,10) is still kept (closed at 10, retained until 30).
+            let u = add(&mut ctx, "a", 29);
+            assert_eq!(results(&u.closed), vec![("a", 10, 1, 0)]);
+            assert_eq!(results(&add(&mut ctx, "a", 9).closed), vec![("a", 0, 4, 3)]);
+            // Watermark 30: [0,10) is past its retention and deleted; [20,30) closes.
+            assert_eq!(results(&add(&mut ctx, "c", 30).closed), vec![("a", 20, 1, 0)]);
+            let u = add(&mut ctx, "a", 8);
+            assert!(u.closed.is_empty() && u.late.is_some(), "past the retention: late, as without corrections");
+            assert_eq!(results(&add(&mut ctx, "a", 15).closed), vec![("a", 10, 2, 1)]);
+        });
+        let tallies = ran.tallies;
         assert_eq!(tallies.get(&(Tally::Correction, "w".to_string())), Some(&5));
         assert_eq!(tallies.get(&(Tally::Late, "w".to_string())), Some(&1));
         // Left: the watermark, a/[10,20) and a/[20,30) retained, c/[30,40) open.
-        assert_eq!(st.committed_entries()[0].1.len(), 4);
+        assert_eq!(ran.entries, 4);
     }
 
     #[test]
@@ -169,18 +166,17 @@ mod tests {
         let mut b = crate::Pipeline::builder();
         let align = WindowAlign::fixed(Duration::from_millis(10)).offset(Duration::from_millis(3));
         let w = TumblingWindows::<String, u64>::aligned(&mut b, "w", align, "late");
-        let mut st = crate::state::tests::state_of(&b, 0);
-        let mut out = Vec::new();
-        let mut ctx = context(&mut st, &mut out);
-        let add = counter(&w);
-        let mut closed = add(&mut ctx, "a", 2).closed; // [-7, 3)
-        closed.extend(add(&mut ctx, "a", 3).closed); // [3, 13); closes [-7, 3)
-        closed.extend(add(&mut ctx, "a", 12).closed);
-        closed.extend(w.advance(&mut ctx, 13).unwrap());
-        assert_eq!(
-            closed.iter().map(|c| (c.start_ms, c.end_ms, c.value)).collect::<Vec<_>>(),
-            vec![(-7, 3, 1), (3, 13, 2)]
-        );
+        run(&b, |mut ctx| {
+            let add = counter(&w);
+            let mut closed = add(&mut ctx, "a", 2).closed; // [-7, 3)
+            closed.extend(add(&mut ctx, "a", 3).closed); // [3, 13); closes [-7, 3)
+            closed.extend(add(&mut ctx, "a", 12).closed);
+            closed.extend(w.advance(&mut ctx, 13).unwrap());
+            assert_eq!(
+                closed.iter().map(|c| (c.start_ms, c.end_ms, c.value)).collect::<Vec<_>>(),
+                vec![(-7, 3, 1), (3, 13, 2)]
+            );
+        });
     }
 
     #[cfg(feature = "time-zones")]
@@ -190,33 +186,33 @@ mod tests {
         let mut b = crate::Pipeline::builder();
         let days = WindowAlign::days_in("Europe/Berlin").unwrap();
         let w = TumblingWindows::<String, u64>::aligned(&mut b, "w", days, "late");
-        let mut st = crate::state::tests::state_of(&b, 0);
-        let mut out = Vec::new();
-        let mut ctx = context(&mut st, &mut out);
-        let add = counter(&w);
-        let mut closed = Vec::new();
-        for t in [
-            "2024-03-30T22:59:59Z", // 23:59:59 CET, March 30th
-            "2024-03-30T23:00:00Z", // 00:00 CET, March 31st
-            "2024-03-31T21:59:59Z", // 23:59:59 CEST
-            "2024-03-31T22:00:00Z", // 00:00 CEST, April 1st
-            "2024-10-26T22:00:00Z", // 00:00 CEST, October 27th
-            "2024-10-27T22:59:59Z", // 23:59:59 CET
-            "2024-10-27T23:00:00Z", // 00:00 CET, October 28th
-        ] {
-            closed.extend(add(&mut ctx, "m", ms(t)).closed);
-        }
-        closed.extend(w.advance(&mut ctx, ms("2024-12-01T00:00:00Z")).unwrap());
-        let got: Vec<_> = closed.iter().map(|c| (c.start_ms, (c.end_ms - c.start_ms) / 3_600_000, c.value)).collect();
-        assert_eq!(
-            got,
-            vec![
-                (ms("2024-03-29T23:00:00Z"), 24, 1),
-                (ms("2024-03-30T23:00:00Z"), 23, 2), // the day clocks go forward
-                (ms("2024-03-31T22:00:00Z"), 24, 1),
-                (ms("2024-10-26T22:00:00Z"), 25, 2), // the day clocks go back
-                (ms("2024-10-27T23:00:00Z"), 24, 1),
-            ]
-        );
+        run(&b, |mut ctx| {
+            let add = counter(&w);
+            let mut closed = Vec::new();
+            for t in [
+                "2024-03-30T22:59:59Z", // 23:59:59 CET, March 30th
+                "2024-03-30T23:00:00Z", // 00:00 CET, March 31st
+                "2024-03-31T21:59:59Z", // 23:59:59 CEST
+                "2024-03-31T22:00:00Z", // 00:00 CEST, April 1st
+                "2024-10-26T22:00:00Z", // 00:00 CEST, October 27th
+                "2024-10-27T22:59:59Z", // 23:59:59 CET
+                "2024-10-27T23:00:00Z", // 00:00 CET, October 28th
+            ] {
+                closed.extend(add(&mut ctx, "m", ms(t)).closed);
+            }
+            closed.extend(w.advance(&mut ctx, ms("2024-12-01T00:00:00Z")).unwrap());
+            let got: Vec<_> =
+                closed.iter().map(|c| (c.start_ms, (c.end_ms - c.start_ms) / 3_600_000, c.value)).collect();
+            assert_eq!(
+                got,
+                vec![
+                    (ms("2024-03-29T23:00:00Z"), 24, 1),
+                    (ms("2024-03-30T23:00:00Z"), 23, 2), // the day clocks go forward
+                    (ms("2024-03-31T22:00:00Z"), 24, 1),
+                    (ms("2024-10-26T22:00:00Z"), 25, 2), // the day clocks go back
+                    (ms("2024-10-27T23:00:00Z"), 24, 1),
+                ]
+            );
+        });
     }
 }
