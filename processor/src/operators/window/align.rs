@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+#[cfg(feature = "time-zones")]
 use super::WindowError;
 
 /// The grid of boundaries every time-window kind cuts event time on: tumbling windows are
