@@ -1,4 +1,4 @@
-//! Hopping and session windows with corrections against a real broker, stopped and
+//! Hopping, session and sliding windows with corrections against a real broker, stopped and
 //! restarted mid-run and with injected aborts: the latest revision of every window on the
 //! output (read as a compacted topic would keep it) equals a batch computation over all
 //! input records, each revision committed once.
@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use kafka_eos::operators::{HoppingWindows, SessionWindows, WindowUpdate};
+use kafka_eos::operators::{HoppingWindows, SessionWindows, SlidingWindows, WindowUpdate};
 use kafka_eos::{Guarantee, OutputRecord, Pipeline, PipelineBuilder, ProcessorErrorPolicy, Summary};
 use kafka_eos_testkit::admin;
 use kafka_eos_testkit::verify::{read_to_end, VerifyConfig};
@@ -22,6 +22,7 @@ const T0: i64 = 1_700_000_000_000;
 const HOP_SIZE_MS: i64 = 10_000;
 const HOP_ADVANCE_MS: i64 = 5_000;
 const GAP_MS: i64 = 1_500;
+const SLIDE_MS: i64 = 2_000;
 /// Longer than any record is late, so every late record becomes a correction.
 const RETENTION: Duration = Duration::from_secs(60);
 
@@ -50,7 +51,8 @@ fn events() -> Vec<Event> {
     out
 }
 
-/// What the output must hold: every hopping window and session, by kind/user/start.
+/// What the output must hold: every hopping window, session and sliding window, by
+/// kind/user/start.
 fn batch(events: &[Event]) -> BTreeMap<String, u64> {
     let mut want = BTreeMap::new();
     let mut by_user: BTreeMap<u64, Vec<(i64, u64)>> = BTreeMap::new();
@@ -63,6 +65,11 @@ fn batch(events: &[Event]) -> BTreeMap<String, u64> {
     }
     for (user, mut times) in by_user {
         times.sort();
+        // The sliding window (t - size, t] of every distinct time t.
+        for &(t, _) in &times {
+            let sum = times.iter().filter(|(u, _)| t - SLIDE_MS < *u && *u <= t).map(|(_, a)| a).sum();
+            want.insert(format!("l/{user}/{}", t - SLIDE_MS + 1), sum);
+        }
         let (mut start, mut last, mut sum) = (times[0].0, times[0].0, 0);
         for (t, amount) in times {
             if t - last > GAP_MS {
@@ -103,6 +110,10 @@ impl Windowed {
         let sessions = SessionWindows::<u64, u64>::new(&mut b, "sessions", gap, &self.late, |a, b| *a += b)
             .unwrap()
             .retention(RETENTION);
+        let slide = Duration::from_millis(SLIDE_MS as u64);
+        let sliding = SlidingWindows::<u64, u64>::new(&mut b, "sliding", slide, &self.late, |a, b| *a += b)
+            .unwrap()
+            .retention(RETENTION);
         let out = b.output_topic(&self.output);
         let failed = self.failed.clone();
         b.processor(move |ctx, rec| {
@@ -112,18 +123,19 @@ impl Windowed {
             let text = String::from_utf8(rec.value.clone().unwrap_or_default())?;
             let fields: Vec<i64> = text.split(' ').map(str::parse).collect::<Result<_, _>>()?;
             let updates = match fields[..] {
-                [t] => [hop.advance(ctx, t)?, sessions.advance(ctx, t)?]
+                [t] => [hop.advance(ctx, t)?, sessions.advance(ctx, t)?, sliding.advance(ctx, t)?]
                     .map(|closed| WindowUpdate { closed, ..Default::default() }),
                 [user, t, amount] => {
                     let (user, amount) = (user as u64, amount as u64);
                     [
                         hop.add(ctx, rec, &user, t, |a| *a += amount)?,
                         sessions.add(ctx, rec, &user, t, |a| *a += amount)?,
+                        sliding.add(ctx, rec, &user, t, |a| *a += amount)?,
                     ]
                 }
                 _ => return Err(format!("bad record {text:?}").into()),
             };
-            for (kind, update) in ["h", "s"].into_iter().zip(updates) {
+            for (kind, update) in ["h", "s", "l"].into_iter().zip(updates) {
                 if let Some(late) = update.late {
                     ctx.emit(late);
                 }
@@ -189,7 +201,7 @@ fn latest(records: &[(String, Option<String>)]) -> (BTreeMap<String, u64>, usize
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn hopping_and_session_totals_with_corrections_match_the_batch_across_restarts_and_aborts() {
+async fn hopping_session_and_sliding_totals_with_corrections_match_the_batch_across_restarts_and_aborts() {
     let name = unique("win");
     let w = Windowed {
         bootstrap: bootstrap(),
@@ -232,7 +244,7 @@ async fn hopping_and_session_totals_with_corrections_match_the_batch_across_rest
     let want = batch(&events);
     let sum = |f: fn(&Summary) -> u64| summaries.iter().map(f).sum::<u64>();
     println!(
-        "{} windows and sessions, {corrections} corrections, {tombstones} retracted sessions; counted: {} \
+        "{} windows (hopping, session, sliding), {corrections} corrections, {tombstones} retracted sessions; counted: {} \
          corrections, {} aborts, {} restored records",
         want.len(),
         sum(|s| s.window_corrections),

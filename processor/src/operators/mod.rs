@@ -1,5 +1,5 @@
 //! Stateful operators built on [state stores](crate::state): deduplication, event-time
-//! windows (tumbling, hopping, session; see [`window`]'s rules) and keyed running aggregates.
+//! windows (tumbling, hopping, sliding, session; see [`window`]'s rules) and keyed running aggregates.
 //!
 //! Each operator owns one store, declared on the builder by the operator's constructor
 //! (`Dedup::new(&mut builder, "seen-payments", ttl)`), and is called from the processor
@@ -48,6 +48,6 @@ pub mod window;
 pub use aggregate::Aggregate;
 pub use dedup::Dedup;
 pub use window::{
-    ClosedWindow, HoppingWindows, RetractedWindow, SessionWindows, TumblingWindows, WindowAlign, WindowError,
-    WindowUpdate, LATE_HEADER,
+    ClosedWindow, HoppingWindows, RetractedWindow, SessionWindows, SlidingWindows, TumblingWindows, WindowAlign,
+    WindowError, WindowUpdate, LATE_HEADER,
 };

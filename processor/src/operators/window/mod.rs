@@ -1,12 +1,15 @@
-//! Event-time windows with a per-partition watermark: tumbling, hopping and session windows,
-//! on one grid abstraction ([`WindowAlign`]) and one set of close / late / correction rules.
+//! Event-time windows with a per-partition watermark: tumbling, hopping, sliding and session
+//! windows, with one close / late / correction rule set. Tumbling and hopping windows are cut
+//! on one grid abstraction ([`WindowAlign`]: fixed, offset, calendar days in a time zone);
+//! sliding and session windows are cut by the records themselves.
 //!
 //! Shared by every kind:
 //! - **Watermark**, per input partition: the largest event time seen minus the allowed
 //!   lateness (default zero). It only moves forward (with records, or with
 //!   [`advance`](TumblingWindows::advance), which a timer or heartbeat can call) and lives in
 //!   the window's store, so it survives restarts.
-//! - A window **closes** once the watermark reaches its end: its result is returned once,
+//! - A window **closes** once the watermark reaches its end (a session: its last record +
+//!   gap; a sliding window: just past the record it ends at): its result is returned once,
 //!   with revision 0, in [`WindowUpdate::closed`] — in the transaction that closed it.
 //! - **Retention** (default zero): how long, in event time past its close, a closed window
 //!   keeps its aggregate. A late record whose window closed less than the retention ago is
@@ -16,13 +19,16 @@
 //!
 //! Store layout: one store per operator; its entries are the watermark (`Key::Meta`), one
 //! entry per open or retained (key, window) for grid windows, one entry per key holding its
-//! sessions for session windows. Variants are only ever appended, so changelogs written by
+//! sessions for session windows, one per key holding its recent records' times, contributions
+//! and windows for sliding windows. Variants are only ever appended, so changelogs written by
 //! earlier versions of [`TumblingWindows`] still restore.
 
 mod align;
 mod grid;
 mod hopping;
+mod list;
 mod session;
+mod sliding;
 mod tumbling;
 
 use serde::de::DeserializeOwned;
@@ -35,6 +41,7 @@ use crate::Context;
 pub use align::WindowAlign;
 pub use hopping::HoppingWindows;
 pub use session::SessionWindows;
+pub use sliding::SlidingWindows;
 pub use tumbling::TumblingWindows;
 
 /// The header a late record carries on the late-records topic: the partition's watermark
@@ -115,6 +122,8 @@ pub(super) enum Key<K> {
     Window(i64, K),
     /// Every live session of a key.
     Sessions(K),
+    /// A key's recent records for sliding windows.
+    Slides(K),
 }
 
 /// Store values of every window kind (variants only ever appended).
@@ -130,6 +139,8 @@ pub(super) enum Val<A> {
     Clock { max_time: i64, next_close: i64, next_expiry: i64 },
     /// A key's sessions, by start.
     Sessions(Vec<Session<A>>),
+    /// A key's recent record times with their windows, by time.
+    Slides(Vec<sliding::Slide<A>>),
 }
 
 /// One session of a key: `[start, last]` in event time.

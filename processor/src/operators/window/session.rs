@@ -1,20 +1,15 @@
 //! Session windows: a key's records closer than an inactivity gap form one session.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use super::align::millis;
-use super::{
-    window_options, Clock, ClosedWindow, Key, Policy, RetractedWindow, Session, Val, WindowError, WindowUpdate,
-};
+use super::list::{self, Listed, Merge};
+use super::{window_options, ClosedWindow, Key, Policy, RetractedWindow, Session, Val, WindowError, WindowUpdate};
 use crate::record::InputRecord;
 use crate::state::StateError;
 use crate::{Context, PipelineBuilder};
-
-type Merge<A> = Arc<dyn Fn(&mut A, A) + Send + Sync>;
 
 /// Session windows: per key, records whose event times are at most `gap` apart belong to
 /// one session `[first, last]`, reported as `start_ms = first`, `end_ms = last + 1`. A
@@ -48,10 +43,6 @@ pub struct SessionWindows<K, A> {
 
 window_options!(SessionWindows);
 
-fn result<K: Clone, A>(key: &K, s: &Session<A>, value: A, revision: u32) -> ClosedWindow<K, A> {
-    ClosedWindow { key: key.clone(), start_ms: s.start, end_ms: s.last.saturating_add(1), value, revision }
-}
-
 impl<K, A> SessionWindows<K, A>
 where
     K: Serialize + DeserializeOwned + Clone + 'static,
@@ -70,11 +61,8 @@ where
         late_topic: &str,
         merge: impl Fn(&mut A, A) + Send + Sync + 'static,
     ) -> Result<Self, WindowError> {
-        if gap.is_zero() {
-            return Err(WindowError::Shape("a session gap must be at least 1 ms".into()));
-        }
-        let policy = Policy::new(builder, store.into(), late_topic);
-        Ok(SessionWindows { policy, gap_ms: millis(gap), merge: Arc::new(merge) })
+        let (policy, gap_ms, merge) = list::parts(builder, store.into(), late_topic, (gap, "a session gap"), merge)?;
+        Ok(SessionWindows { policy, gap_ms, merge })
     }
 
     /// Folds `record` (with `key` and event time `event_time_ms`) into its session, merging
@@ -87,55 +75,42 @@ where
         event_time_ms: i64,
         fold: impl FnOnce(&mut A),
     ) -> Result<WindowUpdate<K, A>, StateError> {
-        let (policy, t) = (&self.policy, event_time_ms);
-        let mut update = WindowUpdate::default();
-        let mut store = ctx.store(&policy.store);
-        let mut clock = Clock::load(&store)?;
-        let watermark = policy.watermark(&clock);
-        if policy.expired(t, watermark) {
-            update.late = Some(policy.late(ctx, record, watermark));
-            return Ok(update);
-        }
-        let k = Key::Sessions(key.clone());
-        let sessions = match store.get(&k)? {
-            Some(Val::Sessions(s)) => s,
-            _ => Vec::new(),
-        };
-        let gap = self.gap_ms;
-        let (near, mut rest): (Vec<_>, Vec<_>) =
-            sessions.into_iter().partition(|s| s.start.saturating_sub(gap) <= t && t <= s.last.saturating_add(gap));
-        let mut parts = near.into_iter();
-        let mut merged =
-            parts.next().unwrap_or(Session { start: t, last: t, value: A::default(), revision: None, closed: false });
-        for later in parts {
-            if later.revision.is_some() {
-                update.retracted.push(RetractedWindow { key: key.clone(), start_ms: later.start });
+        let (gap, t) = (self.gap_ms, event_time_ms);
+        let mut update = list::visit(&self.policy, ctx, record, key, t, |sessions, watermark, update, clock| {
+            let (near, rest): (Vec<_>, Vec<_>) = std::mem::take(sessions)
+                .into_iter()
+                .partition(|s: &Session<A>| s.start.saturating_sub(gap) <= t && t <= s.last.saturating_add(gap));
+            *sessions = rest;
+            let mut parts = near.into_iter();
+            let mut merged = parts.next().unwrap_or(Session {
+                start: t,
+                last: t,
+                value: A::default(),
+                revision: None,
+                closed: false,
+            });
+            for later in parts {
+                if later.revision.is_some() {
+                    update.retracted.push(RetractedWindow { key: key.clone(), start_ms: later.start });
+                }
+                merged.last = merged.last.max(later.last);
+                (self.merge)(&mut merged.value, later.value);
             }
-            merged.last = merged.last.max(later.last);
-            (self.merge)(&mut merged.value, later.value);
-        }
-        if t < merged.start {
-            if merged.revision.take().is_some() {
-                update.retracted.push(RetractedWindow { key: key.clone(), start_ms: merged.start });
+            if t < merged.start {
+                if merged.revision.take().is_some() {
+                    update.retracted.push(RetractedWindow { key: key.clone(), start_ms: merged.start });
+                }
+                merged.start = t;
             }
-            merged.start = t;
-        }
-        merged.last = merged.last.max(t);
-        fold(&mut merged.value);
-        let close = merged.last.saturating_add(gap);
-        merged.closed = close <= watermark;
-        if merged.closed {
-            let revision = merged.revision.map_or(0, |r| r.saturating_add(1));
-            merged.revision = Some(revision);
-            update.closed.push(result(key, &merged, merged.value.clone(), revision));
-            clock.next_expiry = clock.next_expiry.min(close.saturating_add(policy.retention_ms));
-        } else {
-            clock.next_close = clock.next_close.min(close);
-        }
-        rest.insert(rest.partition_point(|s| s.start < merged.start), merged);
-        store.put(&k, &Val::Sessions(rest))?;
-        clock.save(&mut store)?;
-        policy.corrected(ctx, update.closed.len() + update.retracted.len());
+            merged.last = merged.last.max(t);
+            fold(&mut merged.value);
+            merged.closed = false;
+            if merged.close(gap) <= watermark {
+                update.closed.push(list::emit(key, &mut merged, gap, false));
+            }
+            list::schedule(&self.policy, clock, &mut merged, gap);
+            sessions.insert(sessions.partition_point(|s| s.start < merged.start), merged);
+        })?;
         update.closed.extend(self.advance(ctx, t)?);
         Ok(update)
     }
@@ -143,35 +118,34 @@ where
     /// Moves the watermark to at least `event_time_ms - allowed lateness` without adding a
     /// record (a heartbeat, a timer), and returns the sessions that closes.
     pub fn advance(&self, ctx: &mut Context<'_>, event_time_ms: i64) -> Result<Vec<ClosedWindow<K, A>>, StateError> {
-        let policy = &self.policy;
-        policy.advance(ctx, event_time_ms, |store, k, v, watermark, clock, closed| {
-            let (Key::Sessions(key), Val::Sessions(mut sessions)) = (k, v) else { return Ok(()) };
-            let mut changed = false;
-            sessions.retain_mut(|s| {
-                let close = s.last.saturating_add(self.gap_ms);
-                let expired = policy.expired(close, watermark);
-                if !s.closed && close <= watermark {
-                    let revision = s.revision.map_or(0, |r| r.saturating_add(1));
-                    let value = if expired { std::mem::take(&mut s.value) } else { s.value.clone() };
-                    closed.push(result(&key, s, value, revision));
-                    (s.revision, s.closed, changed) = (Some(revision), true, true);
-                }
-                if expired {
-                    changed = true;
-                } else if s.closed {
-                    clock.next_expiry = clock.next_expiry.min(close.saturating_add(policy.retention_ms));
-                } else {
-                    clock.next_close = clock.next_close.min(close);
-                }
-                !expired
-            });
-            let k = Key::Sessions(key);
-            match (sessions.is_empty(), changed) {
-                (true, _) => store.delete(&k),
-                (false, true) => store.put(&k, &Val::Sessions(sessions)),
-                (false, false) => Ok(()),
-            }
-        })
+        list::advance::<K, A, Session<A>>(&self.policy, ctx, event_time_ms, self.gap_ms)
+    }
+}
+
+impl<A> Listed<A> for Session<A> {
+    fn close(&self, gap: i64) -> i64 {
+        self.last.saturating_add(gap)
+    }
+    fn done(&self, gap: i64) -> i64 {
+        self.close(gap)
+    }
+    fn span(&self, _: i64) -> (i64, i64) {
+        (self.start, self.last.saturating_add(1))
+    }
+    fn state(&mut self) -> (&mut A, &mut Option<u32>, &mut bool) {
+        (&mut self.value, &mut self.revision, &mut self.closed)
+    }
+    fn entry<K>(key: K) -> Key<K> {
+        Key::Sessions(key)
+    }
+    fn list(value: Val<A>) -> Option<Vec<Self>> {
+        match value {
+            Val::Sessions(list) => Some(list),
+            _ => None,
+        }
+    }
+    fn value_of(list: Vec<Self>) -> Val<A> {
+        Val::Sessions(list)
     }
 }
 
