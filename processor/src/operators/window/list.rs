@@ -14,6 +14,8 @@ use crate::Context;
 /// Combines two aggregates (sessions: the earlier absorbs the later).
 pub(super) type Merge<A> = Arc<dyn Fn(&mut A, A) + Send + Sync>;
 
+type Parts<K, A> = (Policy<K, A>, i64, Merge<A>);
+
 /// The parts of a list kind's constructor: its policy, its parameter (refused if zero,
 /// `what` naming it) and its merge function.
 pub(super) fn parts<K, A>(
@@ -22,14 +24,19 @@ pub(super) fn parts<K, A>(
     late_topic: &str,
     (p, what): (std::time::Duration, &str),
     merge: impl Fn(&mut A, A) + Send + Sync + 'static,
-) -> Result<(Policy<K, A>, i64, Merge<A>), super::WindowError>
+) -> Result<Parts<K, A>, super::WindowError>
 where
     K: Serialize + DeserializeOwned + Clone + 'static,
     A: Serialize + DeserializeOwned + 'static,
 {
     match super::align::millis(p) {
         0 => Err(super::WindowError::Shape(format!("{what} must be at least 1 ms"))),
-        p => Ok((Policy::new(builder, store, late_topic), p, Arc::new(merge))),
+        p => {
+            // Windows cut by the data close at any time, each key at its own: sweeping the
+            // store for every close would cost a scan per record.
+            let policy = Policy { sweep_every_ms: p / 4, ..Policy::new(builder, store, late_topic) };
+            Ok((policy, p, Arc::new(merge)))
+        }
     }
 }
 

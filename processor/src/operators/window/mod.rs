@@ -11,6 +11,9 @@
 //! - A window **closes** once the watermark reaches its end (a session: its last record +
 //!   gap; a sliding window: just past the record it ends at): its result is returned once,
 //!   with revision 0, in [`WindowUpdate::closed`] — in the transaction that closed it.
+//!   Closing sweeps the store; sliding and session windows, which close at any time, sweep
+//!   at most once per quarter size or gap of watermark progress, so their results may come
+//!   that much after their close.
 //! - **Retention** (default zero): how long, in event time past its close, a closed window
 //!   keeps its aggregate. A late record whose window closed less than the retention ago is
 //!   folded in and the window is emitted again as a **correction** (revision + 1). Past the
@@ -135,8 +138,9 @@ pub(super) enum Val<A> {
     Agg(A),
     /// A closed grid window kept for corrections, with its last emitted revision.
     Closed { revision: u32, value: A },
-    /// The watermark: largest event time seen, earliest close and earliest expiry due.
-    Clock { max_time: i64, next_close: i64, next_expiry: i64 },
+    /// The watermark: largest event time seen, earliest close and earliest expiry due, and
+    /// the watermark of the last sweep.
+    Clock { max_time: i64, next_close: i64, next_expiry: i64, swept: i64 },
     /// A key's sessions, by start.
     Sessions(Vec<Session<A>>),
     /// A key's recent record times with their windows, by time.
@@ -161,6 +165,8 @@ pub(super) struct Clock {
     pub max_time: i64,
     pub next_close: i64,
     pub next_expiry: i64,
+    /// The watermark of the last sweep.
+    pub swept: i64,
 }
 
 impl Clock {
@@ -170,9 +176,13 @@ impl Clock {
         A: Serialize + DeserializeOwned,
     {
         Ok(match store.get(&Key::Meta)? {
-            Some(Val::Clock { max_time, next_close, next_expiry }) => Clock { max_time, next_close, next_expiry },
-            Some(Val::Meta { max_time, next_close }) => Clock { max_time, next_close, next_expiry: i64::MAX },
-            _ => Clock { max_time: i64::MIN, next_close: i64::MAX, next_expiry: i64::MAX },
+            Some(Val::Clock { max_time, next_close, next_expiry, swept }) => {
+                Clock { max_time, next_close, next_expiry, swept }
+            }
+            Some(Val::Meta { max_time, next_close }) => {
+                Clock { max_time, next_close, next_expiry: i64::MAX, swept: i64::MIN }
+            }
+            _ => Clock { max_time: i64::MIN, next_close: i64::MAX, next_expiry: i64::MAX, swept: i64::MIN },
         })
     }
 
@@ -181,8 +191,8 @@ impl Clock {
         K: Serialize + DeserializeOwned,
         A: Serialize + DeserializeOwned,
     {
-        let Clock { max_time, next_close, next_expiry } = *self;
-        store.put(&Key::Meta, &Val::Clock { max_time, next_close, next_expiry })
+        let Clock { max_time, next_close, next_expiry, swept } = *self;
+        store.put(&Key::Meta, &Val::Clock { max_time, next_close, next_expiry, swept })
     }
 }
 
@@ -193,6 +203,8 @@ pub(super) struct Policy<K, A> {
     pub lateness_ms: i64,
     pub retention_ms: i64,
     pub late_topic: Topic,
+    /// Watermark progress between two sweeps at least (see [`Policy::advance`]).
+    pub sweep_every_ms: i64,
 }
 
 impl<K, A> Policy<K, A>
@@ -206,6 +218,7 @@ where
             lateness_ms: 0,
             retention_ms: 0,
             late_topic: builder.output_topic(late_topic),
+            sweep_every_ms: 0,
         }
     }
 
@@ -231,8 +244,9 @@ where
         }
     }
 
-    /// Moves the watermark to at least `event_time_ms`; when a close or an expiry is due,
-    /// calls `sweep` on every entry (with the new watermark, updating the clock's next due
+    /// Moves the watermark to at least `event_time_ms`; when a close or an expiry is due, and
+    /// the watermark has moved `sweep_every_ms` since the last sweep, calls `sweep` on every
+    /// entry (with the new watermark, updating the clock's next due
     /// times) and returns the results it closes, by end then start.
     pub(super) fn advance(
         &self,
@@ -252,7 +266,9 @@ where
         clock.max_time = clock.max_time.max(event_time_ms);
         let watermark = self.watermark(&clock);
         let mut closed = Vec::new();
-        if watermark >= clock.next_close || watermark >= clock.next_expiry {
+        let due = clock.next_close.min(clock.next_expiry);
+        if watermark >= due && watermark >= clock.swept.saturating_add(self.sweep_every_ms) {
+            clock.swept = watermark;
             clock.next_close = i64::MAX;
             clock.next_expiry = i64::MAX;
             for (k, v) in store.entries()? {

@@ -18,7 +18,9 @@ use crate::{Context, PipelineBuilder};
 /// earlier session's aggregate absorbs the later's).
 ///
 /// - A session **closes** when the watermark reaches `last + gap` (no on-time record can
-///   join it any more) and is returned once, revision 0.
+///   join it any more) and is returned once, revision 0 — at the first sweep after that:
+///   sweeps run at most once per `gap / 4` of watermark progress (each one reads the whole
+///   store, and with many keys some session is always about to close).
 /// - With a [`retention`](Self::retention) `R` (default zero), closed sessions are kept
 ///   until the watermark reaches `last + gap + R`. A record is **late** — returned in
 ///   [`WindowUpdate::late`] and not folded — when `event time + R ≤ watermark`; otherwise

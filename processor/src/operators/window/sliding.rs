@@ -27,7 +27,9 @@ use crate::{Context, PipelineBuilder};
 /// falls in after theirs.
 ///
 /// Close, lateness, retention and corrections follow the [module rules](super): the window
-/// ending at `t` closes when the watermark passes `t`; a record is late when its own window
+/// ending at `t` closes when the watermark passes `t`, and is returned at the first sweep
+/// after that (sweeps run at most once per `size / 4` of watermark progress, since every
+/// record time closes a window and each sweep reads the whole store); a record is late when its own window
 /// is past its retention (`t + 1 + retention ≤ watermark`), and otherwise corrects every
 /// closed window it falls in. State per key: every record time of the last `size` +
 /// retention, with its contribution and its window; a record costs one read and one write of
@@ -154,6 +156,23 @@ mod tests {
     use super::super::tests::{rec, results, run};
     use super::*;
     use crate::state::Tally;
+
+    #[test]
+    fn closes_are_swept_at_most_once_per_quarter_size_of_watermark_progress() {
+        let mut b = crate::Pipeline::builder();
+        let w =
+            SlidingWindows::<String, u64>::new(&mut b, "sl", Duration::from_millis(8), "late", |a, b| *a += b).unwrap();
+        run(&b, |mut ctx| {
+            let add = |ctx: &mut Context<'_>, t: i64| w.add(ctx, &rec(t), &"k".to_string(), t, |a| *a += 1).unwrap();
+            let ends = |c: Vec<ClosedWindow<String, u64>>| c.iter().map(|c| c.end_ms - 1).collect::<Vec<_>>();
+            assert!(ends(add(&mut ctx, 0).closed).is_empty());
+            assert_eq!(ends(add(&mut ctx, 1).closed), vec![0], "a sweep at watermark 1");
+            assert!(ends(add(&mut ctx, 2).closed).is_empty(), "the window ending at 1 waits: 2 < 1 + 8 / 4");
+            assert_eq!(ends(add(&mut ctx, 3).closed), vec![1, 2]);
+            assert_eq!(ends(w.advance(&mut ctx, 4).unwrap()), Vec::<i64>::new());
+            assert_eq!(ends(w.advance(&mut ctx, 5).unwrap()), vec![3]);
+        });
+    }
 
     #[test]
     fn each_record_time_has_the_window_ending_at_it_and_late_records_correct_later_windows() {

@@ -1,0 +1,188 @@
+//! What each window kind costs per record in the processing half of a pipeline, without
+//! Kafka: the records go through the test driver (the runtime's own processing, state
+//! overlays, changelog records and commits, with topics kept in memory), so the figures are
+//! CPU per record on top of a keyed running aggregate — not end-to-end throughput, which
+//! `batch_throughput` measures with a broker.
+//!
+//! ```sh
+//! cargo bench --bench windows            # 200,000 records, 1,000 keys, median of 3
+//! cargo bench --bench windows -- --quick # 20,000 records, one run
+//! ```
+//!
+//! Input: one record every 5 ms of event time over 4 partitions, each 50th record 0 to
+//! 30 s late. Every subject emits its results (closed windows, corrections, late records).
+
+use std::time::{Duration, Instant};
+
+use kafka_eos::operators::{
+    Aggregate, HoppingWindows, SessionWindows, SlidingWindows, TumblingWindows, WindowAlign, WindowUpdate,
+};
+use kafka_eos::{OutputRecord, Pipeline, PipelineBuilder, Topic};
+use kafka_eos_testkit::driver::{TestDriver, TestInput};
+
+const KEYS: u64 = 1_000;
+const MINUTE: Duration = Duration::from_secs(60);
+
+fn emit(ctx: &mut kafka_eos::Context<'_>, out: &Topic, u: WindowUpdate<u64, u64>) {
+    if let Some(late) = u.late {
+        ctx.emit(late);
+    }
+    for w in u.closed {
+        ctx.emit(OutputRecord::to(out).key(format!("{}/{}", w.key, w.start_ms)).value(w.value.to_string()));
+    }
+}
+
+/// A pipeline folding each record's key with `add(ctx, record, key, time)`.
+macro_rules! subject {
+    ($b:ident, $op:expr, |$w:ident, $ctx:ident, $rec:ident, $key:ident, $t:ident, $out:ident| $body:expr) => {{
+        let mut $b = Pipeline::builder().input_topic("in");
+        let $w = $op;
+        let $out = $b.output_topic("out");
+        $b.processor(move |$ctx, $rec| {
+            let $key: u64 = String::from_utf8_lossy($rec.key.as_deref().unwrap_or_default()).parse()?;
+            let $t = $rec.timestamp.unwrap_or(0);
+            $body;
+            Ok(())
+        })
+    }};
+}
+
+fn subjects() -> Vec<(&'static str, Box<dyn Fn() -> PipelineBuilder>)> {
+    vec![
+        (
+            "aggregate (baseline)",
+            Box::new(|| {
+                subject!(b, Aggregate::<u64, u64>::new(&mut b, "agg"), |w, ctx, rec, key, t, out| {
+                    let n = w.update(ctx, &key, |n| *n += 1)?;
+                    let _ = (t, n, &out);
+                })
+            }),
+        ),
+        (
+            "tumbling 1 min",
+            Box::new(|| {
+                subject!(
+                    b,
+                    TumblingWindows::<u64, u64>::new(&mut b, "w", MINUTE, "late"),
+                    |w, ctx, rec, key, t, out| {
+                        let u = w.add(ctx, rec, &key, t, |n| *n += 1)?;
+                        emit(ctx, &out, u)
+                    }
+                )
+            }),
+        ),
+        (
+            "tumbling 1 min, retention 1 min",
+            Box::new(|| {
+                let op = |b: &mut PipelineBuilder| {
+                    TumblingWindows::<u64, u64>::new(b, "w", MINUTE, "late").retention(MINUTE)
+                };
+                subject!(b, op(&mut b), |w, ctx, rec, key, t, out| {
+                    let u = w.add(ctx, rec, &key, t, |n| *n += 1)?;
+                    emit(ctx, &out, u)
+                })
+            }),
+        ),
+        (
+            "tumbling Europe/Berlin days",
+            Box::new(|| {
+                let days = WindowAlign::days_in("Europe/Berlin").expect("a known zone");
+                subject!(
+                    b,
+                    TumblingWindows::<u64, u64>::aligned(&mut b, "w", days, "late"),
+                    |w, ctx, rec, key, t, out| {
+                        let u = w.add(ctx, rec, &key, t, |n| *n += 1)?;
+                        emit(ctx, &out, u)
+                    }
+                )
+            }),
+        ),
+        (
+            "hopping 1 min / 10 s",
+            Box::new(|| {
+                let op = |b: &mut PipelineBuilder| {
+                    HoppingWindows::<u64, u64>::new(b, "w", MINUTE, Duration::from_secs(10), "late").expect("shape")
+                };
+                subject!(b, op(&mut b), |w, ctx, rec, key, t, out| {
+                    let u = w.add(ctx, rec, &key, t, |n| *n += 1)?;
+                    emit(ctx, &out, u)
+                })
+            }),
+        ),
+        (
+            "sliding 10 s",
+            Box::new(|| {
+                let op = |b: &mut PipelineBuilder| {
+                    SlidingWindows::<u64, u64>::new(b, "w", Duration::from_secs(10), "late", |a, b| *a += b)
+                        .expect("shape")
+                };
+                subject!(b, op(&mut b), |w, ctx, rec, key, t, out| {
+                    let u = w.add(ctx, rec, &key, t, |n| *n += 1)?;
+                    emit(ctx, &out, u)
+                })
+            }),
+        ),
+        (
+            "session gap 10 s",
+            Box::new(|| {
+                let op = |b: &mut PipelineBuilder| {
+                    SessionWindows::<u64, u64>::new(b, "w", Duration::from_secs(10), "late", |a, b| *a += b)
+                        .expect("shape")
+                };
+                subject!(b, op(&mut b), |w, ctx, rec, key, t, out| {
+                    let u = w.add(ctx, rec, &key, t, |n| *n += 1)?;
+                    emit(ctx, &out, u)
+                })
+            }),
+        ),
+    ]
+}
+
+fn inputs(n: u64) -> Vec<TestInput> {
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    (0..n)
+        .map(|i| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            let late = if i % 50 == 0 { (seed % 30_000) as i64 } else { 0 };
+            let key = seed % KEYS;
+            TestInput::new()
+                .partition((key % 4) as i32)
+                .key(key.to_string())
+                .timestamp(1_700_000_000_000 + i as i64 * 5 - late)
+                .value("v")
+        })
+        .collect()
+}
+
+fn main() {
+    let quick = std::env::args().any(|a| a == "--quick");
+    let (n, runs) = if quick { (20_000, 1) } else { (200_000, 3) };
+    let records = inputs(n);
+    println!("{n} records, {KEYS} keys, 4 partitions, batches of 500; median of {runs}");
+    println!("{:<34} {:>12} {:>10} {:>12} {:>10}", "subject", "ns/record", "vs base", "changelog/rec", "outputs");
+    let mut base = None;
+    for (name, make) in subjects() {
+        let mut times = Vec::new();
+        let mut stats = None;
+        for _ in 0..runs {
+            let mut driver = TestDriver::new(make()).expect("valid pipeline").batch_size(Some(500));
+            let start = Instant::now();
+            driver.pipe_all(records.iter().cloned()).expect("processed");
+            driver.commit().expect("committed");
+            times.push(start.elapsed().as_nanos() as f64 / n as f64);
+            stats = Some(driver.stats());
+        }
+        times.sort_by(f64::total_cmp);
+        let ns = times[times.len() / 2];
+        let base_ns = *base.get_or_insert(ns);
+        let s = stats.expect("one run");
+        println!(
+            "{name:<34} {ns:>12.0} {:>9.2}x {:>12.2} {:>10}",
+            ns / base_ns,
+            s.changelog_records as f64 / n as f64,
+            s.records_out
+        );
+    }
+}
