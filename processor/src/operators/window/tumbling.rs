@@ -129,6 +129,27 @@ mod tests {
     }
 
     #[test]
+    fn state_written_before_corrections_existed_is_read() {
+        use super::super::{Key, Val};
+        // The watermark as the first TumblingWindows wrote it: variant 0, then two i64s.
+        let old = Val::<u64>::Meta { max_time: 20, next_close: 30 };
+        let mut bytes = vec![0xB1, 1, 0, 0, 0, 0];
+        bytes.extend(20i64.to_le_bytes().into_iter().chain(30i64.to_le_bytes()));
+        assert_eq!(crate::state::format::encode_value(1, &old).unwrap(), bytes);
+        let mut b = crate::Pipeline::builder();
+        let w = TumblingWindows::<String, u64>::new(&mut b, "w", Duration::from_millis(10), "late");
+        run(&b, |mut ctx| {
+            let mut store = ctx.store(&w.policy.store);
+            store.put(&Key::Meta, &old).unwrap();
+            store.put(&Key::Window(20, "a".to_string()), &Val::Agg(5)).unwrap();
+            let add = counter(&w);
+            assert!(add(&mut ctx, "a", 19).late.is_some(), "the old watermark holds: [10,20) is closed");
+            assert!(add(&mut ctx, "a", 25).closed.is_empty());
+            assert_eq!(results(&add(&mut ctx, "a", 30).closed), vec![("a", 20, 6, 0)]);
+        });
+    }
+
+    #[test]
     fn late_records_within_the_retention_correct_the_window_with_a_new_revision() {
         let mut b = crate::Pipeline::builder();
         let w = TumblingWindows::<String, u64>::new(&mut b, "w", Duration::from_millis(10), "late")
