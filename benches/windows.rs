@@ -32,108 +32,68 @@ fn emit(ctx: &mut kafka_eos::Context<'_>, out: &Topic, u: WindowUpdate<u64, u64>
     }
 }
 
-/// A pipeline folding each record's key with `add(ctx, record, key, time)`.
+/// A pipeline folding each record's key with `$body` (`w`: the operator `$op` builds on
+/// builder `b`), emitting what it returns.
 macro_rules! subject {
-    ($b:ident, $op:expr, |$w:ident, $ctx:ident, $rec:ident, $key:ident, $t:ident, $out:ident| $body:expr) => {{
-        let mut $b = Pipeline::builder().input_topic("in");
-        let $w = $op;
-        let $out = $b.output_topic("out");
-        $b.processor(move |$ctx, $rec| {
-            let $key: u64 = String::from_utf8_lossy($rec.key.as_deref().unwrap_or_default()).parse()?;
-            let $t = $rec.timestamp.unwrap_or(0);
-            $body;
-            Ok(())
+    (|$b:ident| $op:expr, |$w:ident, $ctx:ident, $rec:ident, $key:ident, $t:ident| $body:expr) => {
+        Box::new(move || {
+            let mut $b = Pipeline::builder().input_topic("in");
+            let $w = $op;
+            let out = $b.output_topic("out");
+            $b.processor(move |$ctx, $rec| {
+                let $key: u64 = String::from_utf8_lossy($rec.key.as_deref().unwrap_or_default()).parse()?;
+                let $t = $rec.timestamp.unwrap_or(0);
+                let update: Option<WindowUpdate<u64, u64>> = $body;
+                if let Some(u) = update {
+                    emit($ctx, &out, u);
+                }
+                Ok(())
+            })
         })
-    }};
+    };
+    (|$b:ident| $op:expr) => {
+        subject!(|$b| $op, |w, ctx, rec, key, t| Some(w.add(ctx, rec, &key, t, |n| *n += 1)?))
+    };
 }
 
-fn subjects() -> Vec<(&'static str, Box<dyn Fn() -> PipelineBuilder>)> {
+type Subject = (&'static str, Box<dyn Fn() -> PipelineBuilder>);
+
+fn subjects() -> Vec<Subject> {
+    let s = Duration::from_secs;
+    fn merge(a: &mut u64, b: u64) {
+        *a += b
+    }
     vec![
         (
             "aggregate (baseline)",
-            Box::new(|| {
-                subject!(b, Aggregate::<u64, u64>::new(&mut b, "agg"), |w, ctx, rec, key, t, out| {
-                    let n = w.update(ctx, &key, |n| *n += 1)?;
-                    let _ = (t, n, &out);
-                })
+            subject!(|b| Aggregate::<u64, u64>::new(&mut b, "agg"), |w, ctx, rec, key, t| {
+                let _ = (rec, t, w.update(ctx, &key, |n| *n += 1)?);
+                None
             }),
         ),
-        (
-            "tumbling 1 min",
-            Box::new(|| {
-                subject!(
-                    b,
-                    TumblingWindows::<u64, u64>::new(&mut b, "w", MINUTE, "late"),
-                    |w, ctx, rec, key, t, out| {
-                        let u = w.add(ctx, rec, &key, t, |n| *n += 1)?;
-                        emit(ctx, &out, u)
-                    }
-                )
-            }),
-        ),
+        ("tumbling 1 min", subject!(|b| TumblingWindows::<u64, u64>::new(&mut b, "w", MINUTE, "late"))),
         (
             "tumbling 1 min, retention 1 min",
-            Box::new(|| {
-                let op = |b: &mut PipelineBuilder| {
-                    TumblingWindows::<u64, u64>::new(b, "w", MINUTE, "late").retention(MINUTE)
-                };
-                subject!(b, op(&mut b), |w, ctx, rec, key, t, out| {
-                    let u = w.add(ctx, rec, &key, t, |n| *n += 1)?;
-                    emit(ctx, &out, u)
-                })
-            }),
+            subject!(|b| TumblingWindows::<u64, u64>::new(&mut b, "w", MINUTE, "late").retention(MINUTE)),
         ),
         (
             "tumbling Europe/Berlin days",
-            Box::new(|| {
+            subject!(|b| {
                 let days = WindowAlign::days_in("Europe/Berlin").expect("a known zone");
-                subject!(
-                    b,
-                    TumblingWindows::<u64, u64>::aligned(&mut b, "w", days, "late"),
-                    |w, ctx, rec, key, t, out| {
-                        let u = w.add(ctx, rec, &key, t, |n| *n += 1)?;
-                        emit(ctx, &out, u)
-                    }
-                )
+                TumblingWindows::<u64, u64>::aligned(&mut b, "w", days, "late")
             }),
         ),
         (
             "hopping 1 min / 10 s",
-            Box::new(|| {
-                let op = |b: &mut PipelineBuilder| {
-                    HoppingWindows::<u64, u64>::new(b, "w", MINUTE, Duration::from_secs(10), "late").expect("shape")
-                };
-                subject!(b, op(&mut b), |w, ctx, rec, key, t, out| {
-                    let u = w.add(ctx, rec, &key, t, |n| *n += 1)?;
-                    emit(ctx, &out, u)
-                })
-            }),
+            subject!(|b| HoppingWindows::<u64, u64>::new(&mut b, "w", MINUTE, s(10), "late").expect("shape")),
         ),
         (
             "sliding 10 s",
-            Box::new(|| {
-                let op = |b: &mut PipelineBuilder| {
-                    SlidingWindows::<u64, u64>::new(b, "w", Duration::from_secs(10), "late", |a, b| *a += b)
-                        .expect("shape")
-                };
-                subject!(b, op(&mut b), |w, ctx, rec, key, t, out| {
-                    let u = w.add(ctx, rec, &key, t, |n| *n += 1)?;
-                    emit(ctx, &out, u)
-                })
-            }),
+            subject!(|b| SlidingWindows::<u64, u64>::new(&mut b, "w", s(10), "late", merge).expect("shape")),
         ),
         (
             "session gap 10 s",
-            Box::new(|| {
-                let op = |b: &mut PipelineBuilder| {
-                    SessionWindows::<u64, u64>::new(b, "w", Duration::from_secs(10), "late", |a, b| *a += b)
-                        .expect("shape")
-                };
-                subject!(b, op(&mut b), |w, ctx, rec, key, t, out| {
-                    let u = w.add(ctx, rec, &key, t, |n| *n += 1)?;
-                    emit(ctx, &out, u)
-                })
-            }),
+            subject!(|b| SessionWindows::<u64, u64>::new(&mut b, "w", s(10), "late", merge).expect("shape")),
         ),
     ]
 }
