@@ -31,6 +31,7 @@
 //! | `kafka_eos_changelog_records_total{store}` | counter | changelog records committed (one per changed key per transaction) |
 //! | `kafka_eos_duplicates_dropped_total{store}` | counter | records dropped by dedup (committed) |
 //! | `kafka_eos_late_records_total{store}` | counter | records routed to a late-records topic by a window (committed) |
+//! | `kafka_eos_window_corrections_total{store}` | counter | window results changed after their window closed: corrections and retracted sessions (committed) |
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -194,6 +195,7 @@ pub(crate) fn tally_committed(pipeline: &str, tally: Tally, store: &str, n: u64)
     let name = match tally {
         Tally::Duplicate => "kafka_eos_duplicates_dropped_total",
         Tally::Late => "kafka_eos_late_records_total",
+        Tally::Correction => "kafka_eos_window_corrections_total",
     };
     counter!(name, "pipeline" => pipeline.to_string(), "store" => store.to_string()).increment(n);
 }

@@ -66,6 +66,8 @@ pub struct Tallies {
     pub duplicates_dropped: u64,
     /// Records routed to a late-records topic.
     pub late_records: u64,
+    /// Window results corrected or retracted after their window closed.
+    pub window_corrections: u64,
 }
 
 /// A changelog record as the driver keeps it: offset, key, value (`None`: a tombstone).
@@ -160,6 +162,7 @@ impl Engine {
                 match tally {
                     Tally::Duplicate => t.duplicates_dropped += n,
                     Tally::Late => t.late_records += n,
+                    Tally::Correction => t.window_corrections += n,
                 }
             }
         }

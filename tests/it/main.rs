@@ -21,3 +21,4 @@ mod startup;
 mod state;
 mod unknown_outcome;
 mod versions;
+mod windows;

@@ -1,5 +1,5 @@
-//! Stateful operators built on [state stores](crate::state): deduplication, tumbling
-//! event-time windows and keyed running aggregates.
+//! Stateful operators built on [state stores](crate::state): deduplication, event-time
+//! windows (tumbling, hopping, sliding, session; see [`window`]'s rules) and keyed running aggregates.
 //!
 //! Each operator owns one store, declared on the builder by the operator's constructor
 //! (`Dedup::new(&mut builder, "seen-payments", ttl)`), and is called from the processor
@@ -43,8 +43,11 @@
 
 mod aggregate;
 mod dedup;
-mod window;
+pub mod window;
 
 pub use aggregate::Aggregate;
 pub use dedup::Dedup;
-pub use window::{ClosedWindow, TumblingWindows, WindowUpdate, LATE_HEADER};
+pub use window::{
+    ClosedWindow, HoppingWindows, RetractedWindow, SessionWindows, SlidingWindows, TumblingWindows, WindowAlign,
+    WindowError, WindowUpdate, LATE_HEADER,
+};

@@ -85,6 +85,7 @@ pub(crate) struct Stats {
     pub restored_records: Counter,
     pub duplicates_dropped: Counter,
     pub late_records: Counter,
+    pub window_corrections: Counter,
 }
 
 /// What a pipeline did, as counted when `run` returned (or so far, from
@@ -120,9 +121,13 @@ pub struct Summary {
     pub restored_records: u64,
     /// Records dropped as duplicates by [`Dedup`](crate::operators::Dedup), committed.
     pub duplicates_dropped: u64,
-    /// Records routed to a late-records topic by
-    /// [`TumblingWindows`](crate::operators::TumblingWindows), committed.
+    /// Records routed to a late-records topic by a window operator
+    /// ([`TumblingWindows`](crate::operators::TumblingWindows) and the other kinds), committed.
     pub late_records: u64,
+    /// Window results changed after their window had closed, committed: corrections (a
+    /// late record within the window's retention, see `docs/state.md`) and session results
+    /// retracted because a late record merged their session into an earlier one.
+    pub window_corrections: u64,
 }
 
 impl Stats {
@@ -139,6 +144,7 @@ impl Stats {
             restored_records: self.restored_records.get(),
             duplicates_dropped: self.duplicates_dropped.get(),
             late_records: self.late_records.get(),
+            window_corrections: self.window_corrections.get(),
         }
     }
 }

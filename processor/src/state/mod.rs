@@ -124,6 +124,9 @@ pub(crate) enum Tally {
     Duplicate,
     /// Records routed to a late-records topic by a window operator.
     Late,
+    /// Window results changed after their window closed (a late record within the
+    /// retention): corrections emitted and session results retracted by a merge.
+    Correction,
 }
 
 /// What a partition's committed transaction changed.

@@ -111,6 +111,8 @@ pub struct DriverStats {
     pub duplicates_dropped: u64,
     /// Records routed to a late-records topic.
     pub late_records: u64,
+    /// Window results corrected or retracted after their window closed.
+    pub window_corrections: u64,
 }
 
 /// Faults injected between an attempt and its commit (see [`check_replay_safe`]).
@@ -426,6 +428,7 @@ impl TestDriver {
                     self.stats.changelog_records += t.changelog_records;
                     self.stats.duplicates_dropped += t.duplicates_dropped;
                     self.stats.late_records += t.late_records;
+                    self.stats.window_corrections += t.window_corrections;
                     self.stats.records_in += batch.len() as u64;
                     self.stats.transactions_committed += 1;
                     return Ok(());

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use kafka_eos::codec::Json;
-use kafka_eos::operators::TumblingWindows;
+use kafka_eos::operators::{HoppingWindows, SessionWindows, SlidingWindows, TumblingWindows, WindowUpdate};
 use kafka_eos::processor::{Context, HookContext, ProcessError, Processor};
 use kafka_eos::{Error, InputRecord, OutputRecord, Pipeline, PipelineBuilder, ProcessorErrorPolicy, Topic};
 
@@ -208,4 +208,70 @@ fn the_replay_check_catches_state_written_outside_the_stores_even_without_output
     };
     let violation = check_replay_safe(pipeline, &inputs(), 9).expect_err("state fed from a field");
     assert!(violation.difference.contains("final state of store \"last\""), "{violation}");
+}
+
+/// Hopping, session and sliding windows with corrections: emits every result keyed by
+/// kind/key/start with value revision:count, and a tombstone for each retracted session.
+fn windowed(builder: PipelineBuilder) -> PipelineBuilder {
+    let mut b = builder.input_topic("in");
+    let (s, m) = (Duration::from_secs, Duration::from_millis);
+    let hop = HoppingWindows::<String, u64>::new(&mut b, "hop", s(10), s(5), "late").unwrap().retention(s(8));
+    let sessions = SessionWindows::<String, u64>::new(&mut b, "sessions", m(1_500), "late", |a, b| *a += b)
+        .unwrap()
+        .retention(s(8));
+    let sliding =
+        SlidingWindows::<String, u64>::new(&mut b, "sliding", s(4), "late", |a, b| *a += b).unwrap().retention(s(8));
+    let out = b.output_topic("out");
+    b.processor(move |ctx, rec| {
+        let key = rec.key_as::<String>(&kafka_eos::codec::Raw)?;
+        let t = rec.timestamp.unwrap_or(0);
+        let h = hop.add(ctx, rec, &key, t, |n| *n += 1)?;
+        let s = sessions.add(ctx, rec, &key, t, |n| *n += 1)?;
+        let l = sliding.add(ctx, rec, &key, t, |n| *n += 1)?;
+        for (kind, update) in [("h", h), ("s", s), ("l", l)] {
+            let WindowUpdate { late, closed, retracted } = update;
+            if let Some(late) = late {
+                ctx.emit(late);
+            }
+            for w in closed {
+                let k = format!("{kind}/{}/{}", w.key, w.start_ms);
+                ctx.emit(OutputRecord::to(&out).key(k).value(format!("{}:{}", w.revision, w.value)));
+            }
+            for r in retracted {
+                ctx.emit(OutputRecord::to(&out).key(format!("{kind}/{}/{}", r.key, r.start_ms)));
+            }
+        }
+        Ok(())
+    })
+}
+
+/// Every 5th record is 2 to 18 s late: some correct closed windows, some bridge sessions,
+/// some are past the 8 s retention.
+fn windowed_inputs() -> Vec<TestInput> {
+    (0..240i64)
+        .map(|i| {
+            let late = if i % 5 == 4 { 2_000 + (i * 733) % 16_000 } else { 0 };
+            TestInput::new().partition((i % 2) as i32).key(format!("k{}", i % 3)).timestamp(i * 700 - late).value("v")
+        })
+        .collect()
+}
+
+#[test]
+fn hopping_session_and_sliding_windows_with_corrections_are_replay_safe() {
+    let report = check_replay_safe(|| windowed(Pipeline::builder()), &windowed_inputs(), 11).expect("replay-safe");
+    assert!(report.aborts > 5 && report.crashes > 1, "{report:?}");
+    let mut d = TestDriver::new(windowed(Pipeline::builder())).unwrap();
+    d.pipe_all(windowed_inputs()).unwrap();
+    d.commit().unwrap();
+    let out = d.output("out");
+    let corrections = out.iter().filter(|r| r.value.as_deref().is_some_and(|v| !v.starts_with(b"0:"))).count();
+    let tombstones = out.iter().filter(|r| r.value.is_none()).count();
+    let stats = d.stats();
+    assert!(corrections > 0 && tombstones > 0 && stats.late_records > 0, "{corrections} {tombstones} {stats:?}");
+    let sliding_corrected = out.iter().filter(|r| {
+        r.key_str().is_some_and(|k| k.starts_with("l/")) && r.value.as_deref().is_some_and(|v| !v.starts_with(b"0:"))
+    });
+    assert!(sliding_corrected.count() > 0, "late records correct sliding windows too");
+    assert!(stats.window_corrections >= tombstones as u64, "{stats:?}");
+    assert_eq!(stats.late_records as usize, d.output("late").len());
 }

@@ -42,6 +42,7 @@ impl Task {
                 match tally {
                     Tally::Duplicate => stats.duplicates_dropped.add(n),
                     Tally::Late => stats.late_records.add(n),
+                    Tally::Correction => stats.window_corrections.add(n),
                 }
             }
         }

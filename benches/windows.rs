@@ -1,0 +1,148 @@
+//! What each window kind costs per record in the processing half of a pipeline, without
+//! Kafka: the records go through the test driver (the runtime's own processing, state
+//! overlays, changelog records and commits, with topics kept in memory), so the figures are
+//! CPU per record on top of a keyed running aggregate — not end-to-end throughput, which
+//! `batch_throughput` measures with a broker.
+//!
+//! ```sh
+//! cargo bench --bench windows            # 200,000 records, 1,000 keys, median of 3
+//! cargo bench --bench windows -- --quick # 20,000 records, one run
+//! ```
+//!
+//! Input: one record every 5 ms of event time over 4 partitions, each 50th record 0 to
+//! 30 s late. Every subject emits its results (closed windows, corrections, late records).
+
+use std::time::{Duration, Instant};
+
+use kafka_eos::operators::{
+    Aggregate, HoppingWindows, SessionWindows, SlidingWindows, TumblingWindows, WindowAlign, WindowUpdate,
+};
+use kafka_eos::{OutputRecord, Pipeline, PipelineBuilder, Topic};
+use kafka_eos_testkit::driver::{TestDriver, TestInput};
+
+const KEYS: u64 = 1_000;
+const MINUTE: Duration = Duration::from_secs(60);
+
+fn emit(ctx: &mut kafka_eos::Context<'_>, out: &Topic, u: WindowUpdate<u64, u64>) {
+    if let Some(late) = u.late {
+        ctx.emit(late);
+    }
+    for w in u.closed {
+        ctx.emit(OutputRecord::to(out).key(format!("{}/{}", w.key, w.start_ms)).value(w.value.to_string()));
+    }
+}
+
+/// A pipeline folding each record's key with `$body` (`w`: the operator `$op` builds on
+/// builder `b`), emitting what it returns.
+macro_rules! subject {
+    (|$b:ident| $op:expr, |$w:ident, $ctx:ident, $rec:ident, $key:ident, $t:ident| $body:expr) => {
+        Box::new(move || {
+            let mut $b = Pipeline::builder().input_topic("in");
+            let $w = $op;
+            let out = $b.output_topic("out");
+            $b.processor(move |$ctx, $rec| {
+                let $key: u64 = String::from_utf8_lossy($rec.key.as_deref().unwrap_or_default()).parse()?;
+                let $t = $rec.timestamp.unwrap_or(0);
+                let update: Option<WindowUpdate<u64, u64>> = $body;
+                if let Some(u) = update {
+                    emit($ctx, &out, u);
+                }
+                Ok(())
+            })
+        })
+    };
+    (|$b:ident| $op:expr) => {
+        subject!(|$b| $op, |w, ctx, rec, key, t| Some(w.add(ctx, rec, &key, t, |n| *n += 1)?))
+    };
+}
+
+type Subject = (&'static str, Box<dyn Fn() -> PipelineBuilder>);
+
+fn subjects() -> Vec<Subject> {
+    let s = Duration::from_secs;
+    fn merge(a: &mut u64, b: u64) {
+        *a += b
+    }
+    vec![
+        (
+            "aggregate (baseline)",
+            subject!(|b| Aggregate::<u64, u64>::new(&mut b, "agg"), |w, ctx, rec, key, t| {
+                let _ = (rec, t, w.update(ctx, &key, |n| *n += 1)?);
+                None
+            }),
+        ),
+        ("tumbling 1 min", subject!(|b| TumblingWindows::<u64, u64>::new(&mut b, "w", MINUTE, "late"))),
+        (
+            "tumbling 1 min, retention 1 min",
+            subject!(|b| TumblingWindows::<u64, u64>::new(&mut b, "w", MINUTE, "late").retention(MINUTE)),
+        ),
+        (
+            "tumbling Europe/Berlin days",
+            subject!(|b| {
+                let days = WindowAlign::days_in("Europe/Berlin").expect("a known zone");
+                TumblingWindows::<u64, u64>::aligned(&mut b, "w", days, "late")
+            }),
+        ),
+        (
+            "hopping 1 min / 10 s",
+            subject!(|b| HoppingWindows::<u64, u64>::new(&mut b, "w", MINUTE, s(10), "late").expect("shape")),
+        ),
+        (
+            "sliding 10 s",
+            subject!(|b| SlidingWindows::<u64, u64>::new(&mut b, "w", s(10), "late", merge).expect("shape")),
+        ),
+        (
+            "session gap 10 s",
+            subject!(|b| SessionWindows::<u64, u64>::new(&mut b, "w", s(10), "late", merge).expect("shape")),
+        ),
+    ]
+}
+
+fn inputs(n: u64) -> Vec<TestInput> {
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    (0..n)
+        .map(|i| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            let late = if i % 50 == 0 { (seed % 30_000) as i64 } else { 0 };
+            let key = seed % KEYS;
+            TestInput::new()
+                .partition((key % 4) as i32)
+                .key(key.to_string())
+                .timestamp(1_700_000_000_000 + i as i64 * 5 - late)
+                .value("v")
+        })
+        .collect()
+}
+
+fn main() {
+    let quick = std::env::args().any(|a| a == "--quick");
+    let (n, runs) = if quick { (20_000, 1) } else { (200_000, 3) };
+    let records = inputs(n);
+    println!("{n} records, {KEYS} keys, 4 partitions, batches of 500; median of {runs}");
+    println!("{:<34} {:>12} {:>10} {:>12} {:>10}", "subject", "ns/record", "vs base", "changelog/rec", "outputs");
+    let mut base = None;
+    for (name, make) in subjects() {
+        let mut times = Vec::new();
+        let mut stats = None;
+        for _ in 0..runs {
+            let mut driver = TestDriver::new(make()).expect("valid pipeline").batch_size(Some(500));
+            let start = Instant::now();
+            driver.pipe_all(records.iter().cloned()).expect("processed");
+            driver.commit().expect("committed");
+            times.push(start.elapsed().as_nanos() as f64 / n as f64);
+            stats = Some(driver.stats());
+        }
+        times.sort_by(f64::total_cmp);
+        let ns = times[times.len() / 2];
+        let base_ns = *base.get_or_insert(ns);
+        let s = stats.expect("one run");
+        println!(
+            "{name:<34} {ns:>12.0} {:>9.2}x {:>12.2} {:>10}",
+            ns / base_ns,
+            s.changelog_records as f64 / n as f64,
+            s.records_out
+        );
+    }
+}
