@@ -154,7 +154,7 @@ impl Engine {
     /// The batch committed: the overlays become committed state. Returns what it counted.
     pub fn commit(&mut self) -> Tallies {
         let mut t = Tallies::default();
-        for committed in self.processing.commit_states() {
+        for committed in self.processing.commit_states(&Default::default()) {
             t.changelog_records += committed.changes.iter().map(|(_, n)| n).sum::<u64>();
             for ((tally, _), n) in committed.tallies {
                 match tally {

@@ -220,6 +220,6 @@ mod tests {
             closed.iter().map(|c| (c.key.as_str(), c.start_ms, c.value)).collect::<Vec<_>>(),
             vec![("a", 10, 2), ("b", 10, 1)]
         );
-        assert_eq!(st.commit().tallies.get(&(Tally::Late, "w".to_string())), Some(&1));
+        assert_eq!(st.commit(&Default::default()).tallies.get(&(Tally::Late, "w".to_string())), Some(&1));
     }
 }

@@ -218,7 +218,7 @@ fn encode_err(cell: &StoreCell, what: &'static str, source: bincode::Error) -> S
 
 fn get<K: Serialize, V: DeserializeOwned>(cell: &StoreCell, key: &K) -> Result<Option<V>, StateError> {
     let k = format::encode_key(key).map_err(|e| encode_err(cell, "key", e))?;
-    cell.get(&k).map(|v| decode(cell, "value", format::decode_value(cell.version, &v))).transpose()
+    cell.get(&k)?.map(|v| decode(cell, "value", format::decode_value(cell.version, &v))).transpose()
 }
 
 fn entries<K: DeserializeOwned, V: DeserializeOwned>(cell: &StoreCell) -> Result<Vec<(K, V)>, StateError> {

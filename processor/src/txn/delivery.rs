@@ -1,7 +1,9 @@
 //! The delivery reports of a producer's current cycle, counted inside `poll` on the task's
-//! thread; reports of earlier (aborted) cycles are ignored by their cycle number. And what
-//! a failed delivery says about a missing output topic.
+//! thread; reports of earlier (aborted) cycles are ignored by their cycle number. The last
+//! offset each changelog partition got (the stores' checkpoints). And what a failed
+//! delivery says about a missing output topic.
 
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
@@ -25,6 +27,18 @@ pub(crate) struct DeliveryTracker {
     pub(super) first_error: Mutex<Option<KafkaError>>,
     /// The topic of the first failed delivery: named when it turns out not to exist.
     pub(super) failed_topic: Mutex<Option<String>>,
+    /// The pipeline's changelog topics, and the last offset each of their partitions got
+    /// acknowledged, with the cycle it was in: after a commit, where the stores'
+    /// checkpoints move to.
+    pub(super) changelogs: HashSet<String>,
+    pub(super) changelog_ends: Mutex<HashMap<(String, i32), (usize, i64)>>,
+}
+
+impl DeliveryTracker {
+    /// The changelog topics of `cfg`'s stores.
+    pub(super) fn changelogs_of(cfg: &crate::config::PipelineConfig) -> HashSet<String> {
+        cfg.stores.iter().map(|s| crate::state::changelog_topic(&cfg.application_id, &s.name)).collect()
+    }
 }
 
 impl ClientContext for DeliveryTracker {
@@ -45,8 +59,16 @@ impl ProducerContext for DeliveryTracker {
             return; // a report from an aborted cycle
         }
         match result {
-            Ok(_) => {
+            Ok(m) => {
                 self.acked.fetch_add(1, Ordering::Relaxed);
+                let topic = rdkafka::Message::topic(m);
+                if self.changelogs.contains(topic) {
+                    let mut ends = self.changelog_ends.lock().unwrap_or_else(|p| p.into_inner());
+                    let offset = rdkafka::Message::offset(m);
+                    let end =
+                        ends.entry((topic.to_string(), rdkafka::Message::partition(m))).or_insert((cycle, offset));
+                    *end = (cycle, if end.0 == cycle { end.1.max(offset) } else { offset });
+                }
             }
             Err((e, m)) => {
                 self.failed.fetch_add(1, Ordering::Relaxed);
@@ -62,6 +84,16 @@ impl ProducerContext for DeliveryTracker {
 }
 
 impl super::TxnProducer {
+    /// The last offset of each changelog partition acknowledged in the current cycle: after
+    /// a commit, the last changelog record of each store partition the transaction wrote.
+    pub(crate) fn changelog_ends(&self) -> crate::state::ChangelogEnds {
+        let ends = self.inner.context().changelog_ends.lock().unwrap_or_else(|p| p.into_inner());
+        ends.iter()
+            .filter(|(_, (cycle, _))| *cycle == self.cycle)
+            .map(|(tp, (_, offset))| (tp.clone(), *offset))
+            .collect()
+    }
+
     /// After a failed [`await_acks`](Self::await_acks): the topic of the first failed
     /// delivery, if the failure is one a missing topic causes (`_UNKNOWN_TOPIC`,
     /// `UNKNOWN_TOPIC_OR_PARTITION`, or a message timeout: under a transaction the message
