@@ -6,6 +6,7 @@
 
 mod aborts;
 mod cli;
+mod diskstate;
 mod common;
 mod eos;
 mod equivalence;
