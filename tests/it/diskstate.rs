@@ -70,11 +70,14 @@ async fn a_restart_with_its_checkpoint_restores_only_the_tail() {
 /// once — the local stores, written only after commits, never hold an aborted change.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkills_mid_batch_on_the_same_state_directory_keep_totals_exact() {
-    let payments = 30_000;
+    let payments = 24_000;
     let c = Close::new("disk-kill", Generate { payments, ..Generate::default() }, Guarantee::ExactlyOnce).await;
     let dir = tempfile::tempdir().unwrap();
-    c.produce(0..payments).await;
-    for kill in 0..3 {
+    let lag = |c: &Close| {
+        kafka_eos_testkit::admin::group_lag(&c.bootstrap, &c.app, std::slice::from_ref(&c.topics.payments))
+            .unwrap_or(i64::MAX)
+    };
+    for kill in 0..3u64 {
         let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_kafka-eos"));
         cmd.args(["chaos", "instance", "--bootstrap", &c.bootstrap, "--app", &c.app])
             .args(["--input", &c.topics.payments, "--output", &c.topics.revenue, "--guarantee", "exactly-once"])
@@ -83,22 +86,44 @@ async fn sigkills_mid_batch_on_the_same_state_directory_keep_totals_exact() {
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null());
         let mut child = spawn_process(cmd, SpawnMode::Attached).expect("chaos instance");
-        // Kill once it has committed progress, at a different point each time.
-        let lag = |c: &Close| {
-            kafka_eos_testkit::admin::group_lag(&c.bootstrap, &c.app, std::slice::from_ref(&c.topics.payments))
-                .unwrap_or(i64::MAX)
-        };
-        let before = lag(&c);
+        // Payments keep arriving in small bursts, so the kill lands while batches are in
+        // flight; it comes once the instance has committed progress, later each time.
+        let part = kill * 6_000..(kill + 1) * 6_000;
+        let mut next = part.start;
         let deadline = Instant::now() + Duration::from_secs(90);
-        while lag(&c) >= before {
+        let mut committed_at = None;
+        let lag_before = lag(&c);
+        while committed_at.is_none_or(|t: Instant| t.elapsed() < Duration::from_millis(500 + 700 * kill)) {
             assert!(Instant::now() < deadline, "kill {kill}: the instance made no progress");
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            if next < part.end {
+                c.produce(next..next + 250).await;
+                next += 250;
+            }
+            if committed_at.is_none()
+                && next > part.start + 1_000
+                && lag(&c) < lag_before + (next - part.start) as i64 - 500
+            {
+                committed_at = Some(Instant::now());
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        tokio::time::sleep(Duration::from_millis(300 + 400 * kill)).await;
+        // A burst, and the kill tens of milliseconds later: inside its transaction (the
+        // commit interval is 100 ms), the burst's changes in the overlay, not on disk.
+        let burst = (next + 1_500).min(part.end);
+        if next < burst {
+            c.produce(next..burst).await;
+            next = burst;
+        }
+        tokio::time::sleep(Duration::from_millis(20 + 30 * kill)).await;
+        let lag_at_kill = lag(&c);
         child.kill().expect("SIGKILL");
         let _ = child.wait();
-        println!("kill {kill}: lag {} after the kill", lag(&c));
+        if next < part.end {
+            c.produce(next..part.end).await;
+        }
+        println!("kill {kill}: lag {lag_at_kill} at the kill");
     }
+    c.produce(18_000..payments).await;
     let last = run_to_end(&c, dir.path()).await;
     let rec = c.reconcile().await;
     println!("{rec}\nlast: {last:?}");
@@ -109,8 +134,8 @@ async fn sigkills_mid_batch_on_the_same_state_directory_keep_totals_exact() {
 /// the intact partitions restore nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_corrupt_or_missing_local_store_is_rebuilt_from_the_changelog() {
-    let c = Close::new("disk-damage", Generate { payments: 16_000, ..Generate::default() }, Guarantee::ExactlyOnce)
-        .await;
+    let c =
+        Close::new("disk-damage", Generate { payments: 16_000, ..Generate::default() }, Guarantee::ExactlyOnce).await;
     let dir = tempfile::tempdir().unwrap();
     c.produce(0..8_000).await;
     let first = run_to_end(&c, dir.path()).await;

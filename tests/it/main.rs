@@ -6,8 +6,8 @@
 
 mod aborts;
 mod cli;
-mod diskstate;
 mod common;
+mod diskstate;
 mod eos;
 mod equivalence;
 mod failures;

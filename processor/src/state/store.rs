@@ -52,13 +52,7 @@ where
     /// An in-memory store named `name` at schema version 1. The name names the changelog
     /// topic (`<application-id>-<name>-changelog`): letters, digits, `.`, `_`, `-`.
     pub fn new(name: impl Into<String>) -> Self {
-        StoreSpec {
-            name: name.into(),
-            backend: None,
-            version: 1,
-            migrations: Vec::new(),
-            _types: PhantomData,
-        }
+        StoreSpec { name: name.into(), backend: None, version: 1, migrations: Vec::new(), _types: PhantomData }
     }
 
     /// Keeps the committed state in `factory`'s backends (one per partition) instead of
