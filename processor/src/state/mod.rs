@@ -42,7 +42,7 @@
 //! measured rate). A persistent backend (the `kafka-eos-disk` crate, passed with
 //! [`StoreSpec::backend`]; processors do not change) keeps the state and a
 //! [`Checkpoint`](backend::Checkpoint) — the changelog offset it reflects — in one local
-//! transaction, so an assignment restores only the changelog's tail ([`checkpoint`] has
+//! transaction, so an assignment restores only the changelog's tail (`state/checkpoint.rs` has
 //! the rules for when a checkpoint is trusted).
 //!
 //! **Never ahead of the commit** (the problem of Kafka's KIP-892): a backend is written
