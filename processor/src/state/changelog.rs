@@ -54,6 +54,8 @@ pub(crate) fn ensure_topics(cfg: &PipelineConfig, input_partitions: i32) -> Resu
         if !policy.split(',').any(|p| p.trim() == "compact") {
             return Err(layout(format!("has cleanup.policy={policy}")));
         }
+        // Read now, once: a restore from a local checkpoint needs it (see `checkpoint`).
+        checkpoint::delete_retention(|| admin.clone(), &topic);
     }
     Ok(())
 }
@@ -112,7 +114,6 @@ pub(crate) fn restore(
         let backend_error = |partition: i32| {
             move |source| Error::from(StateError::Backend { store: spec.name.to_string(), partition, source })
         };
-        let mut retention = None;
         // Where each partition's read ends (the offset after its last record), and the
         // checkpoint its state reaches: where the read starts, then past each record read.
         let mut ends: HashMap<i32, i64> = HashMap::new();
@@ -126,7 +127,7 @@ pub(crate) fn restore(
                     source: Box::new(e),
                     hint: "check that the changelog topic exists and is readable by this principal",
                 })?;
-            let mut retention = || *retention.get_or_insert_with(|| checkpoint::delete_retention(&admin(), &topic));
+            let mut retention = || checkpoint::delete_retention(admin, &topic);
             let from = resume_point(cfg, &mut states[i], store, (low, high), &mut retention)?;
             next.insert(*p, from);
             // A fully read changelog partition (an empty one: a new store) needs no fetch.
@@ -370,7 +371,7 @@ fn retrying<T>(
 /// the exactly-once behaviour of state is proven on a real broker by `tests/it/state.rs` and
 /// the chaos suite's financial-close scenario).
 #[cfg(test)]
-mod mock_cluster_tests {
+pub(super) mod mock_cluster_tests {
     use std::time::{Duration, Instant};
 
     use rdkafka::mocking::MockCluster;
@@ -378,19 +379,27 @@ mod mock_cluster_tests {
     use crate::state::{changelog_topic, format, StoreSpec};
     use crate::Pipeline;
 
-    fn setup(
+    pub(crate) fn setup(
         mock: &MockCluster<'static, rdkafka::producer::DefaultProducerContext>,
         spec: StoreSpec<u32, u32>,
     ) -> (crate::state::Store<u32, u32>, crate::PipelineConfig) {
-        mock.create_topic("in", 1, 1).expect("topic");
-        mock.create_topic(&changelog_topic("app", "s"), 1, 1).expect("topic");
+        // Again for a second pipeline on the same cluster: the topics are there.
+        for topic in ["in".to_string(), changelog_topic("app", "s")] {
+            match mock.create_topic(&topic, 1, 1) {
+                Err(e) if !e.to_string().contains("TopicAlreadyExists") => panic!("topic {topic}: {e}"),
+                _ => {}
+            }
+        }
         let mut builder = Pipeline::builder().bootstrap_servers(mock.bootstrap_servers()).application_id("app");
         let store = builder.store_spec(spec);
         let pipeline = builder.input_topic("in").processor(|_, _| Ok(())).build().expect("config");
         (store, pipeline.config().clone())
     }
 
-    fn write(mock: &MockCluster<'static, rdkafka::producer::DefaultProducerContext>, records: &[(Vec<u8>, Vec<u8>)]) {
+    pub(crate) fn write(
+        mock: &MockCluster<'static, rdkafka::producer::DefaultProducerContext>,
+        records: &[(Vec<u8>, Vec<u8>)],
+    ) {
         let producer: rdkafka::producer::BaseProducer =
             crate::admin::Client::new(mock.bootstrap_servers()).config().create().expect("producer");
         let topic = changelog_topic("app", "s");

@@ -23,6 +23,8 @@
 //! Not detected: a changelog deleted and recreated that has grown past the old checkpoint
 //! again. Delete the state directory when recreating a changelog (docs/state.md).
 
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, SystemTime};
 
 use super::backend::Checkpoint;
@@ -82,20 +84,36 @@ pub(crate) fn resume_from(
     Ok(next)
 }
 
-/// `delete.retention.ms` as the topic reports it; the default when it reports none or
-/// cannot be asked (logged: a shorter configured retention is then not seen).
-pub(crate) fn delete_retention(admin: &crate::admin::Client, topic: &str) -> Duration {
-    match admin.topic_config(topic, "delete.retention.ms") {
-        Ok(Some(ms)) => match ms.parse::<u64>() {
-            Ok(ms) => Duration::from_millis(ms),
-            Err(_) => DEFAULT_DELETE_RETENTION,
-        },
+/// `delete.retention.ms` of each changelog topic this process has asked about: read once
+/// (at start-up by `changelog::ensure_topics`), not on every restore. A changed retention
+/// takes effect at the next start.
+fn retentions() -> &'static Mutex<HashMap<String, Duration>> {
+    static RETENTIONS: OnceLock<Mutex<HashMap<String, Duration>>> = OnceLock::new();
+    RETENTIONS.get_or_init(Default::default)
+}
+
+/// Records `topic`'s tombstone retention.
+pub(crate) fn remember_retention(topic: &str, retention: Duration) {
+    retentions().lock().unwrap_or_else(|p| p.into_inner()).insert(topic.to_string(), retention);
+}
+
+/// `delete.retention.ms` as the topic reports it (asked once per process, see
+/// [`retentions`]); the default when it reports none or cannot be asked (logged: a
+/// shorter configured retention is then not seen).
+pub(crate) fn delete_retention(admin: impl FnOnce() -> crate::admin::Client, topic: &str) -> Duration {
+    if let Some(known) = retentions().lock().unwrap_or_else(|p| p.into_inner()).get(topic) {
+        return *known;
+    }
+    let retention = match admin().topic_config(topic, "delete.retention.ms") {
+        Ok(Some(ms)) => ms.parse::<u64>().map(Duration::from_millis).unwrap_or(DEFAULT_DELETE_RETENTION),
         Ok(None) => DEFAULT_DELETE_RETENTION,
         Err(e) => {
             tracing::warn!(topic, error = %e, "cannot read delete.retention.ms; assuming Kafka's default of one day");
-            DEFAULT_DELETE_RETENTION
+            return DEFAULT_DELETE_RETENTION;
         }
-    }
+    };
+    remember_retention(topic, retention);
+    retention
 }
 
 #[cfg(test)]
@@ -138,5 +156,138 @@ mod tests {
         // A checkpoint from the future (clock stepped back) is not stale.
         let future = Checkpoint { next_offset: 90, written_at: now + Duration::from_secs(60) };
         assert_eq!(resume_from(&future, 0, 100, now, hour), Ok(90));
+    }
+}
+
+/// The restore's use of a persistent backend's checkpoint, on librdkafka's mock cluster: a
+/// test backend that keeps its entries and checkpoint across "restarts" in shared memory.
+#[cfg(test)]
+mod restore_tests {
+    use std::collections::BTreeMap;
+    use std::sync::{Arc, Mutex};
+    use std::time::{Duration, Instant, SystemTime};
+
+    use rdkafka::mocking::MockCluster;
+
+    use crate::state::backend::{BackendError, Change, Checkpoint, KeyValueBackend, Location, MemoryBackend};
+    use crate::state::changelog::mock_cluster_tests::{setup, write};
+    use crate::state::{format, StoreSpec};
+
+    #[derive(Default)]
+    struct Saved {
+        entries: Vec<Change>,
+        checkpoint: Option<Checkpoint>,
+        damaged: bool,
+    }
+
+    /// Memory that outlives the backend: what a disk keeps between runs.
+    struct Kept {
+        saved: Arc<Mutex<Saved>>,
+        live: MemoryBackend,
+    }
+
+    impl KeyValueBackend for Kept {
+        fn get(&self, key: &[u8]) -> Option<Vec<u8>> {
+            self.live.get(key)
+        }
+        fn write_batch(&mut self, changes: Vec<Change>) {
+            self.saved.lock().unwrap().entries.extend(changes.iter().cloned());
+            self.live.write_batch(changes);
+        }
+        fn scan(&self) -> Box<dyn Iterator<Item = (Vec<u8>, Vec<u8>)> + '_> {
+            self.live.scan()
+        }
+        fn len(&self) -> usize {
+            self.live.len()
+        }
+        fn size_bytes(&self) -> usize {
+            self.live.size_bytes()
+        }
+        fn open(&mut self, _: &Location<'_>) -> Result<Option<Checkpoint>, BackendError> {
+            let saved = self.saved.lock().unwrap();
+            if saved.damaged {
+                return Err(BackendError { what: "opening".into(), hint: "", source: "damaged".into() });
+            }
+            self.live.write_batch(saved.entries.clone());
+            Ok(saved.checkpoint)
+        }
+        fn write_checkpointed(&mut self, changes: Vec<Change>, next: Option<i64>) -> Result<(), BackendError> {
+            self.write_batch(changes);
+            if let Some(next_offset) = next {
+                self.saved.lock().unwrap().checkpoint = Some(Checkpoint { next_offset, written_at: SystemTime::now() });
+            }
+            Ok(())
+        }
+        fn clear(&mut self) -> Result<(), BackendError> {
+            *self.saved.lock().unwrap() = Saved::default();
+            self.live = MemoryBackend::default();
+            Ok(())
+        }
+    }
+
+    fn record(k: u32, v: u32) -> (Vec<u8>, Vec<u8>) {
+        (format::encode_key(&k).unwrap(), format::encode_value(1, &v).unwrap())
+    }
+
+    /// Restores partition 0 with the backend over `saved`: (records read, entries).
+    fn restore(
+        mock: &MockCluster<'static, rdkafka::producer::DefaultProducerContext>,
+        saved: &Arc<Mutex<Saved>>,
+    ) -> (u64, BTreeMap<u32, u32>) {
+        let kept = saved.clone();
+        let spec = StoreSpec::<u32, u32>::new("s").backend(Arc::new(move |_, _| {
+            Box::new(Kept { saved: kept.clone(), live: MemoryBackend::default() }) as Box<dyn KeyValueBackend>
+        }));
+        let (store, cfg) = setup(mock, spec);
+        // The mock cluster does not describe configs.
+        super::remember_retention(&crate::state::changelog_topic("app", "s"), super::DEFAULT_DELETE_RETENTION);
+        let (states, read) =
+            crate::state::changelog::restore(&cfg, &[0], Instant::now() + Duration::from_secs(30)).expect("restore");
+        (read, states[0].store_ref(&store).entries().unwrap().into_iter().collect())
+    }
+
+    fn expected(n: u32, value: impl Fn(u32) -> u32) -> BTreeMap<u32, u32> {
+        (0..n).map(|k| (k, value(k))).collect()
+    }
+
+    #[test]
+    fn a_trusted_checkpoint_reads_the_tail_and_moves_to_the_end() {
+        let mock = MockCluster::new(1).expect("mock cluster");
+        setup(&mock, StoreSpec::<u32, u32>::new("s"));
+        write(&mock, &(0..10).map(|k| record(k, k * 10)).collect::<Vec<_>>());
+        let saved = Arc::new(Mutex::new(Saved::default()));
+        assert_eq!(restore(&mock, &saved), (10, expected(10, |k| k * 10)), "no checkpoint: from the start");
+        assert_eq!(saved.lock().unwrap().checkpoint.map(|c| c.next_offset), Some(10));
+        assert_eq!(restore(&mock, &saved), (0, expected(10, |k| k * 10)), "at the end: nothing to read");
+        write(&mock, &(5..8).map(|k| record(k, k)).collect::<Vec<_>>());
+        let tail = expected(10, |k| if (5..8).contains(&k) { k } else { k * 10 });
+        assert_eq!(restore(&mock, &saved), (3, tail), "only the tail");
+        assert_eq!(saved.lock().unwrap().checkpoint.map(|c| c.next_offset), Some(13));
+    }
+
+    #[test]
+    fn an_untrusted_local_store_is_cleared_and_rebuilt() {
+        let mock = MockCluster::new(1).expect("mock cluster");
+        setup(&mock, StoreSpec::<u32, u32>::new("s"));
+        write(&mock, &(0..10).map(|k| record(k, k)).collect::<Vec<_>>());
+        let stray = (format::encode_key(&99u32).unwrap(), Some(format::encode_value(1, &1u32).unwrap()));
+        let now = SystemTime::now();
+        let cases = [
+            ("beyond the end", Some(Checkpoint { next_offset: 50, written_at: now }), false),
+            ("damaged", Some(Checkpoint { next_offset: 4, written_at: now }), true),
+            ("entries without a checkpoint", None, false),
+            (
+                "older than the tombstone retention",
+                Some(Checkpoint { next_offset: 4, written_at: now - 2 * super::DEFAULT_DELETE_RETENTION }),
+                false,
+            ),
+        ];
+        for (case, checkpoint, damaged) in cases {
+            let saved = Arc::new(Mutex::new(Saved { entries: vec![stray.clone()], checkpoint, damaged }));
+            assert_eq!(restore(&mock, &saved), (10, expected(10, |k| k)), "{case}: the stray entry is gone");
+        }
+        let old_at_end = Checkpoint { next_offset: 10, written_at: now - 2 * super::DEFAULT_DELETE_RETENTION };
+        let saved = Arc::new(Mutex::new(Saved { entries: vec![stray], checkpoint: Some(old_at_end), damaged: false }));
+        assert_eq!(restore(&mock, &saved).0, 0, "an old checkpoint with nothing after it is trusted");
     }
 }
