@@ -37,12 +37,14 @@ fn config(bootstrap: &str, app: &str, input: &str, disk: Option<&DiskStore>) -> 
     builder.input_topic(input).processor(|_, _| Ok(())).build().expect("pipeline").config().clone()
 }
 
-/// Appends keys `range` to the changelog, spread over the partitions.
+/// Appends keys `range` to the changelog, spread over the partitions, encoded as a store
+/// writes them (`state::format`: a key is `[FORMAT] ++ bincode(key)`, a value
+/// `[FORMAT, version] ++ bincode(value)`).
 fn write(bootstrap: &str, topic: &str, range: std::ops::Range<u64>, value: usize) {
-    let body = vec![0x42u8; value];
+    let body = bincode::serialize(&vec![0x42u8; value]).expect("value");
     let records = range.map(|k| {
-        let key = format::encode_key(&k).expect("key");
-        let value = format::encode_value(1, &body).expect("value");
+        let key = [&[format::FORMAT][..], &bincode::serialize(&k).expect("key")].concat();
+        let value = [&[format::FORMAT, 1][..], &body].concat();
         (Some((k % PARTITIONS as u64) as i32), key, value)
     });
     kafka_eos_testkit::admin::produce(bootstrap, topic, records).expect("produce the changelog");
