@@ -17,7 +17,8 @@
 //!   commit  -> overlay merged into the committed backend
 //!   abort   -> overlay discarded (the replay recomputes it from the committed state)
 //!   assign  -> backend rebuilt from the changelog partition, read_committed, to its end,
-//!              before the partition's first record is processed
+//!              before the partition's first record is processed: from the start, or from
+//!              a persistent backend's trusted checkpoint (only the tail)
 //! ```
 //! - The overlay holds the latest value per key, so the changelog gets one record per key
 //!   changed per transaction (a delete is a tombstone); the topic is compacted, so its size
@@ -40,7 +41,9 @@
 //! By default in memory ([`backend::MemoryBackend`]), rebuilt from the changelog's start on
 //! every assignment: restore time grows with the live state (see `docs/state.md` for the
 //! measured rate). A persistent backend (the `kafka-eos-disk` crate, passed with
-//! [`StoreSpec::backend`]; processors do not change) keeps the state and a
+//! [`StoreSpec::backend`] or for every store with
+//! [`PipelineBuilder::state_backend`](crate::PipelineBuilder::state_backend); processors do
+//! not change) keeps the state and a
 //! [`Checkpoint`](backend::Checkpoint) — the changelog offset it reflects — in one local
 //! transaction, so an assignment restores only the changelog's tail (`state/checkpoint.rs` has
 //! the rules for when a checkpoint is trusted).
