@@ -3,7 +3,7 @@
 //! start).
 //!
 //! ```sh
-//! cargo bench -p kafka-eos-disk --bench restore_checkpoint -- [--records 1000000] [--value 200] [--tail 0.01]
+//! cargo bench -p kafka-eos-disk --bench restore_checkpoint -- [--records 1000000] [--value 200] [--tail 0.01] [--sync-ms 1000]
 //! ```
 //!
 //! Writes a changelog of `records` unique keys (values of `value` bytes, 4 partitions) as a
@@ -60,6 +60,7 @@ fn restore(cfg: &PipelineConfig) -> (u64, f64) {
 
 fn main() {
     let (records, value, tail) = (arg("--records", 1_000_000u64), arg("--value", 200usize), arg("--tail", 0.01f64));
+    let sync = Duration::from_millis(arg("--sync-ms", 1_000u64));
     let cluster = Cluster::from_env_or_start(ClusterConfig { heap_mb: 1024, ..ClusterConfig::default() })
         .unwrap_or_else(|e| panic!("cannot start a broker: {e}"));
     let bootstrap = cluster.bootstrap_servers();
@@ -81,7 +82,7 @@ fn main() {
     println!("loadavg before: {}", load());
 
     let dir = tempfile::tempdir().expect("state dir");
-    let disk = DiskStore::at(dir.path());
+    let disk = DiskStore::at(dir.path()).sync_interval(sync);
     let rows = [
         ("memory, from the start", restore(&config(&bootstrap, &app, &input, None))),
         ("disk, no checkpoint (full)", restore(&config(&bootstrap, &app, &input, Some(&disk)))),
