@@ -31,8 +31,11 @@ pub(crate) struct DeliveryTracker {
     /// acknowledged, with the cycle it was in: after a commit, where the stores'
     /// checkpoints move to.
     pub(super) changelogs: HashSet<String>,
-    pub(super) changelog_ends: Mutex<HashMap<(String, i32), (usize, i64)>>,
+    pub(super) changelog_ends: Mutex<HashMap<String, PartitionEnds>>,
 }
+
+/// Per partition: the cycle of the last acknowledged record, and its offset.
+type PartitionEnds = HashMap<i32, (usize, i64)>;
 
 impl DeliveryTracker {
     /// The changelog topics of `cfg`'s stores.
@@ -62,11 +65,14 @@ impl ProducerContext for DeliveryTracker {
             Ok(m) => {
                 self.acked.fetch_add(1, Ordering::Relaxed);
                 let topic = rdkafka::Message::topic(m);
-                if self.changelogs.contains(topic) {
+                if !self.changelogs.is_empty() && self.changelogs.contains(topic) {
                     let mut ends = self.changelog_ends.lock().unwrap_or_else(|p| p.into_inner());
+                    if !ends.contains_key(topic) {
+                        ends.insert(topic.to_string(), HashMap::new());
+                    }
                     let offset = rdkafka::Message::offset(m);
-                    let end =
-                        ends.entry((topic.to_string(), rdkafka::Message::partition(m))).or_insert((cycle, offset));
+                    let partitions = ends.get_mut(topic).expect("inserted above");
+                    let end = partitions.entry(rdkafka::Message::partition(m)).or_insert((cycle, offset));
                     *end = (cycle, if end.0 == cycle { end.1.max(offset) } else { offset });
                 }
             }
@@ -88,9 +94,11 @@ impl super::TxnProducer {
     /// a commit, the last changelog record of each store partition the transaction wrote.
     pub(crate) fn changelog_ends(&self) -> crate::state::ChangelogEnds {
         let ends = self.inner.context().changelog_ends.lock().unwrap_or_else(|p| p.into_inner());
-        ends.iter()
-            .filter(|(_, (cycle, _))| *cycle == self.cycle)
-            .map(|(tp, (_, offset))| (tp.clone(), *offset))
+        let partitions =
+            ends.iter().flat_map(|(topic, partitions)| partitions.iter().map(move |(p, end)| (topic, p, end)));
+        partitions
+            .filter(|(_, _, (cycle, _))| *cycle == self.cycle)
+            .map(|(topic, p, (_, offset))| ((topic.clone(), *p), *offset))
             .collect()
     }
 
