@@ -123,13 +123,13 @@ async fn sigkills_mid_batch_on_the_same_state_directory_keep_totals_exact() {
             next = burst;
         }
         tokio::time::sleep(Duration::from_millis(20 + 30 * kill)).await;
-        let lag_at_kill = lag(&c);
         child.kill().expect("SIGKILL");
         let _ = child.wait();
+        let lag_at_kill = lag(&c);
         if next < part.end {
             c.produce(next..part.end).await;
         }
-        println!("kill {kill}: lag {lag_at_kill:?} at the kill");
+        println!("kill {kill}: {lag_at_kill:?} records uncommitted at the kill");
     }
     c.produce(18_000..payments).await;
     let last = run_to_end(&c, dir.path()).await;
