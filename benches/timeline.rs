@@ -32,7 +32,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{broker, init_tracing, runtime, Args};
+use common::{broker, init_tracing, load_average, runtime, Args};
 use kafka_eos::config::Properties;
 use kafka_eos::observe::{Outcome, TransactionEvent};
 use kafka_eos::Guarantee;
@@ -179,11 +179,4 @@ fn main() {
     }
     delete_topics(&bootstrap, &Properties::default(), &topics);
     drop(cluster);
-}
-
-fn load_average() -> f64 {
-    std::fs::read_to_string("/proc/loadavg")
-        .ok()
-        .and_then(|s| s.split_whitespace().next().and_then(|x| x.parse().ok()))
-        .unwrap_or(f64::NAN)
 }

@@ -5,6 +5,7 @@
 //!
 //! - [`bench`]: what each guarantee costs (`kafka-eos bench`, `cargo bench`);
 //! - [`chaos`]: exactly-once under injected faults (`kafka-eos chaos`);
+//! - [`scale`]: how long partitions pause when an instance joins, per rebalance protocol;
 //! - [`workloads`]: the financial-close workload shared by the chaos suite and the tests;
 //! - [`client_config`]: `client.properties` files (`--client-config`).
 //!
@@ -14,4 +15,5 @@
 pub mod bench;
 pub mod chaos;
 pub mod client_config;
+pub mod scale;
 pub mod workloads;

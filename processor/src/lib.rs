@@ -100,7 +100,7 @@ pub mod state;
 pub mod testing;
 mod txn;
 
-pub use config::{Exhausted, Guarantee, PipelineBuilder, PipelineConfig, ProcessorErrorPolicy};
+pub use config::{Exhausted, Guarantee, PipelineBuilder, PipelineConfig, ProcessorErrorPolicy, Rebalancing};
 pub use error::{BoxError, Error, ErrorClass, Result};
 pub use processor::{Context, ProcessError, Processor};
 pub use record::{InputRecord, OutputRecord, Topic};

@@ -143,6 +143,10 @@ pub struct TransactionEvent {
     pub transactional_id: Option<String>,
     /// Input records in the batch.
     pub records: usize,
+    /// The input partitions `(topic, partition)` the batch holds records of, sorted: which
+    /// partitions a committed event moved forward (under
+    /// [`ExactlyOnce`](crate::Guarantee::ExactlyOnce) always one).
+    pub partitions: Vec<(String, i32)>,
     /// Outputs produced (0 if the cycle failed before the end).
     pub outputs: u64,
     /// `begin_transaction`, the processor and enqueuing the outputs.

@@ -126,3 +126,21 @@ async fn stop_policy_stops_with_the_record_and_a_restart_resumes() {
     let report = t.verify().await;
     assert!(report.is_exactly_once(), "{report:?}");
 }
+
+/// Issue 11, item 3: one partition whose producer cannot be initialised (its first three
+/// `init_transactions` fail) does not stop the pipeline: the other partitions run, the
+/// partition is paused and its task retried from the consumer thread until it starts, and
+/// then resumes from its committed offset. No rebalance; exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partition_whose_producer_cannot_start_is_retried_while_the_others_run() {
+    let t = topics("initfail", 4, RECORDS, 100).await;
+    let app = unique("initfail");
+    let run = spawn(t.pipeline(&app, Guarantee::ExactlyOnce).inject_init_failures(2, 3));
+    t.wait_caught_up(&app, Duration::from_secs(90)).await;
+    let summary = run.stop().await;
+    let report = t.verify().await;
+    assert!(report.is_exactly_once(), "{report:?} ({summary:?})");
+    assert_eq!(report.output_records, RECORDS);
+    assert_eq!(summary.records_in, RECORDS, "{summary:?}");
+    assert_eq!(summary.rebalances, 1, "retried in place, no rebalance: {summary:?}");
+}

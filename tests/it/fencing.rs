@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use kafka_eos::Guarantee;
+use kafka_eos::{Guarantee, Rebalancing};
 
 use crate::common::{spawn, topics, unique, Stuck};
 
@@ -14,9 +14,12 @@ async fn a_stuck_instance_is_fenced_and_its_transaction_never_appears() {
     let app = unique("zombie");
 
     // Instance A blocks inside its transaction on offset 1,000 until released (once).
+    // Eager: a joining instance revokes everything, so A must give up its only partition
+    // (an incremental protocol would leave it with A, which owns it rightfully).
     let stuck = Stuck::default();
     let a = spawn(
         t.pipeline(&app, Guarantee::ExactlyOnce)
+            .rebalancing(Rebalancing::Eager)
             .task_timeout(Duration::from_secs(3))
             .max_records_per_transaction(200)
             .processor(stuck.processor(&t.output, 0, 1_000)),
@@ -27,7 +30,7 @@ async fn a_stuck_instance_is_fenced_and_its_transaction_never_appears() {
     // the task timeout and is abandoned; whoever gets the partition (B, or A's next task)
     // re-initialises its transactional.id, which fences the stuck producer and aborts its
     // transaction.
-    let b = spawn(t.pipeline(&app, Guarantee::ExactlyOnce));
+    let b = spawn(t.pipeline(&app, Guarantee::ExactlyOnce).rebalancing(Rebalancing::Eager));
     t.wait_caught_up(&app, Duration::from_secs(90)).await;
 
     // Wake the zombie: it finishes processing and tries to commit with a fenced producer.

@@ -15,6 +15,7 @@ mod fencing;
 mod interrupt;
 mod ops;
 mod rebalance;
+mod scale;
 mod security;
 mod sinks;
 mod startup;

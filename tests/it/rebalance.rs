@@ -38,7 +38,9 @@ async fn instance_joining_and_leaving_mid_run_keeps_exactly_once() {
         assert!(report.is_exactly_once(), "{}: {report:?}", guarantee.as_str());
         assert_eq!(report.output_records, produced);
         assert_eq!(sa.records_in + sb.records_in, produced, "{sa:?} {sb:?}");
-        assert!(sa.rebalances >= 3, "A saw B join and leave: {sa:?}");
+        // Cooperative (the default): A's assignments are its first one and the partitions it
+        // gets back when B leaves; B's join only revokes some of A's.
+        assert!(sa.rebalances >= 2, "A saw B join and leave: {sa:?}");
     }
 }
 

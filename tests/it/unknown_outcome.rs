@@ -89,3 +89,44 @@ async fn a_commit_that_never_committed_while_its_outcome_was_unknown_is_replayed
         run_with(UnknownOutcome::TimedOutBeforeCommit, guarantee, Reconciliation::Aborted).await;
     }
 }
+
+/// Issue 11, item 3 (failures stay local): the reconcile fails too, so the producer is given
+/// up — for a failure of its own, not because someone took over. It is replaced in place:
+/// a fresh producer of the same transactional.id (whose `init_transactions` completes or
+/// aborts the lost commit), the partitions rewound to their committed offsets, no rebalance.
+/// Whichever way the lost commit went, the copy ends exactly once: a committed batch is not
+/// redone (and, unknown to the task, not counted), an uncommitted one is redone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_producer_given_up_for_its_own_failure_is_replaced_without_a_rebalance() {
+    for (fault, guarantee) in [
+        (UnknownOutcome::CommittedButTimedOut, Guarantee::ExactlyOnce),
+        (UnknownOutcome::TimedOutBeforeCommit, Guarantee::ExactlyOnce),
+        (UnknownOutcome::CommittedButTimedOut, Guarantee::ExactlyOncePerConsumer),
+    ] {
+        let what = format!("{fault:?} / {}", guarantee.as_str());
+        let t = topics("inplace", PARTITIONS, RECORDS, 100).await;
+        let app = unique("inplace");
+        let gave_up = Arc::new(Mutex::new(0));
+        let hook = gave_up.clone();
+        let run = spawn(
+            t.pipeline(&app, guarantee)
+                .max_records_per_transaction(BATCH)
+                .inject_unreconciled_outcome(NTH_COMMIT, fault)
+                .on_transaction(move |e| {
+                    if matches!(e.outcome, Outcome::GaveUp { .. }) {
+                        *hook.lock().unwrap() += 1;
+                    }
+                }),
+        );
+        t.wait_caught_up(&app, Duration::from_secs(90)).await;
+        let summary = run.stop().await;
+        let report = t.verify().await;
+        assert!(report.is_exactly_once(), "{what}: {report:?} ({summary:?})");
+        assert_eq!(report.output_records, RECORDS, "{what}");
+        assert_eq!(*gave_up.lock().unwrap(), 1, "{what}: one producer given up");
+        assert_eq!(summary.producers_fenced, 1, "{what}: {summary:?}");
+        assert_eq!(summary.rebalances, 1, "{what}: replaced in place, no rebalance: {summary:?}");
+        let uncounted = if fault == UnknownOutcome::CommittedButTimedOut { BATCH as u64 } else { 0 };
+        assert_eq!(summary.records_in, RECORDS - uncounted, "{what}: {summary:?}");
+    }
+}

@@ -41,7 +41,7 @@ use std::time::Duration;
 
 use super::rng::Rng;
 use kafka_eos::observe::TransactionEvent;
-use kafka_eos::{Guarantee, OutputRecord, Pipeline, ProcessorErrorPolicy, Summary};
+use kafka_eos::{Guarantee, OutputRecord, Pipeline, ProcessorErrorPolicy, Rebalancing, Summary};
 
 /// How to run one instance.
 #[derive(Debug, Clone)]
@@ -57,6 +57,10 @@ pub struct InstanceConfig {
     pub output: String,
     /// The delivery guarantee under test.
     pub guarantee: Guarantee,
+    /// The rebalance protocol. Under [`Rebalancing::Consumer`] the session timeout is the
+    /// broker's (`group.consumer.session.timeout.ms`, 45 s by default) and
+    /// `session_timeout` is not used.
+    pub rebalancing: Rebalancing,
     /// Abort about one transaction in this many on purpose; 0 for none.
     pub abort_one_in: u32,
     /// Consumer `session.timeout.ms`: how long a crashed or stalled instance keeps its
@@ -98,6 +102,8 @@ impl InstanceConfig {
             self.output.clone(),
             "--guarantee".into(),
             self.guarantee.as_str().into(),
+            "--rebalancing".into(),
+            self.rebalancing.as_str().into(),
             "--abort-one-in".into(),
             self.abort_one_in.to_string(),
             "--session-timeout-ms".into(),
@@ -225,9 +231,15 @@ async fn run(cfg: InstanceConfig) -> kafka_eos::Result<Summary> {
         .bootstrap_servers(&cfg.bootstrap)
         .application_id(&cfg.application_id)
         .guarantee(cfg.guarantee)
-        .transaction_timeout(cfg.transaction_timeout)
-        .consumer_property("session.timeout.ms", cfg.session_timeout.as_millis().to_string())
-        .consumer_property("heartbeat.interval.ms", heartbeat.as_millis().to_string())
+        .rebalancing(cfg.rebalancing)
+        .transaction_timeout(cfg.transaction_timeout);
+    let builder = match cfg.rebalancing {
+        Rebalancing::Consumer => builder,
+        _ => builder
+            .consumer_property("session.timeout.ms", cfg.session_timeout.as_millis().to_string())
+            .consumer_property("heartbeat.interval.ms", heartbeat.as_millis().to_string()),
+    };
+    let builder = builder
         .client_properties(&cfg.client_properties)
         .startup_timeout(Duration::from_secs(60))
         // SIGTERM is how the suite stops an instance gracefully.
@@ -322,6 +334,7 @@ mod tests {
             input: "i".into(),
             output: "o".into(),
             guarantee: Guarantee::ExactlyOncePerConsumer,
+            rebalancing: Rebalancing::Eager,
             abort_one_in: 3,
             session_timeout: Duration::from_secs(6),
             transaction_timeout: Duration::from_secs(8),
@@ -334,7 +347,7 @@ mod tests {
         cfg.client_properties.set("sasl.password", "hunter2");
         let args = cfg.to_args().join(" ");
         assert!(args.contains("--guarantee exactly-once-per-consumer") && args.contains("--abort-one-in 3"), "{args}");
-        assert!(args.contains("--transaction-timeout-ms 8000"), "{args}");
+        assert!(args.contains("--transaction-timeout-ms 8000") && args.contains("--rebalancing eager"), "{args}");
         assert!(args.ends_with("--financial-close-payments 7"), "{args}");
         assert!(!args.contains("hunter2"), "secrets never go on a command line: {args}");
     }

@@ -68,6 +68,8 @@ pub struct SuiteConfig {
     pub replication: Option<i32>,
     /// The guarantee the instances run.
     pub guarantee: Guarantee,
+    /// The instances' rebalance protocol.
+    pub rebalancing: kafka_eos::Rebalancing,
     /// The `kafka-eos` executable, run as `<exe> chaos instance ...` for each instance.
     pub instance_exe: PathBuf,
     /// Where instance logs go; default a temporary directory, removed when every scenario
@@ -94,6 +96,7 @@ impl SuiteConfig {
             bootstrap: None,
             replication: None,
             guarantee: Guarantee::ExactlyOnce,
+            rebalancing: kafka_eos::Rebalancing::default(),
             instance_exe,
             log_dir: None,
             value_size: 64,
@@ -285,6 +288,7 @@ impl<'a, 'r> Run<'a, 'r> {
             input: input_topic.clone(),
             output: output_topic.clone(),
             guarantee: cfg.guarantee,
+            rebalancing: cfg.rebalancing,
             abort_one_in: plan.abort_one_in,
             session_timeout: SESSION_TIMEOUT,
             transaction_timeout: TRANSACTION_TIMEOUT,

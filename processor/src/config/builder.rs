@@ -6,6 +6,7 @@ use std::time::Duration;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use super::group::{GroupSettings, Rebalancing};
 use super::{Exhausted, Guarantee, PipelineConfig, ProcessorErrorPolicy, Properties};
 use crate::error::{Error, Result};
 use crate::observe::{TransactionEvent, TransactionHook};
@@ -35,6 +36,8 @@ pub struct PipelineBuilder {
     origin_header: Option<bool>,
     handle_signals: Option<bool>,
     instance_id: Option<String>,
+    rebalancing: Rebalancing,
+    static_membership: bool,
     ops_address: Option<std::net::SocketAddr>,
     health_threshold: Option<Duration>,
     statistics_interval: Option<Duration>,
@@ -45,39 +48,8 @@ pub struct PipelineBuilder {
     state_backend: Option<crate::state::backend::BackendFactory>,
     output_topics: Vec<Topic>,
     changelog_replication: Option<i32>,
-    fault: Option<std::sync::Arc<FaultInjection>>,
+    pub(super) fault: super::fault::FaultSpec,
     sinks: Vec<SinkFactory>,
-}
-
-/// **Test-only fault injection** ([`PipelineBuilder::inject_unknown_outcome`]): how a commit
-/// is made to end with an outcome unknown to the runtime. Either way the commit step
-/// reports a timeout (`KafkaError::Flush(OperationTimedOut)`, retriable).
-#[doc(hidden)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum UnknownOutcome {
-    /// `commit_transaction` is called and succeeds; the task is told it timed out. The
-    /// transaction is committed.
-    CommittedButTimedOut,
-    /// `commit_transaction` is not called (the offsets are already in the transaction, which
-    /// stays open); the task is told it timed out. The transaction is never committed.
-    TimedOutBeforeCommit,
-}
-
-/// The state of one [`UnknownOutcome`] injection: which commit, and how many so far.
-#[doc(hidden)]
-#[derive(Debug)]
-pub struct FaultInjection {
-    nth: u64,
-    fault: UnknownOutcome,
-    commits: std::sync::atomic::AtomicU64,
-}
-
-impl FaultInjection {
-    /// Counts one commit; the fault to inject into it, if it is the chosen one.
-    pub(crate) fn on_commit(&self) -> Option<UnknownOutcome> {
-        let n = self.commits.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
-        (n == self.nth).then_some(self.fault)
-    }
 }
 
 impl PipelineBuilder {
@@ -318,6 +290,26 @@ impl PipelineBuilder {
         self
     }
 
+    /// How the group moves partitions between instances. Default
+    /// [`Rebalancing::Cooperative`]: only the partitions that move pause (see
+    /// [`Rebalancing`] for the others and their trade-offs).
+    pub fn rebalancing(mut self, r: Rebalancing) -> Self {
+        self.rebalancing = r;
+        self
+    }
+
+    /// Static membership (KIP-345): the [`instance_id`](Self::instance_id), which must then
+    /// be set and stable across restarts (a pod or host name), becomes the consumer's
+    /// `group.instance.id`. An instance restarted within the session timeout gets its own
+    /// partitions back with no rebalance at all; the cost is that a *crashed* instance's
+    /// partitions wait for the whole session timeout (librdkafka default 45 s) before the
+    /// group moves them, since a static member does not leave the group when it stops.
+    /// Default false.
+    pub fn static_membership(mut self, on: bool) -> Self {
+        self.static_membership = on;
+        self
+    }
+
     /// Serves Prometheus `/metrics` and `/health` on this address while the pipeline runs
     /// (see [`ops`](crate::ops); feature `ops-server`); port 0 picks a free port, which
     /// [`ShutdownHandle::ops_address`](crate::ShutdownHandle::ops_address) then tells. Default:
@@ -371,17 +363,6 @@ impl PipelineBuilder {
         for (k, v) in properties.iter() {
             self = self.client_property(k, v);
         }
-        self
-    }
-
-    /// **Test-only fault injection; not part of the API.** Makes the `nth` transaction commit
-    /// of this pipeline (counted from 1 across all its producers) end with an outcome the
-    /// runtime does not know, as a commit that times out does: see [`UnknownOutcome`]. The
-    /// integration tests use it to drive the fence-and-reconcile path on a real broker.
-    /// Costs one branch per commit when unset.
-    #[doc(hidden)]
-    pub fn inject_unknown_outcome(mut self, nth: u64, fault: UnknownOutcome) -> Self {
-        self.fault = Some(std::sync::Arc::new(FaultInjection { nth, fault, commits: Default::default() }));
         self
     }
 
@@ -469,20 +450,19 @@ impl PipelineBuilder {
         if self.guarantee.is_transactional() && c.get("isolation.level").is_some_and(|v| v != "read_committed") {
             return cfg_err("consumer property isolation.level must be read_committed under exactly-once: a read_uncommitted consumer would process aborted records and fetch offsets that are not stable".into());
         }
-        if c.get("partition.assignment.strategy").is_some_and(|v| v.contains("cooperative")) {
-            return cfg_err(
-                "cooperative-sticky assignment is not supported yet: use range or roundrobin (eager rebalancing)"
-                    .into(),
-            );
-        }
-        // The KIP-848 consumer protocol rebalances incrementally too (the broker revokes
-        // only what moves); the runtime's rebalance handling assumes eager revocation.
-        if c.get("group.protocol").is_some_and(|v| !v.trim().eq_ignore_ascii_case("classic")) {
-            return cfg_err(
-                "group.protocol=consumer (KIP-848) is not supported yet: leave group.protocol unset or classic (eager rebalancing)"
-                    .into(),
-            );
-        }
+        let group = GroupSettings {
+            rebalancing: self.rebalancing,
+            static_member: match (self.static_membership, &self.instance_id) {
+                (false, _) => None,
+                (true, Some(id)) => Some(id.clone()),
+                (true, None) => {
+                    return cfg_err(
+                        "static_membership needs an instance_id that stays the same across restarts (a pod or host name): set PipelineBuilder::instance_id".into(),
+                    )
+                }
+            },
+        };
+        group.validate(c)?;
         let p = &self.producer_properties;
         if p.get("transactional.id").is_some() {
             return cfg_err("do not set transactional.id: the runtime derives one per partition (or per instance) from the application_id".into());
@@ -546,6 +526,7 @@ impl PipelineBuilder {
                 origin_header: self.origin_header.unwrap_or(true),
                 handle_signals: self.handle_signals.unwrap_or(false),
                 instance_id,
+                group,
                 statistics_interval: self.statistics_interval.unwrap_or(if self.ops_address.is_some() {
                     Duration::from_secs(5)
                 } else {
@@ -561,7 +542,7 @@ impl PipelineBuilder {
                 },
                 output_topics: self.output_topics.iter().map(|t| t.to_string()).collect(),
                 changelog_replication: self.changelog_replication.unwrap_or(-1),
-                fault: self.fault,
+                fault: self.fault.build(),
                 sink: self.sinks.into_iter().next(),
             },
             processor,
@@ -579,98 +560,5 @@ fn random_instance_id() -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::Pipeline;
-
-    fn base() -> PipelineBuilder {
-        Pipeline::builder()
-            .bootstrap_servers("127.0.0.1:1")
-            .application_id("app")
-            .input_topic("in")
-            .processor(|_, _| Ok(()))
-    }
-
-    fn err(b: PipelineBuilder) -> String {
-        match b.build() {
-            Err(Error::Config(m)) => m,
-            Err(e) => panic!("expected a config error, got {e}"),
-            Ok(_) => panic!("expected a config error, got a pipeline"),
-        }
-    }
-
-    #[test]
-    fn rejects_what_would_break_the_guarantee() {
-        assert!(err(base().consumer_property("enable.auto.commit", "true")).contains("enable.auto.commit"));
-        assert!(err(base().consumer_property("isolation.level", "read_uncommitted")).contains("read_committed"));
-        assert!(err(base().transaction_timeout(Duration::from_millis(50))).contains("must exceed the commit interval"));
-        assert!(err(base().producer_property("transaction.timeout.ms", "100")).contains("must exceed"));
-        assert!(err(base().producer_property("transactional.id", "x")).contains("transactional.id"));
-        assert!(err(base().application_id("bad id!")).contains("application_id"));
-        assert!(err(base().consumer_property("partition.assignment.strategy", "cooperative-sticky"))
-            .contains("cooperative"));
-        assert!(err(base().consumer_property("group.protocol", "consumer")).contains("KIP-848"));
-        assert!(err(base().client_property("group.protocol", "CONSUMER")).contains("KIP-848"));
-        assert!(
-            err(Pipeline::builder().bootstrap_servers("x").application_id("a").input_topic("t")).contains("processor")
-        );
-        assert!(
-            err(base().on_processor_error(ProcessorErrorPolicy::stop().then_dead_letter("in"))).contains("dead-letter")
-        );
-        let mut twice = base();
-        let _ = (twice.store::<u8, u8>("s"), twice.store::<u8, u8>("s"));
-        assert!(err(twice).contains("declared twice"));
-        let mut v0 = base();
-        v0.store_spec(StoreSpec::<u8, u8>::new("s").version(0));
-        assert!(err(v0).contains("schema version 0"));
-        let mut two_inputs = base().input_topic("in2");
-        two_inputs.store::<u8, u8>("s");
-        assert!(err(two_inputs).contains("exactly one input topic"));
-        // at-least-once does not care about the transaction timeout
-        assert!(base()
-            .guarantee(Guarantee::AtLeastOnce)
-            .transaction_timeout(Duration::from_millis(50))
-            .build()
-            .is_ok());
-    }
-
-    /// Item 7 of issue 10: `a-b` + topic `c` and `a` + topic `b-c` used to share
-    /// `a-b-c-0`, so two pipelines fenced each other forever.
-    #[test]
-    fn transactional_ids_are_unambiguous() {
-        let cfg = |app: &str| base().application_id(app).instance_id("c-0").build().unwrap().config().clone();
-        let (ab, a) = (cfg("a-b"), cfg("a"));
-        assert_ne!(ab.partition_transactional_id("c", 0), a.partition_transactional_id("b-c", 0));
-        assert_eq!(ab.partition_transactional_id("c", 0), "a-b:c:0", "readable: application, topic, partition");
-        assert_eq!(a.partition_transactional_id("b-c", 0), "a:b-c:0");
-        // Per-consumer ids: neither across application ids nor against per-partition ids.
-        assert_ne!(ab.instance_transactional_id(), a.instance_transactional_id());
-        assert_eq!(cfg("a-b").instance_transactional_id(), "a-b:c-0");
-        let other = base().application_id("a").instance_id("b-c-0").build().unwrap();
-        assert_ne!(other.config().instance_transactional_id(), ab.instance_transactional_id());
-        assert_ne!(a.instance_transactional_id(), cfg("a").partition_transactional_id("c", 0));
-        // Every id splits back into its parts in one way only.
-        for (id, parts) in [(ab.partition_transactional_id("c", 0), 3), (a.instance_transactional_id(), 2)] {
-            assert_eq!(id.split(':').count(), parts, "{id}");
-        }
-        assert!(err(base().instance_id("host:8080")).contains("instance_id"));
-        assert!(err(base().instance_id("")).contains("instance_id"));
-    }
-
-    #[test]
-    fn debug_redacts_secrets() {
-        let mut p = Properties::default();
-        p.set("sasl.password", "hunter2");
-        p.set("sasl.username", "alice");
-        p.set("ssl.keystore.password", "ks-pass");
-        p.set("sasl.oauthbearer.client.secret", "oauth-secret");
-        p.set("some.future.secret", "future-secret");
-        let s = format!("{p:?}");
-        assert!(!s.contains("hunter2") && s.contains("alice") && s.contains("[redacted]"), "{s}");
-        assert!(!s.contains("ks-pass") && !s.contains("oauth-secret") && !s.contains("future-secret"), "{s}");
-        let cfg = base().client_property("sasl.password", "hunter2").build().unwrap();
-        let s = format!("{:?}", cfg.config());
-        assert!(!s.contains("hunter2") && s.contains("sasl.password"), "{s}");
-        assert_eq!(p.redact("user alice, password hunter2"), "user alice, password [redacted]");
-    }
-}
+#[path = "builder_tests.rs"]
+mod tests;

@@ -27,6 +27,8 @@
 //! ```
 
 mod builder;
+mod fault;
+mod group;
 mod properties;
 
 use std::time::Duration;
@@ -35,7 +37,9 @@ use rdkafka::ClientConfig;
 
 pub use builder::PipelineBuilder;
 #[doc(hidden)]
-pub use builder::{FaultInjection, UnknownOutcome};
+pub use fault::{FaultInjection, UnknownOutcome};
+pub(crate) use group::GroupSettings;
+pub use group::Rebalancing;
 pub use properties::{client_error, is_sensitive, Properties};
 
 use crate::error::{Error, Result};
@@ -185,8 +189,11 @@ pub struct PipelineConfig {
     pub origin_header: bool,
     /// Whether `run` stops on SIGINT/SIGTERM.
     pub handle_signals: bool,
-    /// Names this instance in the per-consumer transactional.id.
+    /// Names this instance in the per-consumer transactional.id (and, with static
+    /// membership, in the group).
     pub instance_id: String,
+    /// The rebalance protocol and static membership.
+    pub(crate) group: GroupSettings,
     /// Where `/metrics` and `/health` are served, if anywhere.
     pub ops_address: Option<std::net::SocketAddr>,
     /// How long input may wait without a commit before `/health` reports unhealthy.
@@ -225,7 +232,6 @@ impl PipelineConfig {
             .set("isolation.level", "read_committed")
             .set("auto.offset.reset", "earliest")
             .set("enable.partition.eof", "false")
-            .set("partition.assignment.strategy", "range,roundrobin")
             // librdkafka prefetches up to 64 MiB per consumer by default; our own channels
             // already buffer a transaction's worth per partition.
             .set("queued.max.messages.kbytes", "16384")
@@ -239,8 +245,19 @@ impl PipelineConfig {
             // while the queue is full, local to the client.
             .set("fetch.queue.backoff.ms", "10")
             .set("statistics.interval.ms", self.statistics_interval.as_millis().to_string());
+        self.group.apply(&mut c);
         self.consumer_properties.apply(&mut c);
         c
+    }
+
+    /// How the group moves partitions between instances.
+    pub fn rebalancing(&self) -> Rebalancing {
+        self.group.rebalancing
+    }
+
+    /// The consumer's `group.instance.id`, with static membership.
+    pub fn group_instance_id(&self) -> Option<&str> {
+        self.group.static_member.as_deref()
     }
 
     /// A producer's librdkafka configuration; `transactional_id` is `None` for at-least-once.

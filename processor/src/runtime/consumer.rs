@@ -1,7 +1,13 @@
 //! The consumer thread: polls the consumer, routes records to tasks, and runs the
 //! rebalance protocol.
 //!
-//! # Rebalances (eager protocol)
+//! # Rebalances
+//! The callbacks see only the partitions that move under the incremental protocols
+//! ([`Rebalancing::Cooperative`](crate::Rebalancing), `Consumer`): every other partition
+//! keeps its task, its producer and its state, and goes on committing, with the group
+//! metadata read afresh by each transaction. Under `Eager` every rebalance revokes and
+//! assigns everything. The steps are the same:
+//!
 //! - **Assign.** Before librdkafka applies the assignment (and so before it fetches the
 //!   committed offsets), every new partition's task is started and its producer
 //!   initialised, in parallel; the callback waits for all of them. `init_transactions`
@@ -26,22 +32,25 @@
 //!   the consumer leaves the group and joins again, so the group reassigns its partitions
 //!   (to this instance or another) and they restart from their committed offsets.
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
+use std::collections::BTreeMap;
+use std::sync::mpsc::{sync_channel, Receiver, TrySendError};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, RebalanceProtocol};
 use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
 use crate::config::{Guarantee, PipelineConfig};
 use crate::error::{Error, Result};
 use crate::record::InputRecord;
-use crate::runtime::interrupt::Interrupt;
-use crate::runtime::task::{Resume, RevokeReply, Task, TaskMsg};
+use crate::runtime::registry::{
+    queue_capacity, retry_later, send_bounded, spawn_task, to_tpl, wait_ready, Registry, TaskHandle, Unstarted,
+};
+use crate::runtime::task::{Resume, RevokeReply, TaskMsg};
 use crate::runtime::{Control, Shared, TopicPartition, POLL_INTERVAL};
+
+mod recovery;
 
 /// Runs the consumer thread until shutdown or a fatal error.
 pub(crate) fn run(shared: Arc<Shared>, control: Receiver<Control>) -> Result<()> {
@@ -56,12 +65,17 @@ pub(crate) fn run(shared: Arc<Shared>, control: Receiver<Control>) -> Result<()>
     let consumer: BaseConsumer<Rebalancer> = cfg.consumer_config().create_with_context(handler).map_err(|e| {
         Error::Config(format!("consumer configuration rejected by librdkafka: {}", crate::config::client_error(&e)))
     })?;
+    let consumer = Arc::new(consumer);
+    // Tasks read the group metadata through a weak reference: the consumer (whose context
+    // holds the tasks) is never kept alive by them.
+    let weak = Arc::downgrade(&consumer);
+    let _ = shared.group.set(Box::new(move || weak.upgrade().and_then(|c| c.group_metadata())));
     if cfg.guarantee != Guarantee::ExactlyOnce {
         // One long-lived task (and producer) for the whole instance, ready before joining.
         let txn_id = (cfg.guarantee == Guarantee::ExactlyOncePerConsumer).then(|| cfg.instance_transactional_id());
         let ctx = consumer.context();
         let id = ctx.registry().next_id();
-        let (handle, ready) = spawn_task(&shared, id, txn_id, Vec::new(), None)?;
+        let (handle, ready) = spawn_task(&shared, id, txn_id, Vec::new())?;
         wait_ready(ready, Instant::now() + cfg.task_timeout)?;
         ctx.registry().tasks.insert(id, handle);
     }
@@ -89,6 +103,16 @@ pub(crate) fn run(shared: Arc<Shared>, control: Receiver<Control>) -> Result<()>
                         }
                     }
                 }
+                Control::Rewind { task, partitions } => {
+                    if let Err(why) = consumer.context().rewind(&consumer, task, partitions) {
+                        tracing::warn!(task, %why, "cannot rewind the partitions: leaving the group so that it reassigns them");
+                        leave_group(&consumer, Instant::now() + cfg.task_timeout + Duration::from_secs(5));
+                        if let Err(e) = consumer.subscribe(&topics) {
+                            fatal = Some(Error::Config(format!("cannot re-subscribe to {topics:?}: {e}")));
+                            break 'run;
+                        }
+                    }
+                }
                 Control::Fatal(e) => {
                     fatal = Some(e);
                     break 'run;
@@ -100,13 +124,20 @@ pub(crate) fn run(shared: Arc<Shared>, control: Receiver<Control>) -> Result<()>
             break;
         }
         consumer.context().drain_pending(&consumer);
+        consumer.context().start_unstarted(&consumer);
         match consumer.poll(POLL_INTERVAL) {
             Some(Ok(m)) => consumer.context().dispatch(&consumer, InputRecord::from_message(&m)),
-            Some(Err(e)) if last_poll_error.elapsed() > Duration::from_secs(5) => {
-                tracing::warn!(error = %e, "consumer error");
-                last_poll_error = Instant::now();
+            Some(Err(e)) => {
+                if let Some((code, reason)) = consumer.client().fatal_error() {
+                    fatal = Some(consumer_failed(&cfg, code, reason));
+                    break;
+                }
+                if last_poll_error.elapsed() > Duration::from_secs(5) {
+                    tracing::warn!(error = %e, "consumer error");
+                    last_poll_error = Instant::now();
+                }
             }
-            Some(Err(_)) | None => {}
+            None => {}
         }
     }
     // Graceful shutdown, bounded by the shutdown timeout: revocation commits every task's
@@ -120,12 +151,51 @@ pub(crate) fn run(shared: Arc<Shared>, control: Receiver<Control>) -> Result<()>
     for task in consumer.context().registry().tasks.values() {
         task.interrupt.shut_down(task_deadline);
     }
-    leave_group(&consumer, deadline);
+    // A static member on the classic protocol must not leave the group (KIP-345): its
+    // restart, within the session timeout, takes its partitions back with no rebalance. So
+    // no unsubscribe: the tasks commit what they collected as they stop, and closing the
+    // consumer sends no LeaveGroup. (KIP-848 has a temporary leave for static members.)
+    let stays_in_group = cfg.group_instance_id().is_some() && cfg.rebalancing() != crate::Rebalancing::Consumer;
+    if !stays_in_group {
+        leave_group(&consumer, deadline);
+    }
     consumer.context().stop_all_tasks(deadline);
+    // At-least-once: the offsets the instance task acknowledged while stopping.
+    let mut acked = Vec::new();
+    while let Ok(msg) = control.try_recv() {
+        if let Control::CommitOffsets(offsets) = msg {
+            acked.extend(offsets);
+        }
+    }
+    if !acked.is_empty() {
+        if let Err(e) = consumer.commit(&to_tpl(&acked), CommitMode::Sync) {
+            tracing::warn!(error = %e, "committing the last acknowledged offsets failed; a restart may reprocess them (at-least-once)");
+        }
+    }
     tracing::info!(application_id = %cfg.application_id, summary = ?shared.shutdown.summary(), "pipeline stopped");
     match fatal.or_else(|| consumer.context().take_fatal()) {
         Some(e) => Err(e),
         None => Ok(()),
+    }
+}
+
+/// librdkafka marked the consumer failed for good: what to do about it.
+fn consumer_failed(cfg: &PipelineConfig, code: rdkafka::error::RDKafkaErrorCode, reason: String) -> Error {
+    use rdkafka::error::RDKafkaErrorCode as C;
+    let hint = match (cfg.rebalancing(), code) {
+        (crate::Rebalancing::Consumer, C::UnsupportedVersion | C::UnsupportedFeature) => {
+            "Rebalancing::Consumer (KIP-848) needs Kafka 4.0 or newer brokers: use Rebalancing::Cooperative with older ones"
+        }
+        (_, C::UnreleasedInstanceId | C::FencedInstanceId) => {
+            "Another instance uses the same instance_id as group.instance.id (static membership): give each instance its own"
+        }
+        _ => "The consumer cannot go on; check the broker logs and the consumer properties",
+    };
+    Error::Kafka {
+        op: format!("consuming as group {} ({reason})", cfg.application_id),
+        class: crate::ErrorClass::Fatal,
+        source: Box::new(rdkafka::error::KafkaError::MessageConsumption(code)),
+        hint,
     }
 }
 
@@ -135,112 +205,6 @@ fn leave_group(consumer: &BaseConsumer<Rebalancer>, deadline: Instant) {
     while consumer.context().registry().has_routes() && Instant::now() < deadline {
         // Records still arriving belong to partitions being revoked: never routed again.
         let _ = consumer.poll(POLL_INTERVAL);
-    }
-}
-
-fn to_tpl(offsets: &[(TopicPartition, i64)]) -> TopicPartitionList {
-    let mut tpl = TopicPartitionList::with_capacity(offsets.len());
-    for ((t, p), o) in offsets {
-        let _ = tpl.add_partition_offset(t, *p, Offset::Offset(*o));
-    }
-    tpl
-}
-
-struct TaskHandle {
-    tx: SyncSender<TaskMsg>,
-    join: JoinHandle<()>,
-    /// Set before a revocation or shutdown is sent, so that a task busy retrying a failing
-    /// batch notices at once (see [`interrupt`](super::interrupt)).
-    interrupt: Arc<Interrupt>,
-}
-
-#[derive(Default)]
-struct Registry {
-    /// Which task owns each assigned partition.
-    routes: HashMap<TopicPartition, u64>,
-    tasks: HashMap<u64, TaskHandle>,
-    /// Records waiting for room in their task's queue, per partition.
-    pending: HashMap<TopicPartition, VecDeque<InputRecord>>,
-    /// Partitions paused because their pending queue grew to a queue's capacity.
-    paused: HashSet<TopicPartition>,
-    next: u64,
-}
-
-impl Registry {
-    fn next_id(&mut self) -> u64 {
-        self.next += 1;
-        self.next
-    }
-    fn has_routes(&self) -> bool {
-        !self.routes.is_empty()
-    }
-    fn owns_partitions(&self, task: u64) -> bool {
-        self.routes.values().any(|t| *t == task)
-    }
-}
-
-type Ready = Receiver<Result<Resume>>;
-
-/// Records a task's queue holds: a transaction's worth, within reason. A partition is paused
-/// once as many again wait in the consumer thread, which bounds memory per partition to about
-/// three transactions' worth plus librdkafka's prefetch.
-fn queue_capacity(cfg: &PipelineConfig) -> usize {
-    cfg.max_records_per_transaction.clamp(100, 10_000)
-}
-
-/// Starts a task thread; its producer is initialised on that thread and `Ready` says when.
-fn spawn_task(
-    shared: &Arc<Shared>,
-    id: u64,
-    txn_id: Option<String>,
-    partitions: Vec<TopicPartition>,
-    group: Option<Arc<rdkafka::consumer::ConsumerGroupMetadata>>,
-) -> Result<(TaskHandle, Ready)> {
-    let (tx, rx) = sync_channel(queue_capacity(&shared.cfg));
-    let (ready_tx, ready_rx) = sync_channel(1);
-    let shared = shared.clone();
-    let interrupt = Arc::new(Interrupt::default());
-    let task_interrupt = interrupt.clone();
-    let join = std::thread::Builder::new()
-        .name(format!("kafka-eos-task-{id}"))
-        .spawn(move || match Task::start(id, shared, txn_id, partitions, group, task_interrupt) {
-            Ok((task, resume)) => {
-                let _ = ready_tx.send(Ok(resume));
-                task.run(rx);
-            }
-            Err(e) => {
-                let _ = ready_tx.send(Err(e));
-            }
-        })
-        .map_err(|e| Error::Internal(format!("cannot spawn a task thread: {e}")))?;
-    Ok((TaskHandle { tx, join, interrupt }, ready_rx))
-}
-
-fn wait_ready(ready: Ready, deadline: Instant) -> Result<Resume> {
-    match ready.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-        Ok(r) => r,
-        Err(_) => Err(Error::TaskTimeout {
-            what: "initialising a producer (init_transactions)".into(),
-            timeout: Duration::ZERO,
-            last: "no answer".into(),
-        }),
-    }
-}
-
-/// Sends a command to a task, waiting while its queue is full, until `deadline`.
-fn send_bounded(tx: &SyncSender<TaskMsg>, mut msg: TaskMsg, deadline: Instant) -> bool {
-    loop {
-        match tx.try_send(msg) {
-            Ok(()) => return true,
-            Err(TrySendError::Disconnected(_)) => return false,
-            Err(TrySendError::Full(m)) => {
-                if Instant::now() >= deadline {
-                    return false;
-                }
-                msg = m;
-                std::thread::sleep(Duration::from_millis(1));
-            }
-        }
     }
 }
 
@@ -347,13 +311,10 @@ impl Rebalancer {
         }
     }
 
-    fn on_assign(&self, consumer: &BaseConsumer<Self>, partitions: Vec<TopicPartition>) {
+    fn on_assign(&self, partitions: Vec<TopicPartition>) {
         let shared = &self.shared;
         shared.shutdown.stats().rebalances.inc();
         crate::metrics::rebalance(&shared.cfg.application_id);
-        let Some(group) = consumer.group_metadata().map(Arc::new) else {
-            return self.set_fatal(Error::Internal("no consumer group metadata after an assignment".into()));
-        };
         tracing::info!(?partitions, "partitions assigned");
         shared.shutdown.health_state().assigned(&partitions);
         let deadline = Instant::now() + shared.cfg.task_timeout;
@@ -362,7 +323,7 @@ impl Rebalancer {
             for tp in partitions {
                 let id = self.registry().next_id();
                 let txn_id = shared.cfg.partition_transactional_id(&tp.0, tp.1);
-                match spawn_task(shared, id, Some(txn_id), vec![tp.clone()], Some(group.clone())) {
+                match spawn_task(shared, id, Some(txn_id), vec![tp.clone()]) {
                     Ok((handle, ready)) => pending.push((id, tp, handle, ready)),
                     Err(e) => return self.set_fatal(e),
                 }
@@ -375,6 +336,12 @@ impl Rebalancer {
                         reg.routes.insert(tp, id);
                         reg.tasks.insert(id, handle);
                     }
+                    Err(e) if retry_later(&e) => {
+                        // One partition's trouble must not stop the others: paused once
+                        // assigned, retried from the loop (`start_unstarted`).
+                        tracing::warn!(partition = ?tp, error = %e, "the partition's producer cannot be initialised; retrying it while the others run");
+                        self.registry().unstarted.insert(tp, Unstarted::new(e.to_string()));
+                    }
                     Err(e) => self.set_fatal(e),
                 }
             }
@@ -385,7 +352,7 @@ impl Rebalancer {
                 return self.set_fatal(Error::Internal("the instance task is missing".into()));
             };
             let (reply, claimed) = sync_channel(1);
-            let msg = TaskMsg::Assign { partitions: partitions.clone(), group, reply };
+            let msg = TaskMsg::Assign { partitions: partitions.clone(), reply };
             if !send_bounded(&handle.tx, msg, deadline) {
                 drop(reg);
                 return self.set_fatal(Error::Internal("the instance task did not accept its assignment".into()));
@@ -417,6 +384,7 @@ impl Rebalancer {
                 // Records waiting for room were never given to the task: the next owner
                 // reads them again from the committed offset.
                 reg.pending.remove(&tp);
+                reg.unstarted.remove(&tp);
                 if reg.paused.remove(&tp) {
                     paused.push((tp.clone(), 0));
                 }
@@ -546,16 +514,22 @@ impl Rebalancer {
 }
 
 impl ConsumerContext for Rebalancer {
-    /// rust-rdkafka's own `rebalance` with one step added: after `pre_rebalance` started the
+    /// rust-rdkafka's own `rebalance`, with two steps added: after `on_assign` started the
     /// partitions' tasks (which claimed them in the sink), the assignment gets the sink's
-    /// offsets, so the partitions are fetched from there and never from the group's offset.
+    /// offsets, so the partitions are fetched from there and never from the group's offset;
+    /// and under incremental protocols (cooperative-sticky, KIP-848) the lists are the
+    /// partitions that move, applied with `incremental_assign`/`incremental_unassign` while
+    /// every other partition keeps its task.
     fn rebalance(&self, consumer: &BaseConsumer<Self>, err: RDKafkaRespErr, tpl: &mut TopicPartitionList) {
         let tps = |tpl: &TopicPartitionList| -> Vec<TopicPartition> {
             tpl.elements().iter().map(|e| (e.topic().to_string(), e.partition())).collect()
         };
+        let incremental = matches!(consumer.rebalance_protocol(), RebalanceProtocol::Cooperative);
         let result = match err {
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
-                self.on_assign(consumer, tps(tpl));
+                if tpl.count() > 0 {
+                    self.on_assign(tps(tpl));
+                }
                 for ((topic, partition), offset) in
                     std::mem::take(&mut *self.resume.lock().unwrap_or_else(|p| p.into_inner()))
                 {
@@ -563,19 +537,42 @@ impl ConsumerContext for Rebalancer {
                         tracing::warn!(topic, partition, offset, error = %e, "cannot set the sink's resume offset");
                     }
                 }
-                consumer.assign(tpl)
+                let applied = if incremental { consumer.incremental_assign(tpl) } else { consumer.assign(tpl) };
+                if let Err(e) = &applied {
+                    // Tasks were started for partitions librdkafka did not take: stop them,
+                    // so the registry matches the assignment.
+                    tracing::error!(error = %e, "applying the assignment failed: dropping its tasks");
+                    self.on_revoke(consumer, tps(tpl), true);
+                } else {
+                    self.pause_unstarted(consumer);
+                }
+                applied
             }
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {
-                self.on_revoke(consumer, tps(tpl), consumer.assignment_lost());
-                consumer.unassign()
+                if tpl.count() > 0 {
+                    self.on_revoke(consumer, tps(tpl), consumer.assignment_lost());
+                }
+                if incremental {
+                    consumer.incremental_unassign(tpl)
+                } else {
+                    consumer.unassign()
+                }
             }
             other => {
-                tracing::warn!(error = ?other, "rebalance error");
-                consumer.unassign()
+                // The registry follows what librdkafka is told: the callback's partitions
+                // (incremental) or the whole assignment (eager `unassign`) are dropped.
+                tracing::warn!(error = ?other, "rebalance error: giving up the partitions");
+                let dropped = if incremental { tps(tpl) } else { self.registry().routes.keys().cloned().collect() };
+                self.on_revoke(consumer, dropped, true);
+                if incremental {
+                    consumer.incremental_unassign(tpl)
+                } else {
+                    consumer.unassign()
+                }
             }
         };
         if let Err(e) = result {
-            tracing::error!(error = %e, "applying the assignment failed");
+            tracing::error!(error = %e, "applying the rebalance failed");
         }
     }
 }

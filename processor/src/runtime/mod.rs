@@ -26,6 +26,7 @@ pub(crate) mod consumer;
 pub(crate) mod interrupt;
 pub(crate) mod preflight;
 pub(crate) mod reconcile;
+mod registry;
 pub(crate) mod task;
 
 use std::net::SocketAddr;
@@ -46,8 +47,11 @@ pub(crate) type TopicPartition = (String, i32);
 pub(crate) enum Control {
     /// At-least-once: these next offsets are acknowledged; commit them.
     CommitOffsets(Vec<(TopicPartition, i64)>),
-    /// The task's producer was fenced or is unusable: give its partitions up.
+    /// The task's producer was fenced, or its member left the group: give its partitions up.
     Fenced { task: u64, error: String },
+    /// The task replaced a failed producer in place and dropped its batch: move its
+    /// partitions back to their committed offsets, then send it [`task::TaskMsg::Rewound`].
+    Rewind { task: u64, partitions: Vec<TopicPartition> },
     /// Stop the pipeline with this error.
     Fatal(Error),
 }
@@ -139,14 +143,30 @@ impl Stats {
     }
 }
 
+/// Reads the consumer's current group metadata (member id, generation or member epoch).
+pub(crate) type GroupMetadataSource = Box<dyn Fn() -> Option<rdkafka::consumer::ConsumerGroupMetadata> + Send + Sync>;
+
 /// What the consumer thread and every task share.
 pub(crate) struct Shared {
     pub cfg: Arc<PipelineConfig>,
+    /// Set by the consumer thread once its consumer exists. A transaction reads the
+    /// metadata afresh before it sends its offsets: under incremental rebalancing the
+    /// generation moves on while a partition stays put, and offsets sent with a stale one
+    /// are refused (KIP-447 checks it).
+    pub group: OnceLock<GroupMetadataSource>,
     pub processor: ProcessorFactory,
     pub hooks: Vec<TransactionHook>,
     pub rt: tokio::runtime::Handle,
     pub control: std::sync::mpsc::Sender<Control>,
     pub shutdown: ShutdownHandle,
+}
+
+impl Shared {
+    /// The consumer's current group metadata; `None` before the consumer exists or after
+    /// it is gone.
+    pub(crate) fn group_metadata(&self) -> Option<rdkafka::consumer::ConsumerGroupMetadata> {
+        self.group.get().and_then(|read| read())
+    }
 }
 
 /// Stops a running pipeline gracefully from anywhere (cheap to clone), and reads its
@@ -286,6 +306,7 @@ impl Pipeline {
         let (control_tx, control_rx) = std::sync::mpsc::channel();
         let shared = Arc::new(Shared {
             cfg: self.cfg.clone(),
+            group: OnceLock::new(),
             processor: self.processor,
             hooks: self.hooks,
             rt: tokio::runtime::Handle::current(),

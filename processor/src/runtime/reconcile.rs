@@ -107,7 +107,7 @@ pub(crate) enum Verdict {
 /// `send_offsets_to_transaction` without a definite answer (retriable: it timed out), a
 /// producer turned fatal, and an abort that failed for any reason but fencing.
 pub(crate) fn verdict(e: &StepError, transactional: bool) -> Verdict {
-    if e.class == ErrorClass::Fenced || (e.step == Step::SendOffsets && left_the_group(&e.err)) {
+    if replaced(e) {
         return Verdict::GiveUp;
     }
     if !transactional {
@@ -121,18 +121,29 @@ pub(crate) fn verdict(e: &StepError, transactional: bool) -> Verdict {
     }
 }
 
-/// `send_offsets_to_transaction` refused with UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION or
-/// FENCED_INSTANCE_ID: the group expired this member (its session timed out: a stall, a
-/// partition) or moved to a newer generation. The task's group metadata is fixed at
-/// assignment, so no replay can ever succeed with it: replaying until the task timeout
-/// (as an abortable error would) livelocks the partition, and the revocation that waits
-/// for this task blocks the consumer from rejoining. Giving the producer up ends the cycle
-/// at once; the group reassigns the partition, whose next owner resumes from the committed
-/// offset. (Found by the chaos suite's stall scenario.)
+/// Whether `e` says that someone else took over: the producer was fenced by a newer owner
+/// of its transactional.id, or the group no longer knows this member. Then the partitions
+/// belong elsewhere, and only the group may hand them back.
+pub(crate) fn replaced(e: &StepError) -> bool {
+    e.class == ErrorClass::Fenced || (e.step == Step::SendOffsets && left_the_group(&e.err))
+}
+
+/// `send_offsets_to_transaction` refused with UNKNOWN_MEMBER_ID or FENCED_INSTANCE_ID:
+/// the group expired this member (its session timed out: a stall, a partition) or another
+/// instance took its `group.instance.id`. No replay can succeed as this member: replaying
+/// until the task timeout livelocks the partition, and the revocation that waits for this
+/// task blocks the consumer from rejoining. Giving the producer up ends the cycle at once;
+/// the group reassigns the partition, whose next owner resumes from the committed offset.
+/// (Found by the chaos suite's stall scenario.)
+///
+/// ILLEGAL_GENERATION and STALE_MEMBER_EPOCH are not among them: the member is still in the
+/// group, whose generation moved on between the metadata read and the offsets' arrival (an
+/// incremental rebalance that left the partition in place). The replay reads the metadata
+/// afresh and succeeds.
 fn left_the_group(e: &rdkafka::error::KafkaError) -> bool {
     use rdkafka::error::RDKafkaErrorCode as C;
     matches!(e, rdkafka::error::KafkaError::Transaction(rd)
-        if matches!(rd.code(), C::UnknownMemberId | C::IllegalGeneration | C::FencedInstanceId))
+        if matches!(rd.code(), C::UnknownMemberId | C::FencedInstanceId))
 }
 
 /// Steps 2–4 of the [module docs](self), after the caller dropped the old producer and

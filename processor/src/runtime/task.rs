@@ -40,8 +40,6 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, SyncSender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rdkafka::consumer::ConsumerGroupMetadata;
-
 use crate::config::Guarantee;
 use crate::error::{Error, ErrorClass, Result};
 use crate::metrics::TaskMetrics;
@@ -55,6 +53,7 @@ use crate::sink::SinkGuarantee;
 use crate::txn::{next_offsets, run_cycle, CommitTo, CycleError, CycleStats, SinkStep, Step, StepError, TxnProducer};
 
 mod report;
+mod rewind;
 mod sink;
 mod unknown;
 use sink::anchors;
@@ -67,11 +66,14 @@ pub(crate) type Resume = Vec<(TopicPartition, i64)>;
 pub(crate) enum TaskMsg {
     /// A consumed record of one of the task's partitions.
     Record(InputRecord),
-    /// New partitions and the group generation they belong to (long-lived tasks only);
-    /// the reply says where the sink, if any, has them resume.
-    Assign { partitions: Vec<TopicPartition>, group: Arc<ConsumerGroupMetadata>, reply: SyncSender<Result<Resume>> },
+    /// New partitions (long-lived tasks only); the reply says where the sink, if any, has
+    /// them resume.
+    Assign { partitions: Vec<TopicPartition>, reply: SyncSender<Result<Resume>> },
     /// Give these partitions up; reply when their batch is committed (or dropped, if lost).
     Revoke { partitions: Vec<TopicPartition>, lost: bool, reply: SyncSender<RevokeReply> },
+    /// The consumer moved these partitions back to their committed offsets (after
+    /// [`Control::Rewind`]): their records from here on follow the rewind.
+    Rewound { partitions: Vec<TopicPartition> },
     /// Commit what is collected and exit.
     Shutdown,
 }
@@ -114,7 +116,6 @@ pub(crate) struct Task {
     shared: Arc<Shared>,
     producer: Option<TxnProducer>,
     transactional_id: Option<String>,
-    group: Option<Arc<ConsumerGroupMetadata>>,
     owned: HashSet<TopicPartition>,
     /// At-least-once: next offset acknowledged per partition.
     acked: HashMap<TopicPartition, i64>,
@@ -134,6 +135,9 @@ pub(crate) struct Task {
     sink: Option<Box<dyn crate::sink::erased::ErasedSink>>,
     /// Partitions an exactly-once sink has no offset for yet (anchored at their next batch).
     unanchored: HashSet<TopicPartition>,
+    /// Partitions waiting for [`TaskMsg::Rewound`] after a producer was replaced in place:
+    /// their records until then came before the rewind and are dropped.
+    rewinding: HashSet<TopicPartition>,
     /// When the previous cycle ended, and when the collected batch's first record came:
     /// the `idle` and `collect` times of the next [`TransactionEvent`](crate::observe::TransactionEvent).
     last_cycle_end: Instant,
@@ -150,7 +154,6 @@ impl Task {
         shared: Arc<Shared>,
         transactional_id: Option<String>,
         partitions: Vec<TopicPartition>,
-        group: Option<Arc<ConsumerGroupMetadata>>,
         interrupt: Arc<Interrupt>,
     ) -> Result<(Task, Resume)> {
         let control = shared.control.clone();
@@ -164,6 +167,7 @@ impl Task {
         let mut task = Task {
             sink: None,
             unanchored: HashSet::new(),
+            rewinding: HashSet::new(),
             last_cycle_end: Instant::now(),
             collect_started: None,
             label,
@@ -172,7 +176,6 @@ impl Task {
             shared,
             producer: None,
             transactional_id,
-            group,
             owned: partitions.into_iter().collect(),
             acked: HashMap::new(),
             processing,
@@ -180,6 +183,13 @@ impl Task {
             control,
             interrupt,
         };
+        if task.shared.cfg.fault.as_ref().is_some_and(|f| f.on_init(&claimed)) {
+            return Err(Error::TaskTimeout {
+                what: format!("initialising {} (fault injection)", task.who()),
+                timeout: task.shared.cfg.task_timeout,
+                last: "init_transactions timed out".into(),
+            });
+        }
         task.ensure_producer()?;
         task.connect_sink()?;
         let resume = task.claim(&claimed)?;
@@ -220,9 +230,13 @@ impl Task {
             };
             match msg {
                 Ok(TaskMsg::Record(r)) => {
-                    if self.stopped || self.producer.is_none() || !self.owned.contains(&(r.topic.clone(), r.partition))
+                    let tp = (r.topic.clone(), r.partition);
+                    if self.stopped
+                        || self.producer.is_none()
+                        || !self.owned.contains(&tp)
+                        || self.rewinding.contains(&tp)
                     {
-                        continue; // never committed: the partition's next owner reads it again
+                        continue; // never committed: read again by the partition's next owner, or after the rewind
                     }
                     if self.processing.needs_restore(r.partition) {
                         if let Err(e) = self.restore() {
@@ -240,9 +254,8 @@ impl Task {
                     }
                 }
                 Err(RecvTimeoutError::Timeout) => self.flush(&mut batch),
-                Ok(TaskMsg::Assign { partitions, group, reply }) => {
+                Ok(TaskMsg::Assign { partitions, reply }) => {
                     self.flush(&mut batch);
-                    self.group = Some(group);
                     self.owned.extend(partitions.iter().cloned());
                     let resume = self.ensure_producer().and_then(|()| self.claim(&partitions));
                     let _ = reply.send(resume.map_err(|e| {
@@ -278,6 +291,11 @@ impl Task {
                         return;
                     }
                 }
+                Ok(TaskMsg::Rewound { partitions }) => {
+                    for tp in &partitions {
+                        self.rewinding.remove(tp);
+                    }
+                }
                 Ok(TaskMsg::Shutdown) | Err(RecvTimeoutError::Disconnected) => {
                     self.flush(&mut batch);
                     self.processing.close_all();
@@ -304,11 +322,13 @@ impl Task {
             Flush::GaveUp(e) => {
                 self.shared.shutdown.stats().producers_fenced.inc();
                 crate::metrics::producer_fenced(&self.shared.cfg.application_id);
-                tracing::warn!(task = self.id, error = %e, "producer given up; the partitions go back to the group");
-                self.producer = None;
-                // The group reassigns the partitions; whoever gets them restores their state.
-                self.processing.give_up_all();
-                let _ = self.control.send(Control::Fenced { task: self.id, error: e.to_string() });
+                if !self.recover_in_place(&e) {
+                    tracing::warn!(task = self.id, error = %e, "producer given up; the partitions go back to the group");
+                    self.producer = None;
+                    // The group reassigns the partitions; whoever gets them restores their state.
+                    self.processing.give_up_all();
+                    let _ = self.control.send(Control::Fenced { task: self.id, error: e.to_string() });
+                }
             }
             Flush::Dropped { because, reason } => {
                 tracing::warn!(
@@ -357,12 +377,18 @@ impl Task {
             let Some(producer) = self.producer.as_mut() else {
                 return Flush::GaveUp(StepError::given_up());
             };
-            let commit_to = match (&self.group, producer.transactional_id()) {
-                (Some(g), Some(_)) => CommitTo::Transaction(g),
-                (None, Some(_)) => {
-                    return Flush::Stop(Error::Internal("a transactional task has no group metadata".into()))
-                }
-                _ => CommitTo::Consumer,
+            // Read afresh for every attempt: the generation (member epoch) moves on with
+            // every rebalance, including those that leave this task's partitions in place.
+            let group = match producer.transactional_id() {
+                None => None,
+                Some(_) => match self.shared.group_metadata() {
+                    Some(g) => Some(g),
+                    None => return Flush::Stop(Error::Internal("the consumer is gone: no group metadata".into())),
+                },
+            };
+            let commit_to = match &group {
+                Some(g) => CommitTo::Transaction(g),
+                None => CommitTo::Consumer,
             };
             let span = tracing::info_span!(
                 "transaction",

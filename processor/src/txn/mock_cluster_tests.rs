@@ -85,8 +85,9 @@ fn failed_produce_is_abortable_and_the_next_transaction_commits() {
 }
 
 /// `send_offsets_to_transaction` refused because this consumer is no longer the group
-/// member its metadata names gives the producer up at once (replaying with the same
-/// group metadata can never succeed); an abortable refusal for another reason does not.
+/// member its metadata names gives the producer up at once (no replay can succeed as this
+/// member); a generation that moved on (an incremental rebalance) and an abortable refusal
+/// for another reason are replayed, with the metadata read afresh.
 #[test]
 fn offsets_refused_for_a_member_that_left_the_group_give_the_producer_up() {
     use RDKafkaRespErr as E;
@@ -101,17 +102,15 @@ fn offsets_refused_for_a_member_that_left_the_group_give_the_producer_up() {
         assert_eq!(err.step, Step::SendOffsets, "{err}");
         err
     };
-    for code in [
-        E::RD_KAFKA_RESP_ERR_UNKNOWN_MEMBER_ID,
-        E::RD_KAFKA_RESP_ERR_ILLEGAL_GENERATION,
-        E::RD_KAFKA_RESP_ERR_FENCED_INSTANCE_ID,
-    ] {
+    for code in [E::RD_KAFKA_RESP_ERR_UNKNOWN_MEMBER_ID, E::RD_KAFKA_RESP_ERR_FENCED_INSTANCE_ID] {
         let err = refuse(code);
         assert_eq!(verdict(&err, true), Verdict::GiveUp, "{code:?} must give the producer up: {err}");
     }
-    let err = refuse(E::RD_KAFKA_RESP_ERR_GROUP_AUTHORIZATION_FAILED);
-    assert_eq!(err.class, ErrorClass::Abortable, "{err}");
-    assert_eq!(verdict(&err, true), Verdict::Replay, "an ordinary abortable error is replayed: {err}");
+    for code in [E::RD_KAFKA_RESP_ERR_ILLEGAL_GENERATION, E::RD_KAFKA_RESP_ERR_GROUP_AUTHORIZATION_FAILED] {
+        let err = refuse(code);
+        assert_eq!(err.class, ErrorClass::Abortable, "{code:?}: {err}");
+        assert_eq!(verdict(&err, true), Verdict::Replay, "{code:?} is replayed: {err}");
+    }
 }
 
 /// An abort refused with `INVALID_TXN_STATE` leaves the producer in librdkafka's fatal

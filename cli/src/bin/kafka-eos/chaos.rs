@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use kafka_eos::Guarantee;
+use kafka_eos::{Guarantee, Rebalancing};
 use kafka_eos_cli::chaos::{self, InstanceConfig, Progress, Scenario, ScenarioResult, SuiteConfig};
 
 /// Arguments of `kafka-eos chaos`.
@@ -50,6 +50,10 @@ pub struct Args {
     /// The guarantee under test: exactly-once or exactly-once-per-consumer.
     #[arg(long, default_value = "exactly-once")]
     guarantee: Guarantee,
+    /// The instances' rebalance protocol: cooperative, consumer (KIP-848: the broker's
+    /// 45 s session timeout applies, so crash scenarios run slower) or eager.
+    #[arg(long, default_value = "cooperative")]
+    rebalancing: Rebalancing,
     /// Keep the instances' logs here (default: a temporary directory, removed on success).
     #[arg(long)]
     log_dir: Option<PathBuf>,
@@ -78,6 +82,8 @@ struct InstanceArgs {
     output: String,
     #[arg(long, default_value = "exactly-once")]
     guarantee: Guarantee,
+    #[arg(long, default_value = "cooperative")]
+    rebalancing: Rebalancing,
     /// Abort about one transaction in this many on purpose (0: never).
     #[arg(long, default_value_t = 0)]
     abort_one_in: u32,
@@ -123,13 +129,15 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
     cfg.bootstrap = args.bootstrap.filter(|b| !b.trim().is_empty());
     cfg.replication = args.replication;
     cfg.guarantee = args.guarantee;
+    cfg.rebalancing = args.rebalancing;
     cfg.log_dir = args.log_dir;
     cfg.client_properties = args.client.properties()?;
     println!(
-        "chaos: {} records x {} partitions per scenario, guarantee {}, seed {}{}",
+        "chaos: {} records x {} partitions per scenario, guarantee {}, rebalancing {}, seed {}{}",
         cfg.records,
         cfg.partitions,
         cfg.guarantee.as_str(),
+        cfg.rebalancing.as_str(),
         cfg.seed,
         if cfg.soak { ", soak" } else { "" }
     );
@@ -181,6 +189,7 @@ fn run_instance(a: InstanceArgs) -> Result<ExitCode, Box<dyn std::error::Error>>
         input: a.input,
         output: a.output,
         guarantee: a.guarantee,
+        rebalancing: a.rebalancing,
         abort_one_in: a.abort_one_in,
         session_timeout: Duration::from_millis(a.session_timeout_ms),
         transaction_timeout: Duration::from_millis(a.transaction_timeout_ms),

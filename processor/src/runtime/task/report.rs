@@ -78,7 +78,11 @@ impl Task {
             None => (Duration::ZERO, Duration::ZERO),
         };
         self.last_cycle_end = std::time::Instant::now();
+        let distinct: std::collections::BTreeSet<(&str, i32)> =
+            batch.iter().map(|r| (r.topic.as_str(), r.partition)).collect();
+        let partitions = distinct.into_iter().map(|(t, p)| (t.to_string(), p)).collect();
         let event = TransactionEvent {
+            partitions,
             collect,
             idle,
             transactional_id: self.transactional_id.clone(),

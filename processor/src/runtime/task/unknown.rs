@@ -32,9 +32,15 @@ impl Task {
     ) -> (Outcome, Next) {
         self.producer = None;
         let not_owner = matches!(self.interrupt.current(), Some((Interruption::PartitionsLost, _)));
-        let (Some(id), false, false) = (self.transactional_id.clone(), not_owner, deadline.passed()) else {
+        let injected = self.shared.cfg.fault.as_ref().is_some_and(|f| f.unreconciled);
+        let (Some(id), false, false, false) = (self.transactional_id.clone(), not_owner, deadline.passed(), injected)
+        else {
             self.discard_states();
-            let why = if not_owner { "the partitions were lost" } else { "no time left" };
+            let why = match (not_owner, injected) {
+                (true, _) => "the partitions were lost",
+                (_, true) => "fault injection: the reconcile fails",
+                _ => "no time left",
+            };
             return give_up(e, Some(why.into()));
         };
         tracing::warn!(task = self.id, error = %e, "transaction outcome unknown: fencing the producer and reconciling");

@@ -1,0 +1,88 @@
+//! The builder's validation: what it refuses, and the ids it derives.
+use super::*;
+use crate::Pipeline;
+
+fn base() -> PipelineBuilder {
+    Pipeline::builder()
+        .bootstrap_servers("127.0.0.1:1")
+        .application_id("app")
+        .input_topic("in")
+        .processor(|_, _| Ok(()))
+}
+
+fn err(b: PipelineBuilder) -> String {
+    match b.build() {
+        Err(Error::Config(m)) => m,
+        Err(e) => panic!("expected a config error, got {e}"),
+        Ok(_) => panic!("expected a config error, got a pipeline"),
+    }
+}
+
+#[test]
+fn rejects_what_would_break_the_guarantee() {
+    assert!(err(base().consumer_property("enable.auto.commit", "true")).contains("enable.auto.commit"));
+    assert!(err(base().consumer_property("isolation.level", "read_uncommitted")).contains("read_committed"));
+    assert!(err(base().transaction_timeout(Duration::from_millis(50))).contains("must exceed the commit interval"));
+    assert!(err(base().producer_property("transaction.timeout.ms", "100")).contains("must exceed"));
+    assert!(err(base().producer_property("transactional.id", "x")).contains("transactional.id"));
+    assert!(err(base().application_id("bad id!")).contains("application_id"));
+    assert!(err(base().consumer_property("partition.assignment.strategy", "cooperative-sticky"))
+        .contains("PipelineBuilder::rebalancing"));
+    assert!(err(base().client_property("group.protocol", "CONSUMER")).contains("PipelineBuilder::rebalancing"));
+    assert!(err(base().static_membership(true)).contains("instance_id"));
+    let static_member = base().static_membership(true).instance_id("pod-1").build().unwrap();
+    assert_eq!(static_member.config().consumer_config().get("group.instance.id"), Some("pod-1"));
+    assert!(err(Pipeline::builder().bootstrap_servers("x").application_id("a").input_topic("t")).contains("processor"));
+    assert!(err(base().on_processor_error(ProcessorErrorPolicy::stop().then_dead_letter("in"))).contains("dead-letter"));
+    let mut twice = base();
+    let _ = (twice.store::<u8, u8>("s"), twice.store::<u8, u8>("s"));
+    assert!(err(twice).contains("declared twice"));
+    let mut v0 = base();
+    v0.store_spec(StoreSpec::<u8, u8>::new("s").version(0));
+    assert!(err(v0).contains("schema version 0"));
+    let mut two_inputs = base().input_topic("in2");
+    two_inputs.store::<u8, u8>("s");
+    assert!(err(two_inputs).contains("exactly one input topic"));
+    // at-least-once does not care about the transaction timeout
+    assert!(base().guarantee(Guarantee::AtLeastOnce).transaction_timeout(Duration::from_millis(50)).build().is_ok());
+}
+
+/// Item 7 of issue 10: `a-b` + topic `c` and `a` + topic `b-c` used to share
+/// `a-b-c-0`, so two pipelines fenced each other forever.
+#[test]
+fn transactional_ids_are_unambiguous() {
+    let cfg = |app: &str| base().application_id(app).instance_id("c-0").build().unwrap().config().clone();
+    let (ab, a) = (cfg("a-b"), cfg("a"));
+    assert_ne!(ab.partition_transactional_id("c", 0), a.partition_transactional_id("b-c", 0));
+    assert_eq!(ab.partition_transactional_id("c", 0), "a-b:c:0", "readable: application, topic, partition");
+    assert_eq!(a.partition_transactional_id("b-c", 0), "a:b-c:0");
+    // Per-consumer ids: neither across application ids nor against per-partition ids.
+    assert_ne!(ab.instance_transactional_id(), a.instance_transactional_id());
+    assert_eq!(cfg("a-b").instance_transactional_id(), "a-b:c-0");
+    let other = base().application_id("a").instance_id("b-c-0").build().unwrap();
+    assert_ne!(other.config().instance_transactional_id(), ab.instance_transactional_id());
+    assert_ne!(a.instance_transactional_id(), cfg("a").partition_transactional_id("c", 0));
+    // Every id splits back into its parts in one way only.
+    for (id, parts) in [(ab.partition_transactional_id("c", 0), 3), (a.instance_transactional_id(), 2)] {
+        assert_eq!(id.split(':').count(), parts, "{id}");
+    }
+    assert!(err(base().instance_id("host:8080")).contains("instance_id"));
+    assert!(err(base().instance_id("")).contains("instance_id"));
+}
+
+#[test]
+fn debug_redacts_secrets() {
+    let mut p = Properties::default();
+    p.set("sasl.password", "hunter2");
+    p.set("sasl.username", "alice");
+    p.set("ssl.keystore.password", "ks-pass");
+    p.set("sasl.oauthbearer.client.secret", "oauth-secret");
+    p.set("some.future.secret", "future-secret");
+    let s = format!("{p:?}");
+    assert!(!s.contains("hunter2") && s.contains("alice") && s.contains("[redacted]"), "{s}");
+    assert!(!s.contains("ks-pass") && !s.contains("oauth-secret") && !s.contains("future-secret"), "{s}");
+    let cfg = base().client_property("sasl.password", "hunter2").build().unwrap();
+    let s = format!("{:?}", cfg.config());
+    assert!(!s.contains("hunter2") && s.contains("sasl.password"), "{s}");
+    assert_eq!(p.redact("user alice, password hunter2"), "user alice, password [redacted]");
+}

@@ -1,0 +1,109 @@
+//! **Test-only fault injection; not part of the API** (`#[doc(hidden)]`): failures the
+//! integration tests cannot provoke deterministically on a real broker — a commit whose
+//! outcome the task does not learn, a reconcile that fails, a producer that cannot be
+//! initialised. Every real pipeline has none; each costs one branch where it would act.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use super::PipelineBuilder;
+
+/// How a commit is made to end with an outcome unknown to the runtime. Either way the
+/// commit step reports a timeout (`KafkaError::Flush(OperationTimedOut)`, retriable).
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UnknownOutcome {
+    /// `commit_transaction` is called and succeeds; the task is told it timed out. The
+    /// transaction is committed.
+    CommittedButTimedOut,
+    /// `commit_transaction` is not called (the offsets are already in the transaction, which
+    /// stays open); the task is told it timed out. The transaction is never committed.
+    TimedOutBeforeCommit,
+}
+
+/// What the builder was asked to inject.
+#[derive(Debug, Clone, Default)]
+pub(super) struct FaultSpec {
+    unknown: Option<(u64, UnknownOutcome, bool)>,
+    init_failures: HashMap<i32, u32>,
+}
+
+impl FaultSpec {
+    pub(super) fn build(self) -> Option<Arc<FaultInjection>> {
+        if self.unknown.is_none() && self.init_failures.is_empty() {
+            return None;
+        }
+        Some(Arc::new(FaultInjection {
+            unknown: self.unknown.map(|(nth, fault, _)| (nth, fault)),
+            unreconciled: self.unknown.is_some_and(|(_, _, u)| u),
+            commits: AtomicU64::new(0),
+            init_failures: Mutex::new(self.init_failures),
+        }))
+    }
+}
+
+/// The state of a pipeline's fault injection.
+#[doc(hidden)]
+#[derive(Debug)]
+pub struct FaultInjection {
+    /// Which commit (counted from 1 across the pipeline's producers) gets which outcome.
+    unknown: Option<(u64, UnknownOutcome)>,
+    /// The reconcile of the injected unknown outcome fails too, as one that runs out of
+    /// time does: the producer is given up.
+    pub(crate) unreconciled: bool,
+    commits: AtomicU64,
+    /// Input partition → producer initialisations still to fail.
+    init_failures: Mutex<HashMap<i32, u32>>,
+}
+
+impl FaultInjection {
+    /// Counts one commit; the fault to inject into it, if it is the chosen one.
+    pub(crate) fn on_commit(&self) -> Option<UnknownOutcome> {
+        let n = self.commits.fetch_add(1, Ordering::Relaxed) + 1;
+        self.unknown.and_then(|(nth, fault)| (n == nth).then_some(fault))
+    }
+
+    /// Whether this initialisation of a producer for `partitions` must fail.
+    pub(crate) fn on_init(&self, partitions: &[(String, i32)]) -> bool {
+        let mut left = self.init_failures.lock().unwrap_or_else(|p| p.into_inner());
+        partitions.iter().any(|(_, p)| match left.get_mut(p) {
+            Some(n) if *n > 0 => {
+                *n -= 1;
+                true
+            }
+            _ => false,
+        })
+    }
+}
+
+impl PipelineBuilder {
+    /// **Test-only fault injection; not part of the API.** Makes the `nth` transaction commit
+    /// of this pipeline (counted from 1 across all its producers) end with an outcome the
+    /// runtime does not know, as a commit that times out does: see [`UnknownOutcome`]. The
+    /// integration tests use it to drive the fence-and-reconcile path on a real broker.
+    #[doc(hidden)]
+    pub fn inject_unknown_outcome(mut self, nth: u64, fault: UnknownOutcome) -> Self {
+        self.fault.unknown = Some((nth, fault, false));
+        self
+    }
+
+    /// **Test-only fault injection; not part of the API.** As
+    /// [`inject_unknown_outcome`](Self::inject_unknown_outcome), and the reconcile of that
+    /// outcome fails too: the producer is given up, which drives the in-place replacement
+    /// of a failed producer.
+    #[doc(hidden)]
+    pub fn inject_unreconciled_outcome(mut self, nth: u64, fault: UnknownOutcome) -> Self {
+        self.fault.unknown = Some((nth, fault, true));
+        self
+    }
+
+    /// **Test-only fault injection; not part of the API.** The first `times`
+    /// initialisations of the producer of input partition `partition` (per-partition
+    /// exactly-once) fail, as an `init_transactions` that times out does.
+    #[doc(hidden)]
+    pub fn inject_init_failures(mut self, partition: i32, times: u32) -> Self {
+        self.fault.init_failures.insert(partition, times);
+        self
+    }
+}

@@ -1,0 +1,149 @@
+//! Failures kept local to their partitions (issue 11): a task that replaced its producer in
+//! place gets its partitions rewound ([`Rebalancer::rewind`]); a partition whose task could
+//! not start on assignment is paused and its task retried ([`Rebalancer::start_unstarted`]).
+//! Both move partitions to their committed offsets from the consumer thread, with no poll
+//! between the seek and the routing that depends on it.
+
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::{Offset, TopicPartitionList};
+
+use super::Rebalancer;
+use crate::error::Error;
+use crate::runtime::registry::{send_bounded, spawn_task, to_tpl, wait_ready, Registry};
+use crate::runtime::task::TaskMsg;
+use crate::runtime::TopicPartition;
+
+impl Rebalancer {
+    /// Moves a task's partitions back to their committed offsets after it replaced its
+    /// producer in place ([`Control::Rewind`]; see `task/rewind.rs`), then tells it so. The
+    /// records waiting for room are dropped (they follow the old position); partitions no
+    /// longer routed to the task are left alone (revoked meanwhile). `Err` if the offsets
+    /// cannot be read or applied: the caller falls back to leaving the group.
+    pub(super) fn rewind(
+        &self,
+        consumer: &BaseConsumer<Self>,
+        task: u64,
+        partitions: Vec<TopicPartition>,
+    ) -> Result<(), String> {
+        let (tx, mine, paused) = {
+            let mut reg = self.registry();
+            let mine: Vec<TopicPartition> =
+                partitions.into_iter().filter(|tp| reg.routes.get(tp) == Some(&task)).collect();
+            let mut paused = Vec::new();
+            for tp in &mine {
+                reg.pending.remove(tp);
+                if reg.paused.remove(tp) {
+                    paused.push((tp.clone(), 0));
+                }
+            }
+            (reg.tasks.get(&task).map(|t| t.tx.clone()), mine, paused)
+        };
+        let Some(tx) = tx.filter(|_| !mine.is_empty()) else { return Ok(()) };
+        seek_to_committed(consumer, &mine)?;
+        if !paused.is_empty() {
+            if let Err(e) = consumer.resume(&to_tpl(&paused)) {
+                tracing::warn!(error = %e, "resuming rewound partitions failed");
+            }
+        }
+        tracing::info!(task, partitions = ?mine, "partitions rewound to their committed offsets");
+        let deadline = Instant::now() + self.shared.cfg.task_timeout;
+        if !send_bounded(&tx, TaskMsg::Rewound { partitions: mine }, deadline) {
+            return Err("the task did not take the rewind".into());
+        }
+        Ok(())
+    }
+
+    /// Pauses the assigned partitions whose task could not start, so that librdkafka stops
+    /// fetching what nobody would process.
+    pub(super) fn pause_unstarted(&self, consumer: &BaseConsumer<Self>) {
+        let mut reg = self.registry();
+        let Registry { unstarted, paused, .. } = &mut *reg;
+        let newly: Vec<_> =
+            unstarted.keys().filter(|tp| paused.insert((*tp).clone())).map(|tp| (tp.clone(), 0)).collect();
+        drop(reg);
+        if !newly.is_empty() {
+            if let Err(e) = consumer.pause(&to_tpl(&newly)) {
+                tracing::warn!(error = %e, "pausing partitions whose task could not start failed");
+            }
+        }
+    }
+
+    /// Retries the tasks of unstarted partitions that are due (see [`Unstarted`]). A task
+    /// that starts gets its partition moved to the committed offset before it is routed
+    /// any record, then resumed. A partition still failing after the task timeout stops
+    /// the pipeline, with the last error.
+    pub(super) fn start_unstarted(&self, consumer: &BaseConsumer<Self>) {
+        let due: Vec<TopicPartition> = {
+            let reg = self.registry();
+            let now = Instant::now();
+            reg.unstarted.iter().filter(|(_, u)| u.next <= now).map(|(tp, _)| tp.clone()).collect()
+        };
+        let cfg = &self.shared.cfg;
+        for tp in due {
+            let id = self.registry().next_id();
+            let txn_id = cfg.partition_transactional_id(&tp.0, tp.1);
+            let started = spawn_task(&self.shared, id, Some(txn_id), vec![tp.clone()])
+                .and_then(|(handle, ready)| wait_ready(ready, Instant::now() + cfg.task_timeout).map(|_| handle));
+            let result = started.map_err(|e| e.to_string()).and_then(|handle| {
+                seek_to_committed(consumer, std::slice::from_ref(&tp))?;
+                Ok(handle)
+            });
+            let mut reg = self.registry();
+            if !reg.unstarted.contains_key(&tp) {
+                continue; // revoked meanwhile (the task, if any, ends with its inbox)
+            }
+            match result {
+                Ok(handle) => {
+                    reg.unstarted.remove(&tp);
+                    reg.routes.insert(tp.clone(), id);
+                    reg.tasks.insert(id, handle);
+                    let resume = reg.paused.remove(&tp);
+                    drop(reg);
+                    tracing::info!(partition = ?tp, "the partition's task started after all");
+                    if resume {
+                        if let Err(e) = consumer.resume(&to_tpl(&[(tp, 0)])) {
+                            tracing::warn!(error = %e, "resuming a started partition failed");
+                        }
+                    }
+                }
+                Err(last) => {
+                    let u = reg.unstarted.get_mut(&tp).expect("checked above");
+                    if u.since.elapsed() >= cfg.task_timeout {
+                        let what = format!("starting the task of {}-{}", tp.0, tp.1);
+                        drop(reg);
+                        return self.set_fatal(Error::TaskTimeout { what, timeout: cfg.task_timeout, last });
+                    }
+                    tracing::warn!(partition = ?tp, error = %last, "the partition's task still cannot start; retrying");
+                    u.failed_again(last);
+                }
+            }
+        }
+    }
+}
+
+/// Moves `partitions` (assigned) to their committed offsets; no poll may come between this
+/// and the routing that depends on it. `Err` says why not.
+fn seek_to_committed(consumer: &BaseConsumer<Rebalancer>, partitions: &[TopicPartition]) -> Result<(), String> {
+    let timeout = Duration::from_secs(10);
+    let mut wanted = TopicPartitionList::with_capacity(partitions.len());
+    for (t, p) in partitions {
+        wanted.add_partition(t, *p);
+    }
+    let committed = consumer.committed_offsets(wanted, timeout).map_err(|e| format!("committed offsets: {e}"))?;
+    let mut seek = TopicPartitionList::with_capacity(partitions.len());
+    for e in committed.elements() {
+        // No committed offset yet: from the start, as `auto.offset.reset=earliest` does.
+        let offset = match e.offset() {
+            Offset::Offset(o) => Offset::Offset(o),
+            _ => Offset::Beginning,
+        };
+        seek.add_partition_offset(e.topic(), e.partition(), offset).map_err(|e| e.to_string())?;
+    }
+    let sought = consumer.seek_partitions(seek, timeout).map_err(|e| format!("seek: {e}"))?;
+    match sought.elements().iter().find_map(|e| e.error().err()) {
+        Some(e) => Err(format!("seek: {e}")),
+        None => Ok(()),
+    }
+}

@@ -1,0 +1,160 @@
+//! The task registry: which task owns each assigned partition, the tasks' threads and
+//! inboxes, and the records waiting for room in them. Owned by the consumer thread's
+//! [`Rebalancer`](super::consumer); tasks never touch it.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use rdkafka::{Offset, TopicPartitionList};
+
+use crate::config::PipelineConfig;
+use crate::error::{Error, Result};
+use crate::record::InputRecord;
+use crate::runtime::interrupt::Interrupt;
+use crate::runtime::task::{Resume, Task, TaskMsg};
+use crate::runtime::{Shared, TopicPartition};
+
+pub(super) fn to_tpl(offsets: &[(TopicPartition, i64)]) -> TopicPartitionList {
+    let mut tpl = TopicPartitionList::with_capacity(offsets.len());
+    for ((t, p), o) in offsets {
+        let _ = tpl.add_partition_offset(t, *p, Offset::Offset(*o));
+    }
+    tpl
+}
+
+pub(super) struct TaskHandle {
+    pub(super) tx: SyncSender<TaskMsg>,
+    pub(super) join: JoinHandle<()>,
+    /// Set before a revocation or shutdown is sent, so that a task busy retrying a failing
+    /// batch notices at once (see [`interrupt`](super::interrupt)).
+    pub(super) interrupt: Arc<Interrupt>,
+}
+
+#[derive(Default)]
+pub(super) struct Registry {
+    /// Which task owns each assigned partition.
+    pub(super) routes: HashMap<TopicPartition, u64>,
+    pub(super) tasks: HashMap<u64, TaskHandle>,
+    /// Records waiting for room in their task's queue, per partition.
+    pub(super) pending: HashMap<TopicPartition, VecDeque<InputRecord>>,
+    /// Assigned partitions whose task could not start (its producer failed to initialise):
+    /// paused, routed nowhere, retried from the consumer thread's loop.
+    pub(super) unstarted: HashMap<TopicPartition, Unstarted>,
+    /// Partitions paused because their pending queue grew to a queue's capacity, or because
+    /// they are unstarted.
+    pub(super) paused: HashSet<TopicPartition>,
+    pub(super) next: u64,
+}
+
+impl Registry {
+    pub(super) fn next_id(&mut self) -> u64 {
+        self.next += 1;
+        self.next
+    }
+    pub(super) fn has_routes(&self) -> bool {
+        !self.routes.is_empty()
+    }
+    pub(super) fn owns_partitions(&self, task: u64) -> bool {
+        self.routes.values().any(|t| *t == task)
+    }
+}
+
+/// An assigned partition whose task could not start yet.
+pub(super) struct Unstarted {
+    /// When its first attempt failed: it is given up on after the task timeout.
+    pub(super) since: Instant,
+    /// When to try again.
+    pub(super) next: Instant,
+    /// The pause before the try after that (doubling, at most 30 s).
+    pub(super) backoff: Duration,
+    /// Why the last attempt failed.
+    pub(super) last: String,
+}
+
+impl Unstarted {
+    pub(super) fn new(last: String) -> Unstarted {
+        let now = Instant::now();
+        Unstarted { since: now, next: now + Duration::from_secs(1), backoff: Duration::from_secs(2), last }
+    }
+
+    /// Another failed attempt.
+    pub(super) fn failed_again(&mut self, last: String) {
+        self.next = Instant::now() + self.backoff;
+        self.backoff = (self.backoff * 2).min(Duration::from_secs(30));
+        self.last = last;
+    }
+}
+
+/// Whether a task that could not start should be retried later rather than stop the
+/// pipeline: everything but a configuration or authorisation problem, which every
+/// partition would hit.
+pub(super) fn retry_later(e: &Error) -> bool {
+    !matches!(e, Error::Config(_) | Error::Kafka { class: crate::ErrorClass::Fatal, .. })
+}
+
+pub(super) type Ready = Receiver<Result<Resume>>;
+
+/// Records a task's queue holds: a transaction's worth, within reason. A partition is paused
+/// once as many again wait in the consumer thread, which bounds memory per partition to about
+/// three transactions' worth plus librdkafka's prefetch.
+pub(super) fn queue_capacity(cfg: &PipelineConfig) -> usize {
+    cfg.max_records_per_transaction.clamp(100, 10_000)
+}
+
+/// Starts a task thread; its producer is initialised on that thread and `Ready` says when.
+pub(super) fn spawn_task(
+    shared: &Arc<Shared>,
+    id: u64,
+    txn_id: Option<String>,
+    partitions: Vec<TopicPartition>,
+) -> Result<(TaskHandle, Ready)> {
+    let (tx, rx) = sync_channel(queue_capacity(&shared.cfg));
+    let (ready_tx, ready_rx) = sync_channel(1);
+    let shared = shared.clone();
+    let interrupt = Arc::new(Interrupt::default());
+    let task_interrupt = interrupt.clone();
+    let join = std::thread::Builder::new()
+        .name(format!("kafka-eos-task-{id}"))
+        .spawn(move || match Task::start(id, shared, txn_id, partitions, task_interrupt) {
+            Ok((task, resume)) => {
+                let _ = ready_tx.send(Ok(resume));
+                task.run(rx);
+            }
+            Err(e) => {
+                let _ = ready_tx.send(Err(e));
+            }
+        })
+        .map_err(|e| Error::Internal(format!("cannot spawn a task thread: {e}")))?;
+    Ok((TaskHandle { tx, join, interrupt }, ready_rx))
+}
+
+pub(super) fn wait_ready(ready: Ready, deadline: Instant) -> Result<Resume> {
+    match ready.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+        Ok(r) => r,
+        Err(_) => Err(Error::TaskTimeout {
+            what: "initialising a producer (init_transactions)".into(),
+            timeout: Duration::ZERO,
+            last: "no answer".into(),
+        }),
+    }
+}
+
+/// Sends a command to a task, waiting while its queue is full, until `deadline`.
+pub(super) fn send_bounded(tx: &SyncSender<TaskMsg>, mut msg: TaskMsg, deadline: Instant) -> bool {
+    loop {
+        match tx.try_send(msg) {
+            Ok(()) => return true,
+            Err(TrySendError::Disconnected(_)) => return false,
+            Err(TrySendError::Full(m)) => {
+                if Instant::now() >= deadline {
+                    return false;
+                }
+                msg = m;
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+    }
+}

@@ -1,0 +1,97 @@
+//! Scaling out under incremental rebalancing (issue 11): partitions that stay with their
+//! instance keep committing while others move.
+
+use std::time::Duration;
+
+use kafka_eos::{Guarantee, Rebalancing};
+use kafka_eos_cli::scale::{join_third, JoinOptions};
+
+use crate::common::bootstrap;
+
+/// Two instances share 16 partitions while input flows; a third joins
+/// ([`join_third`]). Under each incremental protocol, every partition that stays with its
+/// instance keeps committing throughout: its longest gap between commits stays under twice
+/// the commit interval plus 1 s (the issue's target), while some partitions do move. The
+/// copy ends exactly once. (Eager pauses every partition for the whole rebalance:
+/// `benches/rebalance.rs` measures it.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_joining_instance_leaves_unmoved_partitions_committing() {
+    for (rebalancing, guarantee) in [
+        (Rebalancing::Cooperative, Guarantee::ExactlyOnce),
+        (Rebalancing::Consumer, Guarantee::ExactlyOnce),
+        (Rebalancing::Cooperative, Guarantee::ExactlyOncePerConsumer),
+    ] {
+        let what = format!("{} / {}", rebalancing.as_str(), guarantee.as_str());
+        let opts = JoinOptions::new(&bootstrap(), guarantee, rebalancing);
+        let r = join_third(&opts).await.unwrap_or_else(|e| panic!("{what}: {e}"));
+        eprintln!("{what}: {r:?}");
+        assert!(r.unmoved > 0 && r.moved > 0, "{what}: {} unmoved, {} moved", r.unmoved, r.moved);
+        let limit = opts.commit_interval * 2 + Duration::from_secs(1);
+        assert!(
+            r.longest_unmoved_gap < limit,
+            "{what}: an unmoved partition stopped committing for {:?} (limit {limit:?})",
+            r.longest_unmoved_gap
+        );
+        assert!(r.verified.is_exactly_once(), "{what}: {:?}", r.verified);
+        assert_eq!(r.verified.output_records, r.produced, "{what}");
+        assert_eq!(r.summaries.iter().map(|s| s.records_in).sum::<u64>(), r.produced, "{what}");
+    }
+}
+
+/// Static membership (issue 11, item 6): an instance stopped and restarted within the
+/// session timeout under the same instance id gets its own partitions back with no
+/// rebalance — the other instance's assignment is never touched (without static
+/// membership it would take over the stopped instance's partitions, then give them back:
+/// two more assignments). The copy ends exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_static_member_restarted_in_time_gets_its_partitions_back_without_a_rebalance() {
+    use std::collections::BTreeSet;
+    use std::sync::{Arc, Mutex};
+
+    use kafka_eos::observe::{Outcome, TransactionEvent};
+
+    use crate::common::{spawn, topics, unique};
+
+    let t = topics("static", 4, 0, 100).await;
+    let app = unique("static");
+    type Seen = Arc<Mutex<BTreeSet<i32>>>;
+    let member = |id: &str, seen: &Seen| {
+        let seen = seen.clone();
+        spawn(
+            t.pipeline(&app, Guarantee::ExactlyOnce)
+                .instance_id(id)
+                .static_membership(true)
+                .consumer_property("session.timeout.ms", "30000")
+                .on_transaction(move |e: &TransactionEvent| {
+                    if e.outcome == Outcome::Committed {
+                        seen.lock().unwrap().extend(e.partitions.iter().map(|(_, p)| *p));
+                    }
+                }),
+        )
+    };
+    let (seen_a, seen_b, seen_a2): (Seen, Seen, Seen) = Default::default();
+    let a = member("pod-a", &seen_a);
+    let b = member("pod-b", &seen_b);
+    let both = |n: usize| seen_a.lock().unwrap().len() + seen_b.lock().unwrap().len() == n;
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !both(4) {
+        assert!(std::time::Instant::now() < deadline, "A and B never covered the 4 partitions");
+        t.produce(400).await;
+    }
+    let b_assignments = b.handle.summary().rebalances;
+    let sa = a.stop().await;
+    // Longer than B needs to notice a departure (a heartbeat, 3 s), shorter than the
+    // session timeout: a member that left would have its partitions moved to B by now.
+    t.produce(2_000).await;
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let a2 = member("pod-a", &seen_a2);
+    a2.wait_records_in(1, Duration::from_secs(20)).await;
+    t.produce(2_000).await;
+    t.wait_caught_up(&app, Duration::from_secs(60)).await;
+    let (sa2, sb) = (a2.stop().await, b.stop().await);
+    assert_eq!(*seen_a2.lock().unwrap(), *seen_a.lock().unwrap(), "A came back to its own partitions");
+    assert_eq!(sb.rebalances, b_assignments, "B's assignment never changed: {sb:?}");
+    let report = t.verify().await;
+    assert!(report.is_exactly_once(), "{report:?}");
+    assert_eq!(sa.records_in + sa2.records_in + sb.records_in, report.input_records, "{sa:?} {sa2:?} {sb:?}");
+}
