@@ -22,7 +22,7 @@ use crate::record::{InputRecord, OutputRecord};
 use crate::runtime::TopicPartition;
 use crate::sink::erased::AnyRow;
 use crate::sink::{PartitionRange, SinkRow};
-use crate::state::{Committed, PartitionState};
+use crate::state::{ChangelogEnds, Committed, PartitionState};
 use crate::txn::Work;
 
 /// What the processor error policy says after a failed attempt (the batch is aborted).
@@ -104,10 +104,20 @@ impl Processing {
         self.states.values()
     }
 
-    /// The transaction committed: every partition's overlay becomes committed state.
-    /// Returns what each committed (changelog records per store, operator tallies).
-    pub(crate) fn commit_states(&mut self) -> Vec<Committed> {
-        self.states.values_mut().map(PartitionState::commit).collect()
+    /// The transaction committed: every partition's overlay becomes committed state,
+    /// checkpointed at the changelog offsets the transaction ended at (`ends`). Returns what
+    /// each committed (changelog records per store, operator tallies). A partition whose
+    /// backend failed to write is dropped, to be restored from the changelog before its next
+    /// record (the committed changes are in the changelog, so nothing is lost).
+    pub(crate) fn commit_states(&mut self, ends: &ChangelogEnds) -> Vec<Committed> {
+        let committed: Vec<(i32, Committed)> = self.states.iter_mut().map(|(p, s)| (*p, s.commit(ends))).collect();
+        for (partition, c) in &committed {
+            if let Some(e) = &c.failed {
+                tracing::warn!(partition, error = %e, "state backend write failed after the commit; the partition's state is restored from its changelog before its next record");
+                self.states.remove(partition);
+            }
+        }
+        committed.into_iter().map(|(_, c)| c).collect()
     }
 
     /// The transaction aborted (or its outcome is given up on): every overlay is forgotten.

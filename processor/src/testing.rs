@@ -22,7 +22,8 @@ use crate::error::{BoxError, Result};
 use crate::processing::Processing;
 pub use crate::processing::{AfterFailure, DEAD_LETTER_ATTEMPTS_HEADER, DEAD_LETTER_ERROR_HEADER};
 use crate::record::{InputRecord, OutputRecord, ORIGIN_HEADER};
-use crate::state::{changelog, changelog_topic, PartitionState, Store, StoreRef, Tally};
+use crate::state::backend::Location;
+use crate::state::{changelog, changelog_topic, PartitionState, StateError, Store, StoreRef, Tally};
 use crate::txn::{process_batch, CycleError};
 use crate::PipelineBuilder;
 
@@ -117,7 +118,17 @@ impl Engine {
                 batch.push(changelog::decode_change(spec, &topic, partition, offset, &key, value.as_deref())?);
                 read += 1;
             }
-            state.backend_mut(i).write_batch(batch);
+            // The simulated changelog has no offsets to continue from: whatever a
+            // persistent backend kept is cleared and rebuilt, like a store without checkpoint.
+            let backend = state.backend_mut(i);
+            let at = Location { application_id: &cfg.application_id, store: &spec.name, partition };
+            if let Err(e) = backend.open(&at) {
+                tracing::debug!(store = %spec.name, partition, error = %e, "local store damaged; cleared");
+            }
+            backend
+                .clear()
+                .and_then(|()| backend.write_checkpointed(batch, None))
+                .map_err(|source| StateError::Backend { store: spec.name.to_string(), partition, source })?;
         }
         self.processing.restored([state]);
         Ok(read)
@@ -156,7 +167,7 @@ impl Engine {
     /// The batch committed: the overlays become committed state. Returns what it counted.
     pub fn commit(&mut self) -> Tallies {
         let mut t = Tallies::default();
-        for committed in self.processing.commit_states() {
+        for committed in self.processing.commit_states(&Default::default()) {
             t.changelog_records += committed.changes.iter().map(|(_, n)| n).sum::<u64>();
             for ((tally, _), n) in committed.tallies {
                 match tally {

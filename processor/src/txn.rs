@@ -176,6 +176,7 @@ impl TxnProducer {
         let tracker = DeliveryTracker {
             pipeline: cfg.application_id.clone(),
             transactional_id: transactional_id.clone(),
+            changelogs: DeliveryTracker::changelogs_of(cfg),
             ..DeliveryTracker::default()
         };
         let inner = cfg

@@ -7,6 +7,7 @@
 mod aborts;
 mod cli;
 mod common;
+mod diskstate;
 mod eos;
 mod equivalence;
 mod failures;

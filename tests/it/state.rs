@@ -13,17 +13,22 @@ use crate::common::{bootstrap, run_expecting_error, spawn, unique, Running};
 
 const PARTITIONS: i32 = 4;
 
-struct Close {
-    bootstrap: String,
-    topics: Topics,
-    app: String,
+/// A financial-close run: its topics (the late topic named as the chaos instance names it,
+/// `<revenue>-late`), application id, generator and guarantee.
+pub(crate) struct Close {
+    pub(crate) bootstrap: String,
+    pub(crate) topics: Topics,
+    pub(crate) app: String,
     gen: Generate,
     guarantee: Guarantee,
 }
 
 impl Close {
-    async fn new(name: &str, gen: Generate, guarantee: Guarantee) -> Close {
-        let (topics, app) = (Topics::with_suffix(&unique(name)), unique(name));
+    pub(crate) async fn new(name: &str, gen: Generate, guarantee: Guarantee) -> Close {
+        let suffix = unique(name);
+        let revenue = format!("revenue-{suffix}");
+        let topics = Topics { payments: format!("payments-{suffix}"), late: format!("{revenue}-late"), revenue };
+        let app = unique(name);
         let c = Close { bootstrap: bootstrap(), topics, app, gen, guarantee };
         let (b, t) = (c.bootstrap.clone(), c.topics.clone());
         tokio::task::spawn_blocking(move || t.create(&admin::Client::new(&b), PARTITIONS, 1))
@@ -33,7 +38,7 @@ impl Close {
         c
     }
 
-    fn pipeline(&self) -> PipelineBuilder {
+    pub(crate) fn pipeline(&self) -> PipelineBuilder {
         financial_close::pipeline(Pipeline::builder(), &self.topics)
             .bootstrap_servers(&self.bootstrap)
             .application_id(&self.app)
@@ -42,7 +47,7 @@ impl Close {
     }
 
     /// Payments `range` of the sequence; the last part also writes the closing ticks.
-    async fn produce(&self, range: std::ops::Range<u64>) -> Generated {
+    pub(crate) async fn produce(&self, range: std::ops::Range<u64>) -> Generated {
         let ticks = range.end == self.gen.payments;
         let (b, t, g) = (self.bootstrap.clone(), self.topics.payments.clone(), self.gen.clone());
         tokio::task::spawn_blocking(move || {
@@ -53,7 +58,7 @@ impl Close {
         .expect("produce payments")
     }
 
-    async fn wait_caught_up(&self) {
+    pub(crate) async fn wait_caught_up(&self) {
         let (b, g, t) = (self.bootstrap.clone(), self.app.clone(), vec![self.topics.payments.clone()]);
         tokio::task::spawn_blocking(move || admin::wait_for_catch_up(&b, &g, &t, Duration::from_secs(120)))
             .await
@@ -61,14 +66,14 @@ impl Close {
             .expect("caught up");
     }
 
-    async fn reconcile(&self) -> Reconciliation {
+    pub(crate) async fn reconcile(&self) -> Reconciliation {
         let cfg = VerifyConfig::new(&self.bootstrap, &self.topics.payments, &self.topics.revenue);
         let t = self.topics.clone();
         tokio::task::spawn_blocking(move || financial_close::reconcile(&cfg, &t)).await.unwrap().expect("reconcile")
     }
 }
 
-fn total(summaries: &[Summary], f: impl Fn(&Summary) -> u64) -> u64 {
+pub(crate) fn total(summaries: &[Summary], f: impl Fn(&Summary) -> u64) -> u64 {
     summaries.iter().map(f).sum()
 }
 

@@ -74,6 +74,9 @@ pub struct InstanceConfig {
     /// `Some(payments)`: run the financial-close workload (input = payments, output =
     /// revenue, late payments to `<output>-late`) instead of the 1:1 copy.
     pub financial_close_payments: Option<u64>,
+    /// `Some(dir)`: keep the stores on disk under `dir` (`kafka-eos-disk`), so a restart
+    /// restores only the changelogs' tails.
+    pub state_dir: Option<std::path::PathBuf>,
     /// `Some(spec)`: write each input record's effect to a sink instead of the output topic
     /// (see [`sink`](super::sink)): `postgres=<connection string>`, `redis=<url>`,
     /// `redis-plain=<url>`.
@@ -113,6 +116,7 @@ impl InstanceConfig {
         .into_iter()
         .chain(self.financial_close_payments.iter().flat_map(|n| ["--financial-close-payments".into(), n.to_string()]))
         .chain(self.sink.iter().flat_map(|s| ["--sink".into(), s.clone()]))
+        .chain(self.state_dir.iter().flat_map(|d| ["--state-dir".into(), d.display().to_string()]))
         .collect()
     }
 
@@ -243,6 +247,10 @@ async fn run(cfg: InstanceConfig) -> kafka_eos::Result<Summary> {
         // Deliberate failures are replayed until they pass: never stop, never dead-letter.
         .on_processor_error(ProcessorErrorPolicy::retry(u32::MAX).backoff(Duration::from_millis(10)))
         .on_transaction(move |e: &TransactionEvent| d.observe(e.records));
+    let builder = match &cfg.state_dir {
+        Some(dir) => builder.state_backend(kafka_eos_disk::DiskStore::at(dir).factory()),
+        None => builder,
+    };
     let builder = if let Some(spec) = &cfg.sink {
         let fail = dice.clone();
         super::sink::instance_pipeline(builder.input_topic(&cfg.input), spec, &cfg.application_id, move |r| {
@@ -332,6 +340,7 @@ mod tests {
             transaction_timeout: Duration::from_secs(8),
             status_interval: Duration::from_millis(500),
             financial_close_payments: Some(7),
+            state_dir: None,
             sink: None,
             client_properties: Default::default(),
         };

@@ -294,6 +294,7 @@ impl<'a, 'r> Run<'a, 'r> {
             transaction_timeout: TRANSACTION_TIMEOUT,
             status_interval: Duration::from_millis(500),
             financial_close_payments: stateful.then_some(cfg.records),
+            state_dir: None,
             sink: None,
             client_properties: Properties::default(),
         };

@@ -46,6 +46,7 @@ pub struct PipelineBuilder {
     producer_properties: Properties,
     hooks: Vec<TransactionHook>,
     stores: Vec<StoreDef>,
+    state_backend: Option<crate::state::backend::BackendFactory>,
     output_topics: Vec<Topic>,
     changelog_replication: Option<i32>,
     pub(super) fault: super::fault::FaultSpec,
@@ -138,6 +139,16 @@ impl PipelineBuilder {
         V: Serialize + DeserializeOwned + 'static,
     {
         self.store_spec(StoreSpec::new(name))
+    }
+
+    /// Keeps the committed state of every store declared without a backend of its own
+    /// (with [`store`](Self::store), by the [operators](crate::operators), or a
+    /// [`StoreSpec`] without [`backend`](StoreSpec::backend)) in `factory`'s backends —
+    /// e.g. `kafka_eos_disk::DiskStore::at(dir).factory()`, whose checkpoints make a
+    /// restart restore only the changelog's tail. Default: memory.
+    pub fn state_backend(mut self, factory: crate::state::backend::BackendFactory) -> Self {
+        self.state_backend = Some(factory);
+        self
     }
 
     /// Declares a state store from a full [`StoreSpec`] (another backend, a schema version,
@@ -545,7 +556,10 @@ impl PipelineBuilder {
                 health_threshold: self.health_threshold.unwrap_or(Duration::from_secs(60)),
                 consumer_properties: self.consumer_properties,
                 producer_properties: self.producer_properties,
-                stores: self.stores,
+                stores: match &self.state_backend {
+                    Some(f) => self.stores.into_iter().map(|s| s.or_backend(f)).collect(),
+                    None => self.stores,
+                },
                 output_topics: self.output_topics.iter().map(|t| t.to_string()).collect(),
                 changelog_replication: self.changelog_replication.unwrap_or(-1),
                 fault: self.fault.build(),

@@ -118,7 +118,7 @@ mod tests {
         ids.sort();
         assert_eq!(ids, vec![2, 3]);
         assert!(d.first_seen(&mut ctx, &1, 1160).unwrap());
-        let tallies = st.commit();
+        let tallies = st.commit(&Default::default());
         assert_eq!(tallies.tallies.get(&(Tally::Duplicate, "d".to_string())), Some(&1));
     }
 }

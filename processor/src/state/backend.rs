@@ -3,18 +3,70 @@
 //!
 //! A backend only ever holds *committed* state: the changes of the open transaction sit in
 //! the store's overlay ([`super::StoreCell`]) and reach the backend in one
-//! [`write_batch`](KeyValueBackend::write_batch) after the transaction commits. So a
-//! backend needs no transactions of its own, and a disk-backed one (RocksDB, sled, an
-//! append-only file) only has to implement these five methods; processors and operators do
-//! not change.
+//! [`write_checkpointed`](KeyValueBackend::write_checkpointed) after the transaction
+//! commits. So a backend needs no transactions of the Kafka kind, and processors and
+//! operators do not change with the backend.
+//!
+//! # Persistent backends and checkpoints
+//! A backend that keeps its state across restarts (the `kafka-eos-disk` crate) also keeps a
+//! [`Checkpoint`]: the changelog offset its state reflects, written **in the same local
+//! transaction as the data**. On assignment the core [`open`](KeyValueBackend::open)s it,
+//! checks the checkpoint against the changelog (`state::checkpoint`) and restores only the
+//! changelog's tail from there, or [`clear`](KeyValueBackend::clear)s it and restores from
+//! the start. The one invariant a backend must keep: **its checkpoint never exceeds the
+//! first changelog offset its data does not reflect**. A checkpoint *behind* the data is
+//! harmless — changelog records set a key to an absolute value, so re-applying records the
+//! data already has ends at the same state.
 
 use std::collections::BTreeMap;
+use std::time::SystemTime;
 
 /// One change to a store: a key and its new value, `None` for a delete.
 pub type Change = (Vec<u8>, Option<Vec<u8>>);
 
+/// The changelog position a persistent backend's committed state reflects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Checkpoint {
+    /// The next changelog offset to read: every committed record below it is reflected.
+    pub next_offset: i64,
+    /// When the checkpoint was written (local clock): a checkpoint older than the
+    /// changelog's `delete.retention.ms` may have missed tombstones that compaction has
+    /// removed since, and is not trusted.
+    pub written_at: SystemTime,
+}
+
+/// Where a backend's state belongs: passed to [`KeyValueBackend::open`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Location<'a> {
+    /// The pipeline's `application_id`.
+    pub application_id: &'a str,
+    /// The store's name.
+    pub store: &'a str,
+    /// The input (and changelog) partition.
+    pub partition: i32,
+}
+
+/// A backend operation failed. The changelog stays the truth: a failed open or read is
+/// rebuilt or retried from it, never guessed at.
+#[derive(Debug, thiserror::Error)]
+#[error("{what}: {source}. {hint}")]
+pub struct BackendError {
+    /// What was being done, e.g. "opening /var/lib/kafka-eos/app/totals/3/state.redb".
+    pub what: String,
+    /// What to do about it.
+    pub hint: &'static str,
+    /// The underlying error.
+    #[source]
+    pub source: Box<dyn std::error::Error + Send + Sync>,
+}
+
 /// Committed key-value state of one store for one input partition. Keys and values are the
 /// bincode encodings of the typed store's key and value.
+///
+/// The first six methods are all an in-memory backend needs; the others have defaults for
+/// one (nothing persists, so no checkpoint) and are what a persistent backend overrides.
+/// Backends are called on the partition task's OS thread, never on an async worker, so
+/// blocking disk I/O is fine.
 pub trait KeyValueBackend: Send {
     /// The value of `key`, if present.
     fn get(&self, key: &[u8]) -> Option<Vec<u8>>;
@@ -30,6 +82,42 @@ pub trait KeyValueBackend: Send {
     }
     /// Approximate size of keys and values in bytes (reported in the restore log line).
     fn size_bytes(&self) -> usize;
+
+    /// Opens the state kept for `location` and returns its checkpoint; called once, before
+    /// the restore. `Ok(None)`: no usable state (nothing persisted, or a store without a
+    /// checkpoint), and the core restores from the changelog's start (after a
+    /// [`clear`](Self::clear) if the backend is not empty). `Err`: the local state is
+    /// unusable (corrupt, unreadable): the core logs it and calls `clear`.
+    fn open(&mut self, location: &Location<'_>) -> Result<Option<Checkpoint>, BackendError> {
+        let _ = location;
+        Ok(None)
+    }
+
+    /// Applies a committed transaction's changes and, when `next_offset` is given, records
+    /// in the **same local transaction** that the state reflects the changelog below it.
+    /// `None`: the offset is not known (a commit reconciled after an unknown outcome): the
+    /// data is written and the checkpoint stays where it was, behind, which is safe. An
+    /// error leaves the previous state and checkpoint in place (the write is atomic): the
+    /// core then drops the partition's state and restores the tail again.
+    fn write_checkpointed(&mut self, changes: Vec<Change>, next_offset: Option<i64>) -> Result<(), BackendError> {
+        let _ = next_offset;
+        self.write_batch(changes);
+        Ok(())
+    }
+
+    /// Removes every entry and the checkpoint: the state is about to be rebuilt from the
+    /// changelog's start.
+    fn clear(&mut self) -> Result<(), BackendError> {
+        let deletes: Vec<Change> = self.scan().map(|(k, _)| (k, None)).collect();
+        self.write_batch(deletes);
+        Ok(())
+    }
+
+    /// [`get`](Self::get) for backends whose reads can fail; the store's views call this
+    /// one, and an error aborts the batch (it is replayed per the processor error policy).
+    fn try_get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, BackendError> {
+        Ok(self.get(key))
+    }
 }
 
 /// Creates a backend for one store of one input partition: `(store, partition)`.
@@ -96,5 +184,17 @@ mod tests {
         assert_eq!(m.get(b"b"), None);
         assert_eq!((m.len(), m.size_bytes()), (1, 2));
         assert_eq!(m.scan().collect::<Vec<_>>(), vec![(b"a".to_vec(), b"1".to_vec())]);
+    }
+
+    #[test]
+    fn defaults_keep_no_checkpoint_and_clear_empties() {
+        let mut m = MemoryBackend::default();
+        let at = Location { application_id: "app", store: "s", partition: 0 };
+        assert_eq!(m.open(&at).unwrap(), None);
+        m.write_checkpointed(vec![(b"a".to_vec(), Some(b"1".to_vec()))], Some(7)).unwrap();
+        assert_eq!(m.try_get(b"a").unwrap(), Some(b"1".to_vec()));
+        assert_eq!(m.open(&at).unwrap(), None, "memory keeps no checkpoint");
+        m.clear().unwrap();
+        assert_eq!((m.len(), m.size_bytes()), (0, 0));
     }
 }

@@ -1,15 +1,15 @@
 //! Changelog topics: created (or checked) at start-up, read back on assignment.
 
 use std::collections::HashMap;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
-use super::backend::Change;
-use super::{changelog_topic, PartitionState, StateError, StoreDef};
+use super::backend::{Change, Location};
+use super::{changelog_topic, checkpoint, PartitionState, StateError, StoreDef};
 use crate::admin::QuietEof;
 use crate::config::PipelineConfig;
 use crate::error::{Error, Result};
@@ -54,12 +54,15 @@ pub(crate) fn ensure_topics(cfg: &PipelineConfig, input_partitions: i32) -> Resu
         if !policy.split(',').any(|p| p.trim() == "compact") {
             return Err(layout(format!("has cleanup.policy={policy}")));
         }
+        // Read now, once: a restore from a local checkpoint needs it (see `checkpoint`).
+        checkpoint::delete_retention(|| admin.clone(), &topic);
     }
     Ok(())
 }
 
 /// Rebuilds the stores of input `partitions` from their changelogs and returns them, with
-/// the number of changelog records read.
+/// the number of changelog records read: from each store's local checkpoint when its
+/// backend keeps one that is trusted (see [`checkpoint`]), else from the start.
 ///
 /// First the partitions' committed offsets are fetched as *stable* (the consumer is
 /// read_committed, so librdkafka sets `require_stable`): that waits out any transaction of a
@@ -103,15 +106,20 @@ pub(crate) fn restore(
 
     let mut records = vec![vec![0u64; cfg.stores.len()]; partitions.len()];
     let index_of = |p: i32| partitions.iter().position(|q| *q == p);
+    let admin = || crate::admin::Client::new(&cfg.bootstrap_servers).properties(cfg.consumer_properties.clone());
     // One store at a time: librdkafka's end-of-partition event names only the partition
     // number, which every store's changelog shares.
     for (store, spec) in cfg.stores.iter().enumerate() {
         let topic = changelog_topic(&cfg.application_id, &spec.name);
-        // Where each partition ends: the offset after its last record. An empty changelog
-        // partition (a new store) needs no fetch at all.
+        let backend_error = |partition: i32| {
+            move |source| Error::from(StateError::Backend { store: spec.name.to_string(), partition, source })
+        };
+        // Where each partition's read ends (the offset after its last record), and the
+        // checkpoint its state reaches: where the read starts, then past each record read.
         let mut ends: HashMap<i32, i64> = HashMap::new();
+        let mut next: HashMap<i32, i64> = HashMap::new();
         let mut tpl = TopicPartitionList::new();
-        for p in partitions {
+        for (i, p) in partitions.iter().enumerate() {
             let (low, high) = retrying(deadline, || consumer.fetch_watermarks(&topic, *p, Duration::from_secs(10)))
                 .map_err(|e| Error::Kafka {
                     op: format!("reading the end offsets of {topic} [{p}]"),
@@ -119,16 +127,19 @@ pub(crate) fn restore(
                     source: Box::new(e),
                     hint: "check that the changelog topic exists and is readable by this principal",
                 })?;
-            if high > low {
+            let mut retention = || checkpoint::delete_retention(admin, &topic);
+            let from = resume_point(cfg, &mut states[i], store, (low, high), &mut retention)?;
+            next.insert(*p, from);
+            // A fully read changelog partition (an empty one: a new store) needs no fetch.
+            if high > from {
                 ends.insert(*p, high);
-                let _ = tpl.add_partition_offset(&topic, *p, Offset::Offset(low));
+                let _ = tpl.add_partition_offset(&topic, *p, Offset::Offset(from));
             }
         }
-        if ends.is_empty() {
-            continue;
-        }
-        consumer.assign(&tpl).map_err(|e| Error::Internal(format!("state restore assign: {e}")))?;
         let mut batches: HashMap<i32, Vec<Change>> = HashMap::new();
+        if !ends.is_empty() {
+            consumer.assign(&tpl).map_err(|e| Error::Internal(format!("state restore assign: {e}")))?;
+        }
         while !ends.is_empty() {
             if Instant::now() >= deadline {
                 return Err(timeout(
@@ -140,20 +151,30 @@ pub(crate) fn restore(
                 Some(Ok(m)) => {
                     let (p, i) = (m.partition(), index_of(m.partition()));
                     let Some(i) = i else { continue };
+                    next.insert(p, m.offset() + 1);
                     if let Some(key) = m.key() {
                         let change = decode_change(spec, &topic, p, m.offset(), key, m.payload())?;
                         let batch = batches.entry(p).or_default();
                         batch.push(change);
                         records[i][store] += 1;
                         if batch.len() >= 10_000 {
-                            states[i].backend_mut(store).write_batch(std::mem::take(batch));
+                            let batch = std::mem::take(batch);
+                            let backend = states[i].backend_mut(store);
+                            backend.write_checkpointed(batch, Some(m.offset() + 1)).map_err(backend_error(p))?;
                         }
                     } else {
                         tracing::warn!(topic, offset = m.offset(), "changelog record without a key skipped");
                     }
                     (m.offset() + 1 >= ends.get(&p).copied().unwrap_or(i64::MAX)).then_some(p)
                 }
-                Some(Err(KafkaError::PartitionEOF(p))) => Some(p),
+                Some(Err(KafkaError::PartitionEOF(p))) => {
+                    // The end under read_committed: past the last transaction's marker.
+                    if let Some(position) = position(&consumer, &topic, p) {
+                        let reached = next.entry(p).or_insert(position);
+                        *reached = position.max(*reached);
+                    }
+                    Some(p)
+                }
                 // The consumer recovers from transport errors by itself (a broker restarting,
                 // leadership moving): keep polling until the deadline. (Found by the chaos
                 // suite's financial-close scenario: a broker crash during a restore stopped
@@ -176,10 +197,12 @@ pub(crate) fn restore(
                 ends.remove(&p);
             }
         }
-        for (p, batch) in batches {
-            if let Some(i) = index_of(p) {
-                states[i].backend_mut(store).write_batch(batch);
-            }
+        // The rest of each partition's records, with the checkpoint it reached: also when
+        // nothing was read, which dates the checkpoint anew (see `checkpoint`: its age only
+        // matters when there is a tail after it).
+        for (i, p) in partitions.iter().enumerate() {
+            let batch = batches.remove(p).unwrap_or_default();
+            states[i].backend_mut(store).write_checkpointed(batch, next.get(p).copied()).map_err(backend_error(*p))?;
         }
     }
     let elapsed = started.elapsed();
@@ -198,6 +221,53 @@ pub(crate) fn restore(
         }
     }
     Ok((states, records.iter().flatten().sum()))
+}
+
+/// Opens store `store` of `state` and returns where its changelog partition `[low, high)`
+/// is read from: its checkpoint if trusted ([`checkpoint`]), else the log start, after
+/// clearing the local store.
+fn resume_point(
+    cfg: &PipelineConfig,
+    state: &mut PartitionState,
+    store: usize,
+    (low, high): (i64, i64),
+    retention: &mut dyn FnMut() -> Duration,
+) -> Result<i64> {
+    let (partition, name) = (state.partition(), &*cfg.stores[store].name);
+    let location = Location { application_id: &cfg.application_id, store: name, partition };
+    let backend = state.backend_mut(store);
+    let distrust = match backend.open(&location) {
+        Ok(Some(cp)) => match checkpoint::resume_from(&cp, low, high, SystemTime::now(), retention) {
+            Ok(from) => {
+                tracing::debug!(
+                    store = name,
+                    partition,
+                    from,
+                    end = high,
+                    "restoring the changelog's tail from the local checkpoint"
+                );
+                return Ok(from);
+            }
+            Err(distrust) => distrust.to_string(),
+        },
+        Ok(None) if backend.is_empty() => return Ok(low),
+        Ok(None) => "the local store has entries but no checkpoint".to_string(),
+        Err(e) => format!("the local store cannot be used: {e}"),
+    };
+    tracing::warn!(store = name, partition, checkpoint = %distrust, "local state not trusted; rebuilding it from the changelog's start");
+    backend.clear().map_err(|source| StateError::Backend { store: name.to_string(), partition, source })?;
+    Ok(low)
+}
+
+/// The consumer's position in `topic` [`partition`]: after an end-of-partition event, the
+/// offset the next read would start at.
+fn position<C: rdkafka::consumer::ConsumerContext>(
+    consumer: &BaseConsumer<C>,
+    topic: &str,
+    partition: i32,
+) -> Option<i64> {
+    let positions = consumer.position().ok()?;
+    positions.find_partition(topic, partition)?.offset().to_raw().filter(|o| *o >= 0)
 }
 
 /// One changelog record as the change to apply to its store's backend. Every record is
@@ -301,7 +371,7 @@ fn retrying<T>(
 /// the exactly-once behaviour of state is proven on a real broker by `tests/it/state.rs` and
 /// the chaos suite's financial-close scenario).
 #[cfg(test)]
-mod mock_cluster_tests {
+pub(super) mod mock_cluster_tests {
     use std::time::{Duration, Instant};
 
     use rdkafka::mocking::MockCluster;
@@ -309,19 +379,27 @@ mod mock_cluster_tests {
     use crate::state::{changelog_topic, format, StoreSpec};
     use crate::Pipeline;
 
-    fn setup(
+    pub(crate) fn setup(
         mock: &MockCluster<'static, rdkafka::producer::DefaultProducerContext>,
         spec: StoreSpec<u32, u32>,
     ) -> (crate::state::Store<u32, u32>, crate::PipelineConfig) {
-        mock.create_topic("in", 1, 1).expect("topic");
-        mock.create_topic(&changelog_topic("app", "s"), 1, 1).expect("topic");
+        // Again for a second pipeline on the same cluster: the topics are there.
+        for topic in ["in".to_string(), changelog_topic("app", "s")] {
+            match mock.create_topic(&topic, 1, 1) {
+                Err(e) if !e.to_string().contains("TopicAlreadyExists") => panic!("topic {topic}: {e}"),
+                _ => {}
+            }
+        }
         let mut builder = Pipeline::builder().bootstrap_servers(mock.bootstrap_servers()).application_id("app");
         let store = builder.store_spec(spec);
         let pipeline = builder.input_topic("in").processor(|_, _| Ok(())).build().expect("config");
         (store, pipeline.config().clone())
     }
 
-    fn write(mock: &MockCluster<'static, rdkafka::producer::DefaultProducerContext>, records: &[(Vec<u8>, Vec<u8>)]) {
+    pub(crate) fn write(
+        mock: &MockCluster<'static, rdkafka::producer::DefaultProducerContext>,
+        records: &[(Vec<u8>, Vec<u8>)],
+    ) {
         let producer: rdkafka::producer::BaseProducer =
             crate::admin::Client::new(mock.bootstrap_servers()).config().create().expect("producer");
         let topic = changelog_topic("app", "s");

@@ -17,7 +17,8 @@
 //!   commit  -> overlay merged into the committed backend
 //!   abort   -> overlay discarded (the replay recomputes it from the committed state)
 //!   assign  -> backend rebuilt from the changelog partition, read_committed, to its end,
-//!              before the partition's first record is processed
+//!              before the partition's first record is processed: from the start, or from
+//!              a persistent backend's trusted checkpoint (only the tail)
 //! ```
 //! - The overlay holds the latest value per key, so the changelog gets one record per key
 //!   changed per transaction (a delete is a tombstone); the topic is compacted, so its size
@@ -36,15 +37,31 @@
 //!   transaction, acknowledged before the offsets are committed: after a crash the state may
 //!   include updates of records that are then processed again (at-least-once state).
 //!
-//! # Limits
-//! State lives in memory ([`backend::MemoryBackend`]) and is rebuilt on every assignment:
-//! restore time grows with the live state (see `docs/state.md` for the measured rate). A
-//! disk-backed store implements [`backend::KeyValueBackend`] and is passed with
-//! [`StoreSpec::backend`]; processors do not change. Stores need a single input topic:
-//! changelog partition *n* belongs to input partition *n*.
+//! # Where committed state lives
+//! By default in memory ([`backend::MemoryBackend`]), rebuilt from the changelog's start on
+//! every assignment: restore time grows with the live state (see `docs/state.md` for the
+//! measured rate). A persistent backend (the `kafka-eos-disk` crate, passed with
+//! [`StoreSpec::backend`] or for every store with
+//! [`PipelineBuilder::state_backend`](crate::PipelineBuilder::state_backend); processors do
+//! not change) keeps the state and a
+//! [`Checkpoint`](backend::Checkpoint) — the changelog offset it reflects — in one local
+//! transaction, so an assignment restores only the changelog's tail (`state/checkpoint.rs` has
+//! the rules for when a checkpoint is trusted).
+//!
+//! **Never ahead of the commit** (the problem of Kafka's KIP-892): a backend is written
+//! only *after* the Kafka transaction committed, with the offsets the changelog records got
+//! in that transaction. So a local store never holds an aborted or still-open
+//! transaction's changes. A crash between the Kafka commit and the local write leaves the
+//! checkpoint *behind* the changelog: the tail restore reads the missing transaction back.
+//! A commit whose outcome was unknown and reconciled as committed writes its changes
+//! without moving the checkpoint (behind again, and re-applying changelog records the data
+//! already has is harmless: each sets a key to an absolute value).
+//!
+//! Stores need a single input topic: changelog partition *n* belongs to input partition *n*.
 
 pub mod backend;
 pub(crate) mod changelog;
+pub(crate) mod checkpoint;
 pub mod format;
 mod store;
 
@@ -61,12 +78,16 @@ pub fn measure_restore(
     changelog::restore(cfg, partitions, deadline).map(|(_, records)| records)
 }
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::marker::PhantomData;
 use std::sync::Arc;
 
 use crate::record::{OutputRecord, Topic};
-use backend::KeyValueBackend;
+use backend::{BackendError, KeyValueBackend};
+
+/// The last offset each changelog partition got in a committed transaction, from the
+/// producer's delivery reports: `(changelog topic, partition) -> offset`.
+pub(crate) type ChangelogEnds = HashMap<(String, i32), i64>;
 
 /// The changelog topic of `store` in pipeline `application_id`.
 pub fn changelog_topic(application_id: &str, store: &str) -> String {
@@ -114,6 +135,17 @@ pub enum StateError {
         /// What is wrong with it.
         problem: String,
     },
+    /// The store's backend failed (a disk backend's read or write). The batch is aborted
+    /// and replayed; the committed state is the changelog's, so nothing is lost.
+    #[error("store {store:?}, partition {partition}: {source}")]
+    Backend {
+        /// The store.
+        store: String,
+        /// The input (and changelog) partition.
+        partition: i32,
+        /// What failed, and what to do.
+        source: BackendError,
+    },
 }
 
 /// What operators count; committed with the transaction (so replays do not count twice) and
@@ -135,11 +167,15 @@ pub(crate) struct Committed {
     pub changes: Vec<(String, u64)>,
     /// Operator tallies per (what, store).
     pub tallies: BTreeMap<(Tally, String), u64>,
+    /// A backend that failed to write the committed changes: the partition's state must be
+    /// dropped and restored from the changelog (its tail, if the checkpoint survived).
+    pub failed: Option<StateError>,
 }
 
 /// One store of one partition: committed backend plus the open transaction's overlay.
 pub(crate) struct StoreCell {
     name: Arc<str>,
+    partition: i32,
     version: u8,
     changelog: Topic,
     backend: Box<dyn KeyValueBackend>,
@@ -148,11 +184,15 @@ pub(crate) struct StoreCell {
 }
 
 impl StoreCell {
-    fn get(&self, key: &[u8]) -> Option<Vec<u8>> {
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StateError> {
         match self.pending.get(key) {
-            Some(v) => v.clone(),
-            None => self.backend.get(key),
+            Some(v) => Ok(v.clone()),
+            None => self.backend.try_get(key).map_err(|source| self.backend_error(source)),
         }
+    }
+
+    fn backend_error(&self, source: BackendError) -> StateError {
+        StateError::Backend { store: self.name.to_string(), partition: self.partition, source }
     }
 
     /// Committed entries with the overlay applied, in key byte order.
@@ -189,6 +229,7 @@ impl PartitionState {
             .iter()
             .map(|s| StoreCell {
                 name: s.name.clone(),
+                partition,
                 version: s.version,
                 changelog: Topic::from(changelog_topic(application_id, &s.name)),
                 backend: (s.backend)(&s.name, partition),
@@ -231,15 +272,20 @@ impl PartitionState {
         out
     }
 
-    /// The transaction committed: the overlay becomes committed state. Returns what it
-    /// changed: changelog records per store, and the operators' tallies.
-    pub(crate) fn commit(&mut self) -> Committed {
-        let mut committed = Committed { tallies: std::mem::take(&mut self.tallies), changes: Vec::new() };
+    /// The transaction committed: the overlay becomes committed state, checkpointed at the
+    /// offset after the last changelog record the transaction wrote (`ends`; a store whose
+    /// offset is unknown keeps its checkpoint, behind). Returns what it changed: changelog
+    /// records per store, the operators' tallies, and a backend's failure if one failed.
+    pub(crate) fn commit(&mut self, ends: &ChangelogEnds) -> Committed {
+        let mut committed = Committed { tallies: std::mem::take(&mut self.tallies), changes: Vec::new(), failed: None };
         for s in &mut self.stores {
             if !s.pending.is_empty() {
                 committed.changes.push((s.name.to_string(), s.pending.len() as u64));
                 let changes = std::mem::take(&mut s.pending).into_iter().collect();
-                s.backend.write_batch(changes);
+                let next = ends.get(&(s.changelog.to_string(), self.partition)).map(|last| last + 1);
+                if let Err(e) = s.backend.write_checkpointed(changes, next) {
+                    committed.failed.get_or_insert(s.backend_error(e));
+                }
             }
         }
         committed
@@ -310,7 +356,7 @@ pub(crate) mod tests {
             s.put(&"a".into(), &1).unwrap();
             assert_eq!(s.get(&"a".into()).unwrap(), Some(1));
         }
-        st.commit();
+        st.commit(&ChangelogEnds::new());
         {
             let mut s = st.store_mut(&h);
             s.put(&"a".into(), &2).unwrap();

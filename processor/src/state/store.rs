@@ -37,7 +37,8 @@ pub(crate) type RestoreCheck = Arc<dyn Fn(&[u8], Option<&[u8]>) -> Result<Option
 /// ```
 pub struct StoreSpec<K, V> {
     name: String,
-    backend: BackendFactory,
+    /// `None`: the pipeline's [`state_backend`](crate::PipelineBuilder::state_backend), or memory.
+    backend: Option<BackendFactory>,
     version: u8,
     migrations: Vec<(u8, Migration<V>)>,
     _types: PhantomData<fn(K) -> V>,
@@ -51,19 +52,13 @@ where
     /// An in-memory store named `name` at schema version 1. The name names the changelog
     /// topic (`<application-id>-<name>-changelog`): letters, digits, `.`, `_`, `-`.
     pub fn new(name: impl Into<String>) -> Self {
-        StoreSpec {
-            name: name.into(),
-            backend: backend::memory(),
-            version: 1,
-            migrations: Vec::new(),
-            _types: PhantomData,
-        }
+        StoreSpec { name: name.into(), backend: None, version: 1, migrations: Vec::new(), _types: PhantomData }
     }
 
     /// Keeps the committed state in `factory`'s backends (one per partition) instead of
     /// memory.
     pub fn backend(mut self, factory: BackendFactory) -> Self {
-        self.backend = factory;
+        self.backend = Some(factory);
         self
     }
 
@@ -142,7 +137,11 @@ where
                 (true, v) => Some((key, v.unwrap_or(None))),
             })
         });
-        StoreDef { name: Arc::from(self.name.as_str()), backend: self.backend, version, check }
+        let (backend, own_backend) = match self.backend {
+            Some(f) => (f, true),
+            None => (backend::memory(), false),
+        };
+        StoreDef { name: Arc::from(self.name.as_str()), backend, own_backend, version, check }
     }
 }
 
@@ -157,11 +156,21 @@ impl<K, V> std::fmt::Debug for StoreSpec<K, V> {
 pub struct StoreDef {
     pub(crate) name: Arc<str>,
     pub(crate) backend: BackendFactory,
+    /// Whether the declaration chose the backend (else the pipeline's default applies).
+    pub(crate) own_backend: bool,
     pub(crate) version: u8,
     pub(crate) check: RestoreCheck,
 }
 
 impl StoreDef {
+    /// This store with `factory` as its backend, unless its declaration chose one.
+    pub(crate) fn or_backend(self, factory: &BackendFactory) -> StoreDef {
+        match self.own_backend {
+            true => self,
+            false => StoreDef { backend: factory.clone(), ..self },
+        }
+    }
+
     /// The store's name.
     pub fn name(&self) -> &str {
         &self.name
@@ -218,7 +227,7 @@ fn encode_err(cell: &StoreCell, what: &'static str, source: bincode::Error) -> S
 
 fn get<K: Serialize, V: DeserializeOwned>(cell: &StoreCell, key: &K) -> Result<Option<V>, StateError> {
     let k = format::encode_key(key).map_err(|e| encode_err(cell, "key", e))?;
-    cell.get(&k).map(|v| decode(cell, "value", format::decode_value(cell.version, &v))).transpose()
+    cell.get(&k)?.map(|v| decode(cell, "value", format::decode_value(cell.version, &v))).transpose()
 }
 
 fn entries<K: DeserializeOwned, V: DeserializeOwned>(cell: &StoreCell) -> Result<Vec<(K, V)>, StateError> {

@@ -1,7 +1,9 @@
 //! The delivery reports of a producer's current cycle, counted inside `poll` on the task's
-//! thread; reports of earlier (aborted) cycles are ignored by their cycle number. And what
-//! a failed delivery says about a missing output topic.
+//! thread; reports of earlier (aborted) cycles are ignored by their cycle number. The last
+//! offset each changelog partition got (the stores' checkpoints). And what a failed
+//! delivery says about a missing output topic.
 
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
@@ -25,6 +27,21 @@ pub(crate) struct DeliveryTracker {
     pub(super) first_error: Mutex<Option<KafkaError>>,
     /// The topic of the first failed delivery: named when it turns out not to exist.
     pub(super) failed_topic: Mutex<Option<String>>,
+    /// The pipeline's changelog topics, and the last offset each of their partitions got
+    /// acknowledged, with the cycle it was in: after a commit, where the stores'
+    /// checkpoints move to.
+    pub(super) changelogs: HashSet<String>,
+    pub(super) changelog_ends: Mutex<HashMap<String, PartitionEnds>>,
+}
+
+/// Per partition: the cycle of the last acknowledged record, and its offset.
+type PartitionEnds = HashMap<i32, (usize, i64)>;
+
+impl DeliveryTracker {
+    /// The changelog topics of `cfg`'s stores.
+    pub(super) fn changelogs_of(cfg: &crate::config::PipelineConfig) -> HashSet<String> {
+        cfg.stores.iter().map(|s| crate::state::changelog_topic(&cfg.application_id, &s.name)).collect()
+    }
 }
 
 impl ClientContext for DeliveryTracker {
@@ -45,8 +62,19 @@ impl ProducerContext for DeliveryTracker {
             return; // a report from an aborted cycle
         }
         match result {
-            Ok(_) => {
+            Ok(m) => {
                 self.acked.fetch_add(1, Ordering::Relaxed);
+                let topic = rdkafka::Message::topic(m);
+                if !self.changelogs.is_empty() && self.changelogs.contains(topic) {
+                    let mut ends = self.changelog_ends.lock().unwrap_or_else(|p| p.into_inner());
+                    if !ends.contains_key(topic) {
+                        ends.insert(topic.to_string(), HashMap::new());
+                    }
+                    let offset = rdkafka::Message::offset(m);
+                    let partitions = ends.get_mut(topic).expect("inserted above");
+                    let end = partitions.entry(rdkafka::Message::partition(m)).or_insert((cycle, offset));
+                    *end = (cycle, if end.0 == cycle { end.1.max(offset) } else { offset });
+                }
             }
             Err((e, m)) => {
                 self.failed.fetch_add(1, Ordering::Relaxed);
@@ -62,6 +90,18 @@ impl ProducerContext for DeliveryTracker {
 }
 
 impl super::TxnProducer {
+    /// The last offset of each changelog partition acknowledged in the current cycle: after
+    /// a commit, the last changelog record of each store partition the transaction wrote.
+    pub(crate) fn changelog_ends(&self) -> crate::state::ChangelogEnds {
+        let ends = self.inner.context().changelog_ends.lock().unwrap_or_else(|p| p.into_inner());
+        let partitions =
+            ends.iter().flat_map(|(topic, partitions)| partitions.iter().map(move |(p, end)| (topic, p, end)));
+        partitions
+            .filter(|(_, _, (cycle, _))| *cycle == self.cycle)
+            .map(|(topic, p, (_, offset))| ((topic.clone(), *p), *offset))
+            .collect()
+    }
+
     /// After a failed [`await_acks`](Self::await_acks): the topic of the first failed
     /// delivery, if the failure is one a missing topic causes (`_UNKNOWN_TOPIC`,
     /// `UNKNOWN_TOPIC_OR_PARTITION`, or a message timeout: under a transaction the message

@@ -101,6 +101,9 @@ struct InstanceArgs {
     /// `redis=<url>` (with dedup) or `redis-plain=<url>` (without).
     #[arg(long)]
     sink: Option<String>,
+    /// Keep the stores on disk under this directory (kafka-eos-disk).
+    #[arg(long)]
+    state_dir: Option<std::path::PathBuf>,
     /// The suite passes its client properties in a private file (--client-config).
     #[command(flatten)]
     client: super::ClientArgs,
@@ -193,6 +196,7 @@ fn run_instance(a: InstanceArgs) -> Result<ExitCode, Box<dyn std::error::Error>>
         status_interval: Duration::from_millis(a.status_interval_ms),
         financial_close_payments: a.financial_close_payments,
         sink: a.sink,
+        state_dir: a.state_dir,
         client_properties: a.client.properties()?,
     };
     match chaos::run_instance(cfg) {

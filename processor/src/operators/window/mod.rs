@@ -338,7 +338,7 @@ pub(super) mod tests {
         let mut st = crate::state::tests::state_of(b, 0);
         let mut out = Vec::new();
         f(crate::processor::driver::tests::context(&mut st, &mut out));
-        let tallies = st.commit().tallies;
+        let tallies = st.commit(&Default::default()).tallies;
         Ran { tallies, entries: st.committed_entries()[0].1.len() }
     }
 

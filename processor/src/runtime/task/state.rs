@@ -28,11 +28,15 @@ impl Task {
     }
 
     /// The transaction committed: every partition's state overlay becomes committed state,
-    /// and the operators' tallies are counted.
+    /// checkpointed at the offsets its changelog records got (from the current producer's
+    /// delivery reports; after a reconciled unknown outcome the producer is a fresh one
+    /// that knows none, and the checkpoints stay behind, which is safe), and the
+    /// operators' tallies are counted.
     pub(super) fn commit_states(&mut self) {
         let pipeline = &self.shared.cfg.application_id;
         let stats = self.shared.shutdown.stats();
-        for committed in self.processing.commit_states() {
+        let ends = self.producer.as_ref().map(|p| p.changelog_ends()).unwrap_or_default();
+        for committed in self.processing.commit_states(&ends) {
             for (store, n) in committed.changes {
                 crate::metrics::changelog_committed(pipeline, &store, n);
                 stats.changelog_records.add(n);
