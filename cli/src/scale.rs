@@ -79,6 +79,9 @@ pub struct JoinReport {
     pub summaries: Vec<Summary>,
     /// The copy's verification.
     pub verified: Report,
+    /// Each duplicated input (`topic/partition/offset`) with the output offsets holding it:
+    /// what to look for in the instances' logs when the verification fails.
+    pub duplicated: Vec<String>,
 }
 
 impl JoinReport {
@@ -134,6 +137,7 @@ pub async fn join_third(opts: &JoinOptions) -> Result<JoinReport, String> {
         .await
         .map_err(|e| e.to_string())?
         .map_err(|e| format!("verifying: {e}"))?;
+    let duplicated = if verified.duplicates > 0 { duplicated(&opts.bootstrap, &output).await? } else { Vec::new() };
     let log = commits.lock().unwrap().clone();
     let (unmoved, moved, longest_unmoved_gap, longest_moved_pause) =
         pauses(&log, joined - opts.settle, first + opts.settle);
@@ -146,7 +150,25 @@ pub async fn join_third(opts: &JoinOptions) -> Result<JoinReport, String> {
         produced,
         summaries,
         verified,
+        duplicated,
     })
+}
+
+/// The inputs found more than once in `output`, with where.
+async fn duplicated(bootstrap: &str, output: &str) -> Result<Vec<String>, String> {
+    let (b, o) = (bootstrap.to_string(), output.to_string());
+    let records = tokio::task::spawn_blocking(move || {
+        kafka_eos_testkit::read::read_all(&Client::new(&b), &o, Duration::from_secs(60))
+    })
+    .await
+    .map_err(|e| e.to_string())?
+    .map_err(|e| format!("reading {output}: {e}"))?;
+    let mut seen: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for r in &records {
+        let origin = r.header(kafka_eos::record::ORIGIN_HEADER).map(|v| String::from_utf8_lossy(v).into_owned());
+        seen.entry(origin.unwrap_or_default()).or_default().push(format!("{}@{}", r.partition, r.offset));
+    }
+    Ok(seen.into_iter().filter(|(_, at)| at.len() > 1).map(|(o, at)| format!("{o} at {}", at.join(", "))).collect())
 }
 
 /// `(unmoved, moved, longest unmoved gap, longest moved pause)` of the commits in

@@ -19,7 +19,7 @@ async fn a_joining_instance_leaves_unmoved_partitions_committing() {
     for (rebalancing, guarantee) in [
         (Rebalancing::Cooperative, Guarantee::ExactlyOnce),
         (Rebalancing::Consumer, Guarantee::ExactlyOnce),
-        (Rebalancing::Cooperative, Guarantee::ExactlyOncePerConsumer),
+        (Rebalancing::Cooperative, Guarantee::AtLeastOnce),
     ] {
         let what = format!("{} / {}", rebalancing.as_str(), guarantee.as_str());
         let opts = JoinOptions::new(&bootstrap(), guarantee, rebalancing);
@@ -32,7 +32,11 @@ async fn a_joining_instance_leaves_unmoved_partitions_committing() {
             "{what}: an unmoved partition stopped committing for {:?} (limit {limit:?})",
             r.longest_unmoved_gap
         );
-        assert!(r.verified.is_exactly_once(), "{what}: {:?}", r.verified);
+        if guarantee == Guarantee::AtLeastOnce {
+            assert!(r.verified.is_at_least_once(), "{what}: {:?}", r.verified);
+            continue;
+        }
+        assert!(r.verified.is_exactly_once(), "{what}: {:?} {:?}", r.verified, r.duplicated);
         assert_eq!(r.verified.output_records, r.produced, "{what}");
         assert_eq!(r.summaries.iter().map(|s| s.records_in).sum::<u64>(), r.produced, "{what}");
     }
@@ -72,12 +76,19 @@ async fn a_static_member_restarted_in_time_gets_its_partitions_back_without_a_re
     let (seen_a, seen_b, seen_a2): (Seen, Seen, Seen) = Default::default();
     let a = member("pod-a", &seen_a);
     let b = member("pod-b", &seen_b);
-    let both = |n: usize| seen_a.lock().unwrap().len() + seen_b.lock().unwrap().len() == n;
+    // Until both commit (whichever joined first may have held all 4 for a while), then a
+    // little longer so that the split has settled.
+    let both = || !seen_a.lock().unwrap().is_empty() && !seen_b.lock().unwrap().is_empty();
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while !both(4) {
-        assert!(std::time::Instant::now() < deadline, "A and B never covered the 4 partitions");
+    while !both() {
+        assert!(std::time::Instant::now() < deadline, "A and B never both committed");
         t.produce(400).await;
     }
+    t.produce(400).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    seen_a.lock().unwrap().clear();
+    t.produce(400).await;
+    t.wait_caught_up(&app, Duration::from_secs(60)).await;
     let b_assignments = b.handle.summary().rebalances;
     let sa = a.stop().await;
     // Longer than B needs to notice a departure (a heartbeat, 3 s), shorter than the

@@ -60,7 +60,7 @@ pub struct InstanceConfig {
     /// The rebalance protocol. Under [`Rebalancing::Consumer`] the session timeout is the
     /// broker's (`group.consumer.session.timeout.ms`, 45 s by default) and
     /// `session_timeout` is not used.
-    pub rebalancing: Rebalancing,
+    pub rebalancing: Option<Rebalancing>,
     /// Abort about one transaction in this many on purpose; 0 for none.
     pub abort_one_in: u32,
     /// Consumer `session.timeout.ms`: how long a crashed or stalled instance keeps its
@@ -102,8 +102,6 @@ impl InstanceConfig {
             self.output.clone(),
             "--guarantee".into(),
             self.guarantee.as_str().into(),
-            "--rebalancing".into(),
-            self.rebalancing.as_str().into(),
             "--abort-one-in".into(),
             self.abort_one_in.to_string(),
             "--session-timeout-ms".into(),
@@ -114,6 +112,7 @@ impl InstanceConfig {
             self.status_interval.as_millis().to_string(),
         ]
         .into_iter()
+        .chain(self.rebalancing.iter().flat_map(|r| ["--rebalancing".into(), r.as_str().into()]))
         .chain(self.financial_close_payments.iter().flat_map(|n| ["--financial-close-payments".into(), n.to_string()]))
         .chain(self.sink.iter().flat_map(|s| ["--sink".into(), s.clone()]))
         .chain(self.state_dir.iter().flat_map(|d| ["--state-dir".into(), d.display().to_string()]))
@@ -231,10 +230,13 @@ async fn run(cfg: InstanceConfig) -> kafka_eos::Result<Summary> {
         .bootstrap_servers(&cfg.bootstrap)
         .application_id(&cfg.application_id)
         .guarantee(cfg.guarantee)
-        .rebalancing(cfg.rebalancing)
         .transaction_timeout(cfg.transaction_timeout);
     let builder = match cfg.rebalancing {
-        Rebalancing::Consumer => builder,
+        Some(r) => builder.rebalancing(r),
+        None => builder,
+    };
+    let builder = match cfg.rebalancing {
+        Some(Rebalancing::Consumer) => builder,
         _ => builder
             .consumer_property("session.timeout.ms", cfg.session_timeout.as_millis().to_string())
             .consumer_property("heartbeat.interval.ms", heartbeat.as_millis().to_string()),
@@ -334,7 +336,7 @@ mod tests {
             input: "i".into(),
             output: "o".into(),
             guarantee: Guarantee::ExactlyOncePerConsumer,
-            rebalancing: Rebalancing::Eager,
+            rebalancing: Some(Rebalancing::Eager),
             abort_one_in: 3,
             session_timeout: Duration::from_secs(6),
             transaction_timeout: Duration::from_secs(8),

@@ -69,7 +69,7 @@ pub struct SuiteConfig {
     /// The guarantee the instances run.
     pub guarantee: Guarantee,
     /// The instances' rebalance protocol.
-    pub rebalancing: kafka_eos::Rebalancing,
+    pub rebalancing: Option<kafka_eos::Rebalancing>,
     /// The `kafka-eos` executable, run as `<exe> chaos instance ...` for each instance.
     pub instance_exe: PathBuf,
     /// Where instance logs go; default a temporary directory, removed when every scenario
@@ -96,7 +96,7 @@ impl SuiteConfig {
             bootstrap: None,
             replication: None,
             guarantee: Guarantee::ExactlyOnce,
-            rebalancing: kafka_eos::Rebalancing::default(),
+            rebalancing: None,
             instance_exe,
             log_dir: None,
             value_size: 64,

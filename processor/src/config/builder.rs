@@ -36,7 +36,7 @@ pub struct PipelineBuilder {
     origin_header: Option<bool>,
     handle_signals: Option<bool>,
     instance_id: Option<String>,
-    rebalancing: Rebalancing,
+    rebalancing: Option<Rebalancing>,
     static_membership: bool,
     workers: Option<usize>,
     ops_address: Option<std::net::SocketAddr>,
@@ -293,9 +293,11 @@ impl PipelineBuilder {
 
     /// How the group moves partitions between instances. Default
     /// [`Rebalancing::Cooperative`]: only the partitions that move pause (see
-    /// [`Rebalancing`] for the others and their trade-offs).
+    /// [`Rebalancing`] for the others and their trade-offs); under
+    /// [`Guarantee::ExactlyOncePerConsumer`], [`Rebalancing::Eager`], the only one it accepts
+    /// for now.
     pub fn rebalancing(mut self, r: Rebalancing) -> Self {
-        self.rebalancing = r;
+        self.rebalancing = Some(r);
         self
     }
 
@@ -465,8 +467,17 @@ impl PipelineBuilder {
         if self.guarantee.is_transactional() && c.get("isolation.level").is_some_and(|v| v != "read_committed") {
             return cfg_err("consumer property isolation.level must be read_committed under exactly-once: a read_uncommitted consumer would process aborted records and fetch offsets that are not stable".into());
         }
+        let rebalancing = match (self.guarantee, self.rebalancing) {
+            (Guarantee::ExactlyOncePerConsumer, None) => Rebalancing::Eager,
+            (Guarantee::ExactlyOncePerConsumer, Some(r)) if r != Rebalancing::Eager => {
+                return cfg_err(format!(
+                    "Rebalancing::{r:?} with ExactlyOncePerConsumer is refused for now: a scale-out test committed one record twice in about twenty runs, cause under investigation (docs/scaling.md); use Rebalancing::Eager, or ExactlyOnce for incremental rebalancing"
+                ));
+            }
+            (_, r) => r.unwrap_or_default(),
+        };
         let group = GroupSettings {
-            rebalancing: self.rebalancing,
+            rebalancing,
             static_member: match (self.static_membership, &self.instance_id) {
                 (false, _) => None,
                 (true, Some(id)) => Some(id.clone()),

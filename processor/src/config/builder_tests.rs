@@ -30,6 +30,10 @@ fn rejects_what_would_break_the_guarantee() {
         .contains("PipelineBuilder::rebalancing"));
     assert!(err(base().client_property("group.protocol", "CONSUMER")).contains("PipelineBuilder::rebalancing"));
     assert!(err(base().static_membership(true)).contains("instance_id"));
+    let per_consumer = || base().guarantee(Guarantee::ExactlyOncePerConsumer);
+    assert!(err(per_consumer().rebalancing(Rebalancing::Cooperative)).contains("Rebalancing::Eager"));
+    assert_eq!(per_consumer().build().unwrap().config().rebalancing(), Rebalancing::Eager);
+    assert_eq!(base().build().unwrap().config().rebalancing(), Rebalancing::Cooperative);
     let static_member = base().static_membership(true).instance_id("pod-1").build().unwrap();
     assert_eq!(static_member.config().consumer_config().get("group.instance.id"), Some("pod-1"));
     assert!(err(Pipeline::builder().bootstrap_servers("x").application_id("a").input_topic("t")).contains("processor"));

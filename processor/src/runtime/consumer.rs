@@ -28,9 +28,12 @@
 //!   group has already moved on.
 //! - **Shutdown.** Every task's interrupt is set with four fifths of the shutdown timeout,
 //!   then the consumer leaves the group (a revocation) and stops the remaining tasks.
-//! - **Fenced producer.** A task whose producer was fenced or became unusable reports it;
-//!   the consumer leaves the group and joins again, so the group reassigns its partitions
-//!   (to this instance or another) and they restart from their committed offsets.
+//! - **Fenced producer.** A task whose producer was fenced by a newer owner, or whose member
+//!   the group no longer knows, reports it; the consumer leaves the group and joins again,
+//!   so the group reassigns its partitions (to this instance or another) and they restart
+//!   from their committed offsets. A producer that failed for its own reasons is replaced
+//!   in place instead, and a partition whose task cannot start is retried while the others
+//!   run ([`recovery`]).
 
 use std::collections::BTreeMap;
 use std::sync::mpsc::{sync_channel, Receiver, TrySendError};

@@ -135,6 +135,8 @@ pub(crate) struct Task {
     sink: Option<Box<dyn crate::sink::erased::ErasedSink>>,
     /// Partitions an exactly-once sink has no offset for yet (anchored at their next batch).
     unanchored: HashSet<TopicPartition>,
+    /// The partitions of the last batch dropped by an interrupt (see the revocation).
+    dropped: Vec<TopicPartition>,
     /// Partitions waiting for [`TaskMsg::Rewound`] after a producer was replaced in place:
     /// their records until then came before the rewind and are dropped.
     rewinding: HashSet<TopicPartition>,
@@ -165,6 +167,7 @@ impl Task {
             sink: None,
             unanchored: HashSet::new(),
             rewinding: HashSet::new(),
+            dropped: Vec::new(),
             last_cycle_end: Instant::now(),
             collect_started: None,
             label,
@@ -262,15 +265,29 @@ impl Task {
                 }
                 Ok(TaskMsg::Revoke { partitions, lost, reply }) => {
                     if lost {
+                        // Only the lost partitions' records: a worker's batch also holds
+                        // partitions it keeps (incremental rebalancing), committed as usual.
+                        let before = batch.len();
+                        batch.retain(|r| !partitions.iter().any(|(t, p)| *p == r.partition && *t == r.topic));
                         tracing::info!(
                             task = self.id,
                             ?partitions,
-                            dropped = batch.len(),
-                            "partitions lost: dropping the uncommitted batch"
+                            dropped = before - batch.len(),
+                            "partitions lost: dropping their uncommitted records"
                         );
-                        batch.clear();
                     } else {
                         self.flush(&mut batch);
+                        // A batch dropped on this revocation (it kept failing) also held the
+                        // records of partitions this worker keeps: move those back to their
+                        // committed offsets, or their later records would commit past them.
+                        let kept: Vec<TopicPartition> = std::mem::take(&mut self.dropped)
+                            .into_iter()
+                            .filter(|tp| self.owned.contains(tp) && !partitions.contains(tp))
+                            .collect();
+                        if !kept.is_empty() && self.producer.is_some() {
+                            self.rewinding.extend(kept.iter().cloned());
+                            let _ = self.control.send(Control::Rewind { task: self.id, partitions: kept });
+                        }
                     }
                     let acked_offsets =
                         partitions.iter().filter_map(|tp| self.acked.remove(tp).map(|o| (tp.clone(), o))).collect();
@@ -328,6 +345,9 @@ impl Task {
                 }
             }
             Flush::Dropped { because, reason } => {
+                let distinct: std::collections::BTreeSet<TopicPartition> =
+                    batch.iter().map(|r| (r.topic.clone(), r.partition)).collect();
+                self.dropped = distinct.into_iter().collect();
                 tracing::warn!(
                     task = self.id,
                     records = batch.len(),

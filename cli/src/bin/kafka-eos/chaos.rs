@@ -51,9 +51,10 @@ pub struct Args {
     #[arg(long, default_value = "exactly-once")]
     guarantee: Guarantee,
     /// The instances' rebalance protocol: cooperative, consumer (KIP-848: the broker's
-    /// 45 s session timeout applies, so crash scenarios run slower) or eager.
-    #[arg(long, default_value = "cooperative")]
-    rebalancing: Rebalancing,
+    /// 45 s session timeout applies, so crash scenarios run slower) or eager [default: the
+    /// guarantee's default].
+    #[arg(long)]
+    rebalancing: Option<Rebalancing>,
     /// Keep the instances' logs here (default: a temporary directory, removed on success).
     #[arg(long)]
     log_dir: Option<PathBuf>,
@@ -82,8 +83,8 @@ struct InstanceArgs {
     output: String,
     #[arg(long, default_value = "exactly-once")]
     guarantee: Guarantee,
-    #[arg(long, default_value = "cooperative")]
-    rebalancing: Rebalancing,
+    #[arg(long)]
+    rebalancing: Option<Rebalancing>,
     /// Abort about one transaction in this many on purpose (0: never).
     #[arg(long, default_value_t = 0)]
     abort_one_in: u32,
@@ -137,7 +138,7 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
         cfg.records,
         cfg.partitions,
         cfg.guarantee.as_str(),
-        cfg.rebalancing.as_str(),
+        cfg.rebalancing.map_or("default", |r| r.as_str()),
         cfg.seed,
         if cfg.soak { ", soak" } else { "" }
     );

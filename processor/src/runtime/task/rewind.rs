@@ -18,6 +18,10 @@
 //!   and then sends the answer without polling in between, so the records after the answer
 //!   are exactly those from the committed offsets on.
 //!
+//! The same rewind serves a worker whose batch was dropped on a revocation (it kept
+//! failing): the batch also held partitions the worker keeps, whose later records must not
+//! commit past the dropped ones.
+//!
 //! Not in place (the partitions go back to the group as before): partitions already lost,
 //! an exactly-once sink (the partitions resume where the *sink* says, which only an
 //! assignment applies), and a fresh producer that cannot be initialised either.
