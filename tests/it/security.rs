@@ -175,7 +175,7 @@ async fn chaos_command_passes_client_properties_to_every_client() {
     std::fs::write(&file, kafka_eos_cli::client_config::to_text(&in_file)).unwrap();
     let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_kafka-eos"))
         .args(["chaos", "--bootstrap", &bootstrap, "--scenario", "random-aborts", "--records", "3000"])
-        .args(["--partitions", "2", "--replication", "1", "--seed", "7"])
+        .args(["--partitions", "2", "--replication", "1", "--seed", "7", "--rebalancing", "eager"])
         .arg("--client-config")
         .arg(&file)
         .args(["-X", "sasl.mechanism=SCRAM-SHA-256", "--property", "client.id=kafka-eos-chaos-test"])
@@ -187,6 +187,7 @@ async fn chaos_command_passes_client_properties_to_every_client() {
     eprintln!("{stdout}");
     assert!(out.status.success(), "kafka-eos chaos failed: {}\n{stdout}\n{stderr}", out.status);
     assert!(stdout.contains("0 duplicates, 0 missing, 0 order violations"), "{stdout}");
+    assert!(stdout.contains("rebalancing eager"), "the instances run the protocol asked for: {stdout}");
     assert!(stdout.contains("client properties:") && stdout.contains("SCRAM-SHA-256"), "{stdout}");
     assert!(stdout.contains("[redacted]") && !stdout.contains(PASSWORD) && !stderr.contains(PASSWORD), "{stdout}");
 }
