@@ -172,14 +172,15 @@ pub(crate) fn run(shared: Arc<Shared>, control: Receiver<Control>) -> Result<()>
         leave_group(&consumer, deadline);
     }
     consumer.context().stop_all_tasks(deadline);
-    // At-least-once: the offsets the instance task acknowledged while stopping.
+    // At-least-once, a static member: the offsets the workers acknowledged while stopping
+    // (a member that left had them committed by its revocation, and can commit no more).
     let mut acked = Vec::new();
     while let Ok(msg) = control.try_recv() {
         if let Control::CommitOffsets(offsets) = msg {
             acked.extend(offsets);
         }
     }
-    if !acked.is_empty() {
+    if stays_in_group && !acked.is_empty() {
         if let Err(e) = consumer.commit(&to_tpl(&acked), CommitMode::Sync) {
             tracing::warn!(error = %e, "committing the last acknowledged offsets failed; a restart may reprocess them (at-least-once)");
         }
