@@ -132,7 +132,7 @@ impl Codec<String> for Raw {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "json"))]
 mod tests {
     use std::collections::HashMap;
     use std::sync::atomic::{AtomicU32, Ordering};

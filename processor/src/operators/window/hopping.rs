@@ -33,6 +33,10 @@ pub struct HoppingWindows<K, A> {
 
 window_options!(HoppingWindows);
 
+/// Most windows a record may belong to: size ÷ advance. Each costs a store write per record
+/// (the bench measured 5.5× a keyed aggregate at 6).
+pub const MAX_STEPS: u32 = 1_000;
+
 impl<K, A> HoppingWindows<K, A>
 where
     K: Serialize + DeserializeOwned + Clone + 'static,
@@ -79,6 +83,13 @@ where
         if steps == 0 {
             return Err(WindowError::Shape("a hopping window must span at least one step".into()));
         }
+        // Every record is folded into `steps` windows (a store write each): a 1-day window
+        // advancing by 1 ms would mean 86.4 million writes per record.
+        if steps > MAX_STEPS {
+            return Err(WindowError::Shape(format!(
+                "a hopping window spans {steps} advances, more than {MAX_STEPS}: each record would update that many windows; use a longer advance"
+            )));
+        }
         let shape = Shape { align: advance, span: i64::from(steps) };
         Ok(HoppingWindows { policy: Policy::new(builder, store.into(), late_topic), shape })
     }
@@ -116,6 +127,13 @@ mod tests {
         let ms = Duration::from_millis;
         assert!(HoppingWindows::<String, u64>::new(&mut b, "h1", ms(10), ms(3), "late").is_err());
         assert!(HoppingWindows::<String, u64>::new(&mut b, "h2", ms(10), ms(0), "late").is_err());
+        let day = Duration::from_secs(86_400);
+        let err = HoppingWindows::<String, u64>::new(&mut b, "h4", day, ms(1), "late").err();
+        assert!(err.is_some_and(|e| e.to_string().contains("longer advance")), "a day advancing by 1 ms is refused");
+        assert!(
+            HoppingWindows::<String, u64>::new(&mut b, "h5", ms(10_000), ms(10), "late").is_ok(),
+            "1,000 steps fit"
+        );
         let err = HoppingWindows::<String, u64>::aligned(&mut b, "h3", WindowAlign::fixed(ms(5)), 0, "late").err();
         assert!(matches!(err, Some(WindowError::Shape(_))));
     }
