@@ -48,8 +48,8 @@ use crate::config::{Guarantee, PipelineConfig};
 use crate::error::{Error, Result};
 use crate::record::InputRecord;
 use crate::runtime::registry::{
-    partition_label, queue_capacity, retry_later, send_bounded, spawn_task, to_tpl, wait_ready, Registry, TaskHandle,
-    Unstarted,
+    queue_capacity, retry_later, send_bounded, spawn_partition_task, spawn_task, to_tpl, wait_ready, Registry,
+    TaskHandle, Unstarted,
 };
 use crate::runtime::task::{Resume, RevokeReply, TaskMsg};
 use crate::runtime::{Control, Shared, TopicPartition, POLL_INTERVAL};
@@ -108,9 +108,8 @@ pub(crate) fn run(shared: Arc<Shared>, control: Receiver<Control>) -> Result<()>
                 Control::Fenced { task, error } => {
                     if consumer.context().registry().owns_partitions(task) {
                         tracing::warn!(task, %error, "producer fenced: leaving the group so that it reassigns the partitions");
-                        leave_group(&consumer, Instant::now() + cfg.task_timeout + Duration::from_secs(5));
-                        if let Err(e) = consumer.subscribe(&topics) {
-                            fatal = Some(Error::Config(format!("cannot re-subscribe to {topics:?}: {e}")));
+                        if let Err(e) = rejoin(&consumer, &cfg, &topics) {
+                            fatal = Some(e);
                             break 'run;
                         }
                     }
@@ -118,9 +117,8 @@ pub(crate) fn run(shared: Arc<Shared>, control: Receiver<Control>) -> Result<()>
                 Control::Rewind { task, partitions } => {
                     if let Err(why) = consumer.context().rewind(&consumer, task, partitions) {
                         tracing::warn!(task, %why, "cannot rewind the partitions: leaving the group so that it reassigns them");
-                        leave_group(&consumer, Instant::now() + cfg.task_timeout + Duration::from_secs(5));
-                        if let Err(e) = consumer.subscribe(&topics) {
-                            fatal = Some(Error::Config(format!("cannot re-subscribe to {topics:?}: {e}")));
+                        if let Err(e) = rejoin(&consumer, &cfg, &topics) {
+                            fatal = Some(e);
                             break 'run;
                         }
                     }
@@ -210,6 +208,13 @@ fn consumer_failed(cfg: &PipelineConfig, code: rdkafka::error::RDKafkaErrorCode,
         source: Box::new(rdkafka::error::KafkaError::MessageConsumption(code)),
         hint,
     }
+}
+
+/// Leaves the group (committing or dropping every task's batch) and joins it again, so that
+/// the group hands this instance's partitions out anew.
+fn rejoin(consumer: &BaseConsumer<Rebalancer>, cfg: &PipelineConfig, topics: &[&str]) -> Result<()> {
+    leave_group(consumer, Instant::now() + cfg.task_timeout + Duration::from_secs(5));
+    consumer.subscribe(topics).map_err(|e| Error::Config(format!("cannot re-subscribe to {topics:?}: {e}")))
 }
 
 /// Unsubscribes and polls until the revocation callback has finished every task's batch.
@@ -335,8 +340,7 @@ impl Rebalancer {
             let mut pending = Vec::new();
             for tp in partitions {
                 let id = self.registry().next_id();
-                let txn_id = shared.cfg.partition_transactional_id(&tp.0, tp.1);
-                match spawn_task(shared, id, Some(txn_id), vec![tp.clone()], partition_label(&tp)) {
+                match spawn_partition_task(shared, id, &tp) {
                     Ok((handle, ready)) => pending.push((id, tp, handle, ready)),
                     Err(e) => return self.set_fatal(e),
                 }

@@ -104,9 +104,11 @@ pub(super) fn queue_capacity(cfg: &PipelineConfig) -> usize {
     cfg.max_records_per_transaction.clamp(100, 10_000)
 }
 
-/// The `label` of a partition's task (per-partition mode): `topic-partition`.
-pub(super) fn partition_label((t, p): &TopicPartition) -> String {
-    format!("{t}-{p}")
+/// Starts the task of one input partition (per-partition mode): its own transactional.id,
+/// labelled `topic-partition`.
+pub(super) fn spawn_partition_task(shared: &Arc<Shared>, id: u64, tp: &TopicPartition) -> Result<(TaskHandle, Ready)> {
+    let txn_id = shared.cfg.partition_transactional_id(&tp.0, tp.1);
+    spawn_task(shared, id, Some(txn_id), vec![tp.clone()], format!("{}-{}", tp.0, tp.1))
 }
 
 /// Starts a task thread; its producer is initialised on that thread and `Ready` says when.

@@ -11,7 +11,7 @@ use rdkafka::{Offset, TopicPartitionList};
 
 use super::Rebalancer;
 use crate::error::Error;
-use crate::runtime::registry::{partition_label, send_bounded, spawn_task, to_tpl, wait_ready, Registry};
+use crate::runtime::registry::{send_bounded, spawn_partition_task, to_tpl, wait_ready, Registry};
 use crate::runtime::task::TaskMsg;
 use crate::runtime::TopicPartition;
 
@@ -83,8 +83,7 @@ impl Rebalancer {
         let cfg = &self.shared.cfg;
         for tp in due {
             let id = self.registry().next_id();
-            let txn_id = cfg.partition_transactional_id(&tp.0, tp.1);
-            let started = spawn_task(&self.shared, id, Some(txn_id), vec![tp.clone()], partition_label(&tp))
+            let started = spawn_partition_task(&self.shared, id, &tp)
                 .and_then(|(handle, ready)| wait_ready(ready, Instant::now() + cfg.task_timeout).map(|_| handle));
             let result = started.map_err(|e| e.to_string()).and_then(|handle| {
                 seek_to_committed(consumer, std::slice::from_ref(&tp))?;
