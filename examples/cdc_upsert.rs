@@ -141,12 +141,7 @@ async fn run() -> Result<bool, Box<dyn std::error::Error>> {
         })
         .await??;
         let p = pipeline().build()?;
-        let handle = p.shutdown_handle();
-        let running = tokio::spawn(p.run());
-        let (b, g, t) = (bootstrap.clone(), app.clone(), vec![input.clone()]);
-        tokio::task::spawn_blocking(move || admin::wait_for_catch_up(&b, &g, &t, Duration::from_secs(300))).await??;
-        handle.shutdown();
-        let s = running.await??;
+        let s = admin::run_until_caught_up(p, &bootstrap, &app, &[input.clone()], Duration::from_secs(300)).await?;
         let cfg = VerifyConfig::new(&bootstrap, &input, &table);
         let t = table.clone();
         let rows = tokio::task::spawn_blocking(move || read_table(&cfg, &t)).await??;

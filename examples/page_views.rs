@@ -122,12 +122,7 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
 
     let builder = Pipeline::builder().bootstrap_servers(&bootstrap).application_id(&app);
     let pipeline = pipeline(builder, &views, &counts).build()?;
-    let handle = pipeline.shutdown_handle();
-    let running = tokio::spawn(pipeline.run());
-    let (b, g, t) = (bootstrap.clone(), app.clone(), vec![views.clone()]);
-    tokio::task::spawn_blocking(move || admin::wait_for_catch_up(&b, &g, &t, Duration::from_secs(300))).await??;
-    handle.shutdown();
-    let s = running.await??;
+    let s = admin::run_until_caught_up(pipeline, &bootstrap, &app, &[views.clone()], Duration::from_secs(300)).await?;
     println!(
         "streamed {} views into {} count updates ({} changelog records)",
         s.records_in, s.records_out, s.changelog_records
@@ -212,14 +207,7 @@ mod redis_counts {
                 Ok(())
             })
             .build()?;
-        let handle = pipeline.shutdown_handle();
-        let running = tokio::spawn(pipeline.run());
-        let (b, g, t) = (bootstrap.to_string(), group.to_string(), vec![views.to_string()]);
-        tokio::task::spawn_blocking(move || admin::wait_for_catch_up(&b, &g, &t, Duration::from_secs(300)))
-            .await
-            .expect("catch-up thread")?;
-        handle.shutdown();
-        running.await.expect("pipeline task")?;
+        admin::run_until_caught_up(pipeline, bootstrap, group, &[views.to_string()], Duration::from_secs(300)).await?;
         Ok(())
     }
 

@@ -80,18 +80,20 @@ async fn run() -> Result<bool, Box<dyn std::error::Error>> {
         .guarantee(Guarantee::ExactlyOnce)
         .commit_interval(Duration::from_millis(100))
         .build()?;
-    let handle = pipeline.shutdown_handle();
     let started = Instant::now();
-    let running = tokio::spawn(pipeline.run());
-    let ledger = match with_postgres {
-        true => Some(ledger::start(&bootstrap, &topics.payments, &format!("{app}-ledger")).await?),
-        false => None,
+    let main = async {
+        let t = vec![topics.payments.clone()];
+        let s = admin::run_until_caught_up(pipeline, &bootstrap, &app, &t, Duration::from_secs(300)).await?;
+        Ok::<_, Box<dyn std::error::Error>>((s, started.elapsed()))
     };
-    let (b, g, t) = (bootstrap.clone(), app.clone(), vec![topics.payments.clone()]);
-    tokio::task::spawn_blocking(move || admin::wait_for_catch_up(&b, &g, &t, Duration::from_secs(300))).await??;
-    let elapsed = started.elapsed();
-    handle.shutdown();
-    let s = running.await??;
+    let ledger = async {
+        match with_postgres {
+            true => Some(ledger::start(&bootstrap, &topics.payments, &format!("{app}-ledger")).await).transpose(),
+            false => Ok(None),
+        }
+    };
+    // Both run side by side; either one's error ends the example at once.
+    let ((s, elapsed), ledger) = tokio::try_join!(main, ledger)?;
     println!(
         "processed {} records in {:.2} s ({:.0} records/s): {} duplicates dropped, {} late payments routed, \
          {} daily totals emitted, {} changelog records in {} transactions",
@@ -174,12 +176,8 @@ mod ledger {
         let conn = pg.connection_string("postgres");
         let pipeline =
             pipeline(Pipeline::builder(), payments, conn).bootstrap_servers(bootstrap).application_id(app).build()?;
-        let handle = pipeline.shutdown_handle();
-        let running = tokio::spawn(pipeline.run());
-        let (b, g, t) = (bootstrap.to_string(), app.to_string(), vec![payments.to_string()]);
-        tokio::task::spawn_blocking(move || admin::wait_for_catch_up(&b, &g, &t, Duration::from_secs(300))).await??;
-        handle.shutdown();
-        let summary = running.await??;
+        let t = vec![payments.to_string()];
+        let summary = admin::run_until_caught_up(pipeline, bootstrap, app, &t, Duration::from_secs(300)).await?;
         Ok(Ledger { pg, summary })
     }
 

@@ -135,3 +135,63 @@ pub fn group_lag(bootstrap: &str, group: &str, topics: &[String]) -> Result<i64>
 pub fn wait_for_catch_up(bootstrap: &str, group: &str, topics: &[String], timeout: Duration) -> Result<()> {
     Client::new(bootstrap).wait_for_catch_up(group, topics, timeout)
 }
+
+/// Runs `pipeline` until its group (`group`, the pipeline's application id) has caught up on
+/// `topics`, then shuts it down gracefully and returns its summary.
+///
+/// Why not `tokio::spawn(pipeline.run())` and [`wait_for_catch_up`]: a pipeline that fails
+/// early (a sink that cannot connect, a processor that panics) would then be noticed only
+/// when the wait times out, and its error would be lost. Here the pipeline's own error is
+/// returned as soon as it stops; a pipeline that stops cleanly before catching up is an
+/// [`Error::Internal`]. After `timeout` the pipeline is shut down and the lag left is the
+/// error ([`Error::TaskTimeout`]). Must be called from a multi-thread Tokio runtime.
+pub async fn run_until_caught_up(
+    pipeline: kafka_eos::Pipeline,
+    bootstrap: &str,
+    group: &str,
+    topics: &[String],
+    timeout: Duration,
+) -> Result<kafka_eos::Summary> {
+    let handle = pipeline.shutdown_handle();
+    let mut running = tokio::spawn(pipeline.run());
+    let deadline = Instant::now() + timeout;
+    let client = Client::new(bootstrap);
+    loop {
+        let (c, g, t) = (client.clone(), group.to_string(), topics.to_vec());
+        let check = async {
+            let lag = tokio::task::spawn_blocking(move || c.group_lag(&g, &t)).await;
+            let last = match lag.map_err(|e| Error::Internal(format!("lag check: {e}")))? {
+                Ok(0) => return Ok(None),
+                Ok(lag) => format!("lag {lag}"),
+                Err(e) => e.to_string(),
+            };
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            Ok::<_, Error>(Some(last))
+        };
+        tokio::select! {
+            ended = &mut running => return Err(stopped_early(group, ended)),
+            checked = check => match checked? {
+                None => break,
+                Some(last) if Instant::now() > deadline => {
+                    handle.shutdown();
+                    let _ = running.await;
+                    return Err(Error::TaskTimeout { what: format!("group {group} catching up"), timeout, last });
+                }
+                Some(_) => {}
+            },
+        }
+    }
+    handle.shutdown();
+    running.await.map_err(|e| Error::Internal(format!("the pipeline {group} panicked: {e}")))?
+}
+
+fn stopped_early(group: &str, ended: std::result::Result<Result<kafka_eos::Summary>, tokio::task::JoinError>) -> Error {
+    match ended {
+        Ok(Err(e)) => e,
+        Ok(Ok(summary)) => Error::Internal(format!(
+            "the pipeline {group} stopped before its group caught up ({} records in); was it shut down?",
+            summary.records_in
+        )),
+        Err(e) => Error::Internal(format!("the pipeline {group} panicked: {e}")),
+    }
+}

@@ -289,6 +289,16 @@ impl Pipeline {
     /// whatever stopped the pipeline (see [`Error`]). Whatever the error, nothing
     /// uncommitted becomes visible, and a restart resumes from the committed offsets.
     pub async fn run(self) -> Result<Summary> {
+        let application_id = self.cfg.application_id.clone();
+        let result = self.run_to_end().await;
+        if let Err(e) = &result {
+            // Also returned; logged because the result of a spawned pipeline is easily never read.
+            tracing::error!(%application_id, error = %e, "pipeline failed");
+        }
+        result
+    }
+
+    async fn run_to_end(self) -> Result<Summary> {
         let cfg = self.cfg.clone();
         tokio::task::spawn_blocking(move || preflight::preflight(&cfg))
             .await

@@ -174,3 +174,27 @@ async fn redis_pipeline_replays_change_no_count_with_dedup_and_double_without() 
     assert_eq!(totals[0], RECORDS, "with dedup, the replay changes nothing");
     assert_eq!(totals[1], 2 * RECORDS, "without dedup, the replay counts every view again");
 }
+
+/// A sink that cannot connect (nothing listens on port 1) stops an at-least-once pipeline
+/// at start-up with the sink's error, and `run_until_caught_up` returns that error at once
+/// rather than after its catch-up timeout (the CI failure that hid such an error for 300 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sink_that_cannot_connect_stops_the_pipeline_at_once_with_its_error() {
+    let t = topics("sink-no-connect", 2, 10, 10).await;
+    let app = unique("sink-no-connect");
+    let conn = "host=127.0.0.1 port=1 user=nobody dbname=none connect_timeout=5";
+    let pipeline = ledger_pipeline(&t, &app, conn, &app, Arc::new(AtomicU64::new(0))).build().expect("pipeline");
+    let started = std::time::Instant::now();
+    let waited = kafka_eos_testkit::admin::run_until_caught_up(
+        pipeline,
+        &t.bootstrap,
+        &app,
+        &[t.input.clone()],
+        Duration::from_secs(120),
+    )
+    .await;
+    let err = waited.expect_err("the pipeline cannot start without its sink");
+    assert!(matches!(err, kafka_eos::Error::Sink { .. }), "{err}");
+    assert!(err.to_string().contains("connect"), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(60), "took {:?}", started.elapsed());
+}
