@@ -141,7 +141,8 @@ async fn run() -> Result<bool, Box<dyn std::error::Error>> {
         })
         .await??;
         let p = pipeline().build()?;
-        let s = admin::run_until_caught_up(p, &bootstrap, &app, &[input.clone()], Duration::from_secs(300)).await?;
+        let s = admin::run_until_caught_up(p, &bootstrap, &app, std::slice::from_ref(&input), Duration::from_secs(300))
+            .await?;
         let cfg = VerifyConfig::new(&bootstrap, &input, &table);
         let t = table.clone();
         let rows = tokio::task::spawn_blocking(move || read_table(&cfg, &t)).await??;

@@ -122,7 +122,9 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
 
     let builder = Pipeline::builder().bootstrap_servers(&bootstrap).application_id(&app);
     let pipeline = pipeline(builder, &views, &counts).build()?;
-    let s = admin::run_until_caught_up(pipeline, &bootstrap, &app, &[views.clone()], Duration::from_secs(300)).await?;
+    let s =
+        admin::run_until_caught_up(pipeline, &bootstrap, &app, std::slice::from_ref(&views), Duration::from_secs(300))
+            .await?;
     println!(
         "streamed {} views into {} count updates ({} changelog records)",
         s.records_in, s.records_out, s.changelog_records

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
 
-use super::plan::{NetFault, Target};
+use super::plan::{KillTiming, NetFault, Target};
 use super::rng::Rng;
 use kafka_eos_testkit::admin;
 use kafka_eos_testkit::broker::proxy::ProxyStats;
@@ -153,5 +153,60 @@ impl Net {
                 (vec![leader], format!("leader of {}-{p}; {note}", scope.output))
             }
         })
+    }
+}
+
+impl Net {
+    /// Issue 10's aimed fault: arms a hold on the next EndTxn to the transaction coordinator
+    /// of a random input partition (every broker in per-consumer mode), waits up to `wait`
+    /// for a commit to reach it, and SIGKILLs that broker mid-commit as `timing` says.
+    /// Returns the node killed (`None`: no commit came, nothing was killed) and a note for
+    /// the timeline. The broker is restarted by a later step.
+    pub(crate) fn kill_coordinator_mid_commit(
+        &mut self,
+        cluster: &mut LocalCluster,
+        scope: &Scope<'_>,
+        timing: KillTiming,
+        wait: Duration,
+        rng: &mut Rng,
+    ) -> Result<(Option<i32>, String), String> {
+        let (nodes, why) = self.resolve(cluster, scope, Target::TxnCoordinator, rng)?;
+        let proxy =
+            cluster.proxy().ok_or("the aimed coordinator kill needs the suite's cluster and its fault proxy")?;
+        let before: Vec<(i32, u64)> = nodes.iter().map(|&n| (n, proxy.stats(n).held)).collect();
+        for &n in &nodes {
+            proxy.hold_next(n, &[kafka_eos_testkit::broker::proxy::api::END_TXN], false, 1);
+        }
+        let deadline = std::time::Instant::now() + wait;
+        let fired = loop {
+            if let Some(&(n, _)) = before.iter().find(|(n, held)| proxy.stats(*n).held > *held) {
+                break Some(n);
+            }
+            if std::time::Instant::now() > deadline {
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        };
+        let Some(node) = fired else {
+            proxy.heal_all();
+            self.unfired += 1;
+            return Ok((None, format!("no EndTxn reached node(s) {nodes:?} ({why}) within {wait:?}: nothing killed")));
+        };
+        // The other armed nodes stop holding; the fired node's EndTxn is still held.
+        for &(n, _) in before.iter().filter(|(n, _)| *n != node) {
+            proxy.heal(n);
+        }
+        match timing {
+            KillTiming::BeforeEndTxn => {
+                cluster.kill_node(node).map_err(|e| format!("killing broker {node}: {e}"))?;
+                cluster.proxy().expect("checked above").heal(node);
+            }
+            KillTiming::AfterEndTxn(ms) => {
+                proxy.heal(node);
+                std::thread::sleep(Duration::from_millis(ms));
+                cluster.kill_node(node).map_err(|e| format!("killing broker {node}: {e}"))?;
+            }
+        }
+        Ok((Some(node), format!("node {node} SIGKILLed {timing:?} ({why})")))
     }
 }

@@ -58,8 +58,9 @@ pub struct SuiteConfig {
     pub partitions: i32,
     /// Scenarios, in order.
     pub scenarios: Vec<Scenario>,
-    /// Soak mode: ten times the faults of every scenario.
-    pub soak: bool,
+    /// Every scenario's fault count is multiplied by this: 1 by default, 10 in the soak;
+    /// `--fault-scale 67` gives `coordinator-kill` its 201 aimed kills.
+    pub fault_scale: usize,
     /// Seed of every random choice (fault instants, victims); print it to replay a run.
     pub seed: u64,
     /// An existing cluster instead of a local 3-node one (broker scenarios cannot run).
@@ -91,7 +92,7 @@ impl SuiteConfig {
             records: 100_000,
             partitions: 4,
             scenarios: Scenario::ALL.to_vec(),
-            soak: false,
+            fault_scale: 1,
             seed: Rng::seed_from_entropy(),
             bootstrap: None,
             replication: None,
@@ -266,8 +267,7 @@ impl<'a, 'r> Run<'a, 'r> {
     ) -> Result<Run<'a, 'r>, String> {
         let cfg = ctx.cfg;
         let nodes = cluster.as_ref().map(|c| c.node_ids()).unwrap_or_default();
-        let params =
-            PlanParams { scale: if cfg.soak { 10 } else { 1 }, nodes, stall: ctx.stall, session: SESSION_TIMEOUT };
+        let params = PlanParams { scale: cfg.fault_scale, nodes, stall: ctx.stall, session: SESSION_TIMEOUT };
         let plan = Plan::new(scenario, &params, rng);
         let app = format!("chaos-{}-{}", ctx.run_id, scenario.name());
         let (input_topic, output_topic) = (format!("{app}-in"), format!("{app}-out"));
@@ -467,14 +467,12 @@ impl<'a, 'r> Run<'a, 'r> {
                 let r = if hard { cluster.kill_node(node) } else { cluster.stop_node(node) };
                 r.map_err(|e| format!("taking broker {node} down: {e}"))?;
             }
-            Action::BrokerUp { node } => {
+            Action::BrokerUp { node } => self.broker_up(node)?,
+            Action::RestartDownBrokers => {
                 let cluster = self.cluster.as_mut().ok_or("a broker scenario needs the suite's own cluster")?;
-                cluster.start_node(node).map_err(|e| format!("restarting broker {node}: {e}"))?;
-                let started = Instant::now();
-                if let Err(e) = wait_full_isr(self.ctx.client, Duration::from_secs(120)) {
-                    self.note(format!("after broker {node} restarted: {e}"));
-                } else {
-                    tracing::info!(node, elapsed = ?started.elapsed(), "replicas back in sync");
+                let down: Vec<i32> = cluster.node_ids().into_iter().filter(|&n| !cluster.is_running(n)).collect();
+                for node in down {
+                    self.broker_up(node)?;
                 }
             }
             Action::Scale(n) => self.fleet.scale_to(n, STOP_TIMEOUT)?,
@@ -501,8 +499,8 @@ impl<'a, 'r> Run<'a, 'r> {
                 let server = self.sink.as_mut().ok_or("a sink scenario without its server")?;
                 server.crash(Duration::from_secs(2))?;
             }
-            Action::Net(fault) => {
-                let cluster = self.cluster.as_deref().ok_or("a network scenario needs the suite's own cluster")?;
+            Action::Net(_) | Action::KillCoordinatorMidCommit { .. } => {
+                let cluster = self.cluster.as_deref_mut().ok_or("a network scenario needs the suite's own cluster")?;
                 let scope = Scope {
                     client: self.ctx.client,
                     app: &self.app,
@@ -511,11 +509,33 @@ impl<'a, 'r> Run<'a, 'r> {
                     partitions: self.ctx.cfg.partitions,
                     per_partition: self.ctx.cfg.guarantee == Guarantee::ExactlyOnce,
                 };
-                let what = self.net.apply(cluster, &scope, fault, self.rng)?;
+                let what = match action {
+                    Action::KillCoordinatorMidCommit { timing } => {
+                        // A commit every commit interval per partition: 20 s is plenty.
+                        let wait = Duration::from_secs(20);
+                        self.net.kill_coordinator_mid_commit(cluster, &scope, timing, wait, self.rng)?.1
+                    }
+                    Action::Net(fault) => self.net.apply(cluster, &scope, fault, self.rng)?,
+                    _ => unreachable!("matched above"),
+                };
                 self.mark(&format!("  {what}"));
             }
         }
         self.mark("  done");
+        Ok(())
+    }
+
+    /// Starts broker `node` (a no-op if it runs) and waits until every partition has its
+    /// full ISR back; a slow resync is noted, not an error.
+    fn broker_up(&mut self, node: i32) -> Result<(), String> {
+        let cluster = self.cluster.as_mut().ok_or("a broker scenario needs the suite's own cluster")?;
+        cluster.start_node(node).map_err(|e| format!("restarting broker {node}: {e}"))?;
+        let started = Instant::now();
+        if let Err(e) = wait_full_isr(self.ctx.client, Duration::from_secs(120)) {
+            self.note(format!("after broker {node} restarted: {e}"));
+        } else {
+            tracing::info!(node, elapsed = ?started.elapsed(), "replicas back in sync");
+        }
         Ok(())
     }
 

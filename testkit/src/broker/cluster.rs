@@ -8,7 +8,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use super::install::{install, java};
-use super::probe::Probe;
+use super::probe::{self, Probe};
 use super::process::{self, SpawnMode};
 use super::props::{self, NodeSpec};
 use super::proxy::FaultProxy;
@@ -349,6 +349,28 @@ impl LocalCluster {
         n.kill();
         tracing::info!(node, "restarting Kafka node");
         self.spawn_node(n)?;
+        // The other nodes list a SIGKILLed node until its broker session expires: only its
+        // own answer shows that it is back.
+        let (deadline, bootstrap) = (Instant::now() + self.ready_timeout, props::bootstrap_of([&n.spec]));
+        while !probe::answers_itself(&bootstrap, node, Duration::from_secs(2))? {
+            if let Some(status) = n.unexpected_exit() {
+                return Err(n.exited_error(status));
+            }
+            if Instant::now() >= deadline {
+                let log = n.spec.log_path();
+                return Err(BrokerError::NotReady {
+                    timeout: self.ready_timeout,
+                    expected: vec![node],
+                    seen: format!("node {node} never answered a metadata request itself"),
+                    logs: format!(
+                        "--- node {node} log {}:\n{}\n",
+                        log.display(),
+                        process::log_excerpt(&log, TAIL_LINES)
+                    ),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
         self.wait_for(self.ready_timeout, false)
     }
 

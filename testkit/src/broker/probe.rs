@@ -55,3 +55,15 @@ impl Probe {
         Ok(ids)
     }
 }
+
+/// Whether the broker at `bootstrap` (one node) itself answers a metadata request that
+/// lists node `id`. A fresh client each time: its first request can only go to its
+/// bootstrap broker, while a client that learned of the others may ask one of them — and
+/// after a SIGKILL they keep listing the dead node until its broker session expires.
+pub(crate) fn answers_itself(bootstrap: &str, id: i32, timeout: Duration) -> Result<bool, BrokerError> {
+    let probe = Probe::new(bootstrap)?;
+    Ok(probe
+        .client
+        .fetch_metadata(None, timeout)
+        .is_ok_and(|md| md.orig_broker_id() == id && md.brokers().iter().any(|b| b.id() == id)))
+}

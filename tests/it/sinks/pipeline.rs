@@ -189,7 +189,7 @@ async fn a_sink_that_cannot_connect_stops_the_pipeline_at_once_with_its_error() 
         pipeline,
         &t.bootstrap,
         &app,
-        &[t.input.clone()],
+        std::slice::from_ref(&t.input),
         Duration::from_secs(120),
     )
     .await;

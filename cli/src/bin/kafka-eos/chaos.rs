@@ -1,7 +1,7 @@
 //! `kafka-eos chaos`: exactly-once under injected faults (see `kafka_eos_cli::chaos` and
 //! `docs/reliability.md`).
 //!
-//! `kafka-eos chaos [--records N] [--scenario NAME]... [--soak] [--seed S]
+//! `kafka-eos chaos [--records N] [--scenario NAME]... [--soak] [--fault-scale K] [--seed S]
 //! [--bootstrap B [--client-config FILE] [-X key=value]...]` runs the suite and prints one
 //! row per scenario with its table of anomaly classes (concurrent reader / final checks),
 //! then the summary table (one column per class) and
@@ -31,13 +31,17 @@ pub struct Args {
     partitions: i32,
     /// Run only this scenario (repeatable): process-kill, process-bounce, broker-kill,
     /// broker-bounce, rebalance-storm, random-aborts, stall, financial-close, endtxn-held,
-    /// produce-held, coordinator-cut, group-coord-cut, slow-broker, postgres-sink, redis-sink,
+    /// produce-held, coordinator-cut, coordinator-kill, group-coord-cut, slow-broker, postgres-sink, redis-sink,
     /// redis-no-dedup [default: all].
     #[arg(long = "scenario")]
     scenarios: Vec<Scenario>,
     /// Soak: ten times the faults of every scenario (hundreds in all) over millions of records.
     #[arg(long)]
     soak: bool,
+    /// Multiply every scenario's fault count by this [default: 1; 10 with --soak]; e.g.
+    /// `--scenario coordinator-kill --fault-scale 67` for 201 aimed coordinator kills.
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
+    fault_scale: Option<u16>,
     /// Seed of every random choice; a failing run prints its seed to replay it.
     #[arg(long)]
     seed: Option<u64>,
@@ -123,7 +127,7 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
     if !args.scenarios.is_empty() {
         cfg.scenarios = args.scenarios;
     }
-    cfg.soak = args.soak;
+    cfg.fault_scale = args.fault_scale.map_or(if args.soak { 10 } else { 1 }, usize::from);
     if let Some(seed) = args.seed {
         cfg.seed = seed;
     }
@@ -140,7 +144,10 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
         cfg.guarantee.as_str(),
         cfg.rebalancing.map_or("default", |r| r.as_str()),
         cfg.seed,
-        if cfg.soak { ", soak" } else { "" }
+        match cfg.fault_scale {
+            1 => String::new(),
+            k => format!(", {k}x the faults"),
+        }
     );
     if let Some(line) = super::describe(&cfg.client_properties) {
         println!("{line}");
