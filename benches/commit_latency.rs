@@ -141,7 +141,11 @@ fn main() {
                     Who::Ours(g) => {
                         let sink = lat.clone();
                         let opts = CopyOptions {
-                            tuning: Tuning { commit_interval: Duration::from_secs(10), max_records_per_transaction: n },
+                            tuning: Tuning {
+                                commit_interval: Duration::from_secs(10),
+                                max_records_per_transaction: n,
+                                ..Tuning::default()
+                            },
                             time_limit: Some(Duration::from_secs(300)),
                             verify: false,
                             hook: Some(Arc::new(move |e: &TransactionEvent| {

@@ -311,6 +311,7 @@ fn run_one(rt: &tokio::runtime::Runtime, input: &Input, c: &Config, peers: Optio
                 tuning: Tuning {
                     commit_interval: Duration::from_millis(c.interval_ms.unwrap_or(BASE_INTERVAL_MS)),
                     max_records_per_transaction: 1_000_000,
+                    ..Tuning::default()
                 },
                 time_limit: Some(Duration::from_secs(120 + input.records / 1_000)),
                 verify: true,

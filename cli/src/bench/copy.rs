@@ -145,6 +145,9 @@ async fn pipeline(
     if guarantee.is_transactional() && opts.tuning.commit_interval >= Duration::from_secs(5) {
         builder = builder.transaction_timeout(opts.tuning.commit_interval * 3);
     }
+    if let Some(n) = opts.tuning.max_concurrent_transactions {
+        builder = builder.max_concurrent_transactions(n);
+    }
     let pipeline = builder.client_properties(&input.client_properties).build()?;
     let handle = pipeline.shutdown_handle();
     let running = tokio::spawn(pipeline.run());

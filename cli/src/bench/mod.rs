@@ -182,11 +182,17 @@ pub struct Tuning {
     pub commit_interval: Duration,
     /// [`PipelineBuilder::max_records_per_transaction`](kafka_eos::PipelineBuilder::max_records_per_transaction).
     pub max_records_per_transaction: usize,
+    /// [`PipelineBuilder::max_concurrent_transactions`](kafka_eos::PipelineBuilder::max_concurrent_transactions).
+    pub max_concurrent_transactions: Option<usize>,
 }
 
 impl Default for Tuning {
     fn default() -> Self {
-        Tuning { commit_interval: Duration::from_millis(100), max_records_per_transaction: 10_000 }
+        Tuning {
+            commit_interval: Duration::from_millis(100),
+            max_records_per_transaction: 10_000,
+            max_concurrent_transactions: None,
+        }
     }
 }
 

@@ -39,6 +39,7 @@ pub struct PipelineBuilder {
     rebalancing: Option<Rebalancing>,
     static_membership: bool,
     workers: Option<usize>,
+    max_concurrent_transactions: Option<usize>,
     ops_address: Option<std::net::SocketAddr>,
     health_threshold: Option<Duration>,
     statistics_interval: Option<Duration>,
@@ -315,6 +316,19 @@ impl PipelineBuilder {
         self
     }
 
+    /// [`Guarantee::ExactlyOnce`] only: at most `n` partitions run a transaction cycle at
+    /// once; the others wait, with their collected batch, for a free slot. Default: no
+    /// bound. Hundreds of partitions per instance, each with its own producer, committing
+    /// at once flood the brokers with small transactional requests and the machine with
+    /// runnable threads until produce requests time out and batches replay; a bound trades
+    /// some latency at low partition counts for steady progress at high ones (measured in
+    /// `docs/scaling.md`). A waiting task gives up like a failing batch: at the task
+    /// timeout, or sooner on revocation.
+    pub fn max_concurrent_transactions(mut self, n: usize) -> Self {
+        self.max_concurrent_transactions = Some(n);
+        self
+    }
+
     /// Static membership (KIP-345): the [`instance_id`](Self::instance_id), which must then
     /// be set and stable across restarts (a pod or host name), becomes the consumer's
     /// `group.instance.id`. An instance restarted within the session timeout gets its own
@@ -490,8 +504,8 @@ impl PipelineBuilder {
         };
         group.validate(c)?;
         let workers = self.workers.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-        if workers == 0 {
-            return cfg_err("workers must be at least 1".into());
+        if workers == 0 || self.max_concurrent_transactions == Some(0) {
+            return cfg_err("workers and max_concurrent_transactions must be at least 1".into());
         }
         let p = &self.producer_properties;
         if p.get("transactional.id").is_some() {
@@ -558,6 +572,7 @@ impl PipelineBuilder {
                 instance_id,
                 group,
                 workers,
+                max_concurrent_transactions: self.max_concurrent_transactions,
                 statistics_interval: self.statistics_interval.unwrap_or(if self.ops_address.is_some() {
                     Duration::from_secs(5)
                 } else {

@@ -197,6 +197,9 @@ pub struct PipelineConfig {
     /// Worker tasks sharing the instance's partitions under
     /// [`Guarantee::ExactlyOncePerConsumer`] and [`Guarantee::AtLeastOnce`].
     pub workers: usize,
+    /// [`Guarantee::ExactlyOnce`]: at most this many partitions run a transaction at once
+    /// (`None`: no bound). See [`PipelineBuilder::max_concurrent_transactions`](crate::PipelineBuilder::max_concurrent_transactions).
+    pub max_concurrent_transactions: Option<usize>,
     /// Where `/metrics` and `/health` are served, if anywhere.
     pub ops_address: Option<std::net::SocketAddr>,
     /// How long input may wait without a commit before `/health` reports unhealthy.

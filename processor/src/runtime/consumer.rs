@@ -457,10 +457,18 @@ impl Rebalancer {
             waiting.push((id, reply_rx));
         }
         let mut acked = Vec::new();
+        let per_partition = self.shared.cfg.guarantee == Guarantee::ExactlyOnce;
+        // A per-partition task that is still busy past its interrupt deadline plus one
+        // blocking call's bound is hung — librdkafka's send_offsets_to_transaction can block
+        // forever once the group coordinator's broker has left the metadata
+        // (confluentinc/librdkafka#5456, #5511; found by the chaos suite's coordinator-kill):
+        // abandon it to fencing rather than hold the whole group's rebalance for the task
+        // timeout. Workers are waited for until the deadline: they are long-lived.
+        let call_bound = self.shared.cfg.transaction_timeout.max(Duration::from_secs(5)) + Duration::from_secs(5);
+        let reply_by = if per_partition { deadline.min(task_deadline + call_bound) } else { deadline };
         for (id, reply_rx) in waiting {
             let reply: Option<RevokeReply> =
-                reply_rx.recv_timeout(deadline.saturating_duration_since(Instant::now())).ok();
-            let per_partition = self.shared.cfg.guarantee == Guarantee::ExactlyOnce;
+                reply_rx.recv_timeout(reply_by.saturating_duration_since(Instant::now())).ok();
             match reply {
                 Some(r) => {
                     acked.extend(r.acked_offsets);
@@ -473,7 +481,7 @@ impl Rebalancer {
                 None => {
                     tracing::error!(
                         task = id,
-                        "task did not finish its transaction before the deadline (task timeout, or shutdown timeout when stopping); abandoning it to fencing"
+                        "task did not finish its transaction in time (hung in a librdkafka call, or past the task or shutdown timeout); abandoning it to fencing: the partitions' next owner fences its producer"
                     );
                     if per_partition {
                         self.registry().tasks.remove(&id);

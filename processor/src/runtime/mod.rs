@@ -27,6 +27,7 @@ pub(crate) mod interrupt;
 pub(crate) mod preflight;
 pub(crate) mod reconcile;
 mod registry;
+pub(crate) mod slots;
 pub(crate) mod task;
 
 use std::net::SocketAddr;
@@ -165,6 +166,9 @@ pub(crate) struct Shared {
     pub rt: tokio::runtime::Handle,
     pub control: std::sync::mpsc::Sender<Control>,
     pub shutdown: ShutdownHandle,
+    /// Per-partition mode's bound on concurrent transaction cycles
+    /// ([`PipelineConfig::max_concurrent_transactions`]); `None`: unbounded.
+    pub slots: Option<slots::Slots>,
 }
 
 impl Shared {
@@ -328,6 +332,10 @@ impl Pipeline {
             rt: tokio::runtime::Handle::current(),
             control: control_tx,
             shutdown: self.handle.clone(),
+            slots: match self.cfg.guarantee {
+                crate::Guarantee::ExactlyOnce => self.cfg.max_concurrent_transactions.map(slots::Slots::new),
+                _ => None,
+            },
         });
         let (done_tx, done_rx) = tokio::sync::oneshot::channel();
         let thread_shared = shared.clone();

@@ -48,6 +48,7 @@ use crate::processing::{AfterFailure, Processing};
 use crate::record::InputRecord;
 use crate::runtime::interrupt::{Deadline, Interrupt, ABORT_GRACE};
 use crate::runtime::reconcile::{self, Verdict};
+use crate::runtime::slots::Slots;
 use crate::runtime::{Control, Shared, TopicPartition};
 use crate::sink::SinkGuarantee;
 use crate::txn::{next_offsets, run_cycle, CommitTo, CycleError, CycleStats, SinkStep, Step, StepError, TxnProducer};
@@ -406,6 +407,14 @@ impl Task {
             let commit_to = match &group {
                 Some(g) => CommitTo::Transaction(g),
                 None => CommitTo::Consumer,
+            };
+            // Per-partition mode with a bound: wait for a slot (runtime::slots).
+            let shared = self.shared.clone();
+            let _slot = match shared.slots.as_ref().map(|s| s.acquire(&deadline)) {
+                Some(None) if interrupt.expired().is_some() => continue, // dropped at the top
+                Some(None) => return Flush::Stop(Slots::timed_out(cfg.task_timeout)),
+                Some(Some(slot)) => Some(slot),
+                None => None,
             };
             let span = tracing::info_span!(
                 "transaction",

@@ -45,6 +45,21 @@ pub struct Args {
     /// Keep the input and output topics instead of deleting them.
     #[arg(long)]
     keep_topics: bool,
+    /// Measure only these subjects (repeatable): ceiling, at-least-once, exactly-once,
+    /// exactly-once-per-consumer [default: all four].
+    #[arg(long = "subject", value_parser = parse_subject)]
+    subjects: Vec<Subject>,
+    /// Exactly-once's bound on partitions in a transaction at once
+    /// (`PipelineBuilder::max_concurrent_transactions`) [default: none].
+    #[arg(long)]
+    max_concurrent_transactions: Option<usize>,
+}
+
+fn parse_subject(s: &str) -> Result<Subject, String> {
+    Subject::from_name(s).ok_or_else(|| {
+        let names: Vec<&str> = Subject::all().iter().map(|s| s.name()).collect();
+        format!("unknown subject {s:?}; one of: {}", names.join(", "))
+    })
 }
 
 /// Runs the comparison; exit code 1 if a verified copy broke its guarantee.
@@ -65,6 +80,7 @@ pub fn run(a: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
         tuning: Tuning {
             commit_interval: Duration::from_millis(a.commit_interval_ms),
             max_records_per_transaction: 10_000,
+            max_concurrent_transactions: a.max_concurrent_transactions,
         },
         time_limit: Some(Duration::from_secs(a.duration_secs)),
         verify: true,
@@ -72,7 +88,8 @@ pub fn run(a: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
     };
     let mut results = Vec::new();
     let mut broken = false;
-    for subject in Subject::all() {
+    let subjects = if a.subjects.is_empty() { Subject::all().to_vec() } else { a.subjects };
+    for subject in subjects {
         let output = unique_name(&format!("kafka-eos-bench-out-{}", subject.name()));
         topics.push(output.clone());
         eprintln!("copying with {} ...", subject.name());
