@@ -106,3 +106,51 @@ async fn a_static_member_restarted_in_time_gets_its_partitions_back_without_a_re
     assert!(report.is_exactly_once(), "{report:?}");
     assert_eq!(sa.records_in + sa2.records_in + sb.records_in, report.input_records, "{sa:?} {sa2:?} {sb:?}");
 }
+
+/// `max_concurrent_transactions(1)`: four per-partition tasks take turns — no two
+/// transaction cycles overlap in time — and the copy is exactly once. Without the bound the
+/// same copy does overlap its cycles (the control: the check can fail).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transaction_bound_lets_one_partition_commit_at_a_time() {
+    use std::sync::{Arc, Mutex};
+    use std::time::Instant;
+
+    use kafka_eos::observe::{Outcome, TransactionEvent};
+
+    use crate::common::{spawn, topics, unique};
+
+    for bound in [Some(1), None] {
+        let t = topics("txn-slots", 4, 4_000, 100).await;
+        let app = unique("txn-slots");
+        let cycles: Arc<Mutex<Vec<(Instant, Instant)>>> = Arc::default();
+        let seen = cycles.clone();
+        let mut builder = t
+            .pipeline(&app, Guarantee::ExactlyOnce)
+            .commit_interval(Duration::from_millis(20))
+            .max_records_per_transaction(50)
+            .on_transaction(move |e: &TransactionEvent| {
+                // Reported while the cycle still holds its slot: [end - total, end] is the cycle.
+                let end = Instant::now();
+                if e.outcome == Outcome::Committed {
+                    seen.lock().unwrap().push((end - e.total, end));
+                }
+            });
+        if let Some(n) = bound {
+            builder = builder.max_concurrent_transactions(n);
+        }
+        let running = spawn(builder);
+        t.wait_caught_up(&app, Duration::from_secs(120)).await;
+        running.stop().await;
+        let report = t.verify().await;
+        assert!(report.is_exactly_once(), "{bound:?}: {report:?}");
+        let mut cycles = cycles.lock().unwrap().clone();
+        cycles.sort();
+        let overlaps = cycles.windows(2).filter(|w| w[1].0 < w[0].1).count();
+        eprintln!("bound {bound:?}: {} committed cycles, {overlaps} overlapping their predecessor", cycles.len());
+        assert!(cycles.len() >= 40, "{bound:?}: {} cycles", cycles.len());
+        match bound {
+            Some(_) => assert_eq!(overlaps, 0, "one slot: cycles must take turns"),
+            None => assert!(overlaps > 0, "the control: unbounded tasks commit concurrently"),
+        }
+    }
+}
