@@ -165,9 +165,22 @@ async fn pipeline(
         }
     }
     progress.close();
+    let threads = process_threads();
     handle.shutdown();
     let summary = running.await.map_err(|e| Error::Internal(format!("pipeline task: {e}")))??;
+    eprintln!(
+        "  {} transactions committed, {} aborted; {} threads in this process at the window's end",
+        summary.transactions_committed,
+        summary.transactions_aborted,
+        threads.map_or("?".into(), |n| n.to_string())
+    );
     Ok(summary.transactions_committed)
+}
+
+/// This process's thread count (Linux `/proc`; `None` elsewhere).
+fn process_threads() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    status.lines().find_map(|l| l.strip_prefix("Threads:")).and_then(|n| n.trim().parse().ok())
 }
 
 /// The store of [`Subject::Stateful`].
