@@ -48,8 +48,8 @@ use crate::config::{Guarantee, PipelineConfig};
 use crate::error::{Error, Result};
 use crate::record::InputRecord;
 use crate::runtime::registry::{
-    queue_capacity, retry_later, send_bounded, spawn_partition_task, spawn_task, to_tpl, wait_ready, Registry,
-    TaskHandle, Unstarted,
+    queue_capacity, retry_later, send_bounded, spawn_partition_task, spawn_task, to_tpl, wait_ready, wait_ready_unless,
+    Ready, Registry, TaskHandle, Unstarted,
 };
 use crate::runtime::task::{Resume, RevokeReply, TaskMsg};
 use crate::runtime::{Control, Shared, TopicPartition, POLL_INTERVAL};
@@ -87,7 +87,7 @@ pub(crate) fn run(shared: Arc<Shared>, control: Receiver<Control>) -> Result<()>
             starting.push((id, spawn_task(&shared, id, txn_id, Vec::new(), label)?));
         }
         for (id, (handle, ready)) in starting {
-            wait_ready(ready, deadline)?;
+            wait_ready_unless(ready, deadline, || shared.shutdown.is_shutdown())?;
             ctx.registry().tasks.insert(id, handle);
         }
     }
@@ -384,14 +384,14 @@ impl Rebalancer {
             for (id, share) in shares {
                 let (reply, claimed) = sync_channel(1);
                 let msg = TaskMsg::Assign { partitions: share.clone(), reply };
-                if !reg.tasks.get(&id).is_some_and(|h| send_bounded(&h.tx, msg, deadline)) {
+                let Some(task) = reg.tasks.get(&id).filter(|h| send_bounded(&h.tx, msg, deadline)) else {
                     drop(reg);
                     return self.set_fatal(Error::Internal("a worker did not accept its assignment".into()));
-                }
+                };
+                replies.push(Ready::new(claimed, task));
                 for tp in share {
                     reg.routes.insert(tp, id);
                 }
-                replies.push(claimed);
             }
             drop(reg);
             // Only a sink can move where partitions start; without one the workers are not

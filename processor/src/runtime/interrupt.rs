@@ -59,6 +59,9 @@ pub(crate) const ABORT_GRACE: Duration = Duration::from_secs(5);
 pub(crate) struct Interrupt {
     state: Mutex<State>,
     wake: Condvar,
+    /// What a starting task is doing (its producer, its sink), named in the error when its
+    /// start does not complete in time.
+    phase: Mutex<&'static str>,
 }
 
 #[derive(Debug, Default, Clone, Copy)]
@@ -74,6 +77,16 @@ struct State {
 impl Interrupt {
     fn state(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Task: what its start is doing now.
+    pub(crate) fn set_phase(&self, phase: &'static str) {
+        *self.phase.lock().unwrap_or_else(|p| p.into_inner()) = phase;
+    }
+
+    /// Consumer thread: what a task that has not started yet is doing.
+    pub(crate) fn phase(&self) -> &'static str {
+        *self.phase.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Consumer thread: the task's partitions are being revoked (`lost`: they are already

@@ -3,7 +3,7 @@
 //! [`Rebalancer`](super::consumer); tasks never touch it.
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
+use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -95,7 +95,19 @@ pub(super) fn retry_later(e: &Error) -> bool {
     !matches!(e, Error::Config(_) | Error::Kafka { class: crate::ErrorClass::Fatal, .. })
 }
 
-pub(super) type Ready = Receiver<Result<Resume>>;
+/// Says when a starting task is ready (where its partitions resume) or why it failed; its
+/// interrupt tells what it is doing meanwhile.
+pub(super) struct Ready {
+    rx: Receiver<Result<Resume>>,
+    interrupt: Arc<Interrupt>,
+}
+
+impl Ready {
+    /// A reply from `task` (its start, or its claim of an assignment).
+    pub(super) fn new(rx: Receiver<Result<Resume>>, task: &TaskHandle) -> Ready {
+        Ready { rx, interrupt: task.interrupt.clone() }
+    }
+}
 
 /// Records a task's queue holds: a transaction's worth, within reason. A partition is paused
 /// once as many again wait in the consumer thread, which bounds memory per partition to about
@@ -137,17 +149,37 @@ pub(super) fn spawn_task(
             }
         })
         .map_err(|e| Error::Internal(format!("cannot spawn a task thread: {e}")))?;
-    Ok((TaskHandle { tx, join, interrupt }, ready_rx))
+    let ready = Ready { rx: ready_rx, interrupt: interrupt.clone() };
+    Ok((TaskHandle { tx, join, interrupt }, ready))
 }
 
 pub(super) fn wait_ready(ready: Ready, deadline: Instant) -> Result<Resume> {
-    match ready.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-        Ok(r) => r,
-        Err(_) => Err(Error::TaskTimeout {
-            what: "initialising a producer (init_transactions)".into(),
-            timeout: Duration::ZERO,
-            last: "no answer".into(),
-        }),
+    wait_ready_unless(ready, deadline, || false)
+}
+
+/// [`wait_ready`], given up as soon as `stop` says so (checked every 100 ms): a pipeline shut
+/// down while a task's start hangs (a sink that does not answer) stops at once, saying what
+/// the task was doing.
+pub(super) fn wait_ready_unless(ready: Ready, deadline: Instant, stop: impl Fn() -> bool) -> Result<Resume> {
+    let started = Instant::now();
+    loop {
+        let wait = deadline.saturating_duration_since(Instant::now());
+        let stopping = stop();
+        match ready.rx.recv_timeout(wait.min(Duration::from_millis(100))) {
+            Ok(r) => return r,
+            Err(RecvTimeoutError::Disconnected) => {
+                return Err(Error::Internal("a task thread ended while starting".into()))
+            }
+            Err(RecvTimeoutError::Timeout) if wait.is_zero() || stopping => {
+                let phase = ready.interrupt.phase();
+                return Err(Error::TaskTimeout {
+                    what: format!("starting a task ({phase}{})", if stopping { ", given up at shutdown" } else { "" }),
+                    timeout: started.elapsed(),
+                    last: "no answer".into(),
+                });
+            }
+            Err(RecvTimeoutError::Timeout) => {}
+        }
     }
 }
 

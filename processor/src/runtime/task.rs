@@ -191,8 +191,11 @@ impl Task {
                 last: "init_transactions timed out".into(),
             });
         }
+        task.interrupt.set_phase("initialising its producer: init_transactions");
         task.ensure_producer()?;
+        task.interrupt.set_phase("connecting the sink");
         task.connect_sink()?;
+        task.interrupt.set_phase("claiming its partitions in the sink");
         let resume = task.claim(&claimed)?;
         Ok((task, resume))
     }

@@ -198,3 +198,33 @@ async fn a_sink_that_cannot_connect_stops_the_pipeline_at_once_with_its_error() 
     assert!(err.to_string().contains("connect"), "{err}");
     assert!(started.elapsed() < Duration::from_secs(60), "took {:?}", started.elapsed());
 }
+
+/// A sink whose server accepts the connection but never answers hangs the task's start (the
+/// connection's own timeout covers only the TCP connect): when `run_until_caught_up` gives
+/// up, its error names what the start was doing, and the pipeline stops at once rather than
+/// after the task timeout (300 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sink_that_never_answers_is_named_when_the_catch_up_wait_gives_up() {
+    let t = topics("sink-silent", 1, 10, 10).await;
+    let app = unique("sink-silent");
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").expect("listener");
+    let port = silent.local_addr().expect("address").port();
+    // Accepts and holds every connection, and never writes a byte.
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for s in silent.incoming().flatten() {
+            held.push(s);
+        }
+    });
+    let conn = format!("host=127.0.0.1 port={port} user=nobody dbname=none connect_timeout=5");
+    let pipeline = ledger_pipeline(&t, &app, &conn, &app, Arc::new(AtomicU64::new(0))).build().expect("pipeline");
+    let started = std::time::Instant::now();
+    let input = std::slice::from_ref(&t.input);
+    let waited =
+        kafka_eos_testkit::admin::run_until_caught_up(pipeline, &t.bootstrap, &app, input, Duration::from_secs(10))
+            .await;
+    let err = waited.expect_err("the pipeline cannot start without its sink").to_string();
+    assert!(err.contains("lag 10") && err.contains("0 partitions assigned"), "{err}");
+    assert!(err.contains("starting a task (connecting the sink, given up at shutdown)"), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(40), "took {:?}", started.elapsed());
+}
