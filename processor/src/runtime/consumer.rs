@@ -35,25 +35,23 @@
 //!   in place instead, and a partition whose task cannot start is retried while the others
 //!   run ([`recovery`]).
 
-use std::collections::BTreeMap;
-use std::sync::mpsc::{sync_channel, Receiver, TrySendError};
+use std::sync::mpsc::{Receiver, TrySendError};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, RebalanceProtocol};
-use rdkafka::types::RDKafkaRespErr;
-use rdkafka::{ClientContext, Offset, TopicPartitionList};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::ClientContext;
 
 use crate::config::{Guarantee, PipelineConfig};
 use crate::error::{Error, Result};
 use crate::record::InputRecord;
 use crate::runtime::registry::{
-    queue_capacity, retry_later, send_bounded, spawn_partition_task, spawn_task, to_tpl, wait_ready, wait_ready_unless,
-    Ready, Registry, TaskHandle, Unstarted,
+    queue_capacity, send_bounded, spawn_task, to_tpl, wait_ready_unless, Registry, TaskHandle,
 };
-use crate::runtime::task::{Resume, RevokeReply, TaskMsg};
-use crate::runtime::{Control, Shared, TopicPartition, POLL_INTERVAL};
+use crate::runtime::task::{Resume, TaskMsg};
+use crate::runtime::{Control, Shared, POLL_INTERVAL};
 
+mod rebalance;
 mod recovery;
 
 /// Runs the consumer thread until shutdown or a fatal error.
@@ -329,173 +327,6 @@ impl Rebalancer {
         }
     }
 
-    fn on_assign(&self, partitions: Vec<TopicPartition>) {
-        let shared = &self.shared;
-        shared.shutdown.stats().rebalances.inc();
-        crate::metrics::rebalance(&shared.cfg.application_id);
-        tracing::info!(?partitions, "partitions assigned");
-        shared.shutdown.health_state().assigned(&partitions);
-        let deadline = Instant::now() + shared.cfg.task_timeout;
-        if shared.cfg.guarantee == Guarantee::ExactlyOnce {
-            let mut pending = Vec::new();
-            for tp in partitions {
-                let id = self.registry().next_id();
-                match spawn_partition_task(shared, id, &tp) {
-                    Ok((handle, ready)) => pending.push((id, tp, handle, ready)),
-                    Err(e) => return self.set_fatal(e),
-                }
-            }
-            for (id, tp, handle, ready) in pending {
-                match wait_ready(ready, deadline) {
-                    Ok(resume) => {
-                        self.resume_at(resume);
-                        let mut reg = self.registry();
-                        reg.routes.insert(tp, id);
-                        reg.tasks.insert(id, handle);
-                    }
-                    Err(e) if retry_later(&e) => {
-                        // One partition's trouble must not stop the others: paused once
-                        // assigned, retried from the loop (`start_unstarted`).
-                        tracing::warn!(partition = ?tp, error = %e, "the partition's producer cannot be initialised; retrying it while the others run");
-                        self.registry().unstarted.insert(tp, Unstarted::new(e.to_string()));
-                    }
-                    Err(e) => self.set_fatal(e),
-                }
-            }
-        } else {
-            // Each new partition goes to the worker with the fewest, and stays there while
-            // assigned: under incremental rebalancing the others keep theirs.
-            let mut reg = self.registry();
-            let mut load: BTreeMap<u64, usize> = reg.tasks.keys().map(|id| (*id, 0)).collect();
-            if load.is_empty() {
-                drop(reg);
-                return self.set_fatal(Error::Internal("the instance's workers are missing".into()));
-            }
-            for id in reg.routes.values() {
-                *load.entry(*id).or_default() += 1;
-            }
-            let mut shares: BTreeMap<u64, Vec<TopicPartition>> = BTreeMap::new();
-            for tp in partitions {
-                let (&id, n) = load.iter_mut().min_by_key(|(id, n)| (**n, **id)).expect("not empty");
-                *n += 1;
-                shares.entry(id).or_default().push(tp);
-            }
-            let mut replies = Vec::new();
-            for (id, share) in shares {
-                let (reply, claimed) = sync_channel(1);
-                let msg = TaskMsg::Assign { partitions: share.clone(), reply };
-                let Some(task) = reg.tasks.get(&id).filter(|h| send_bounded(&h.tx, msg, deadline)) else {
-                    drop(reg);
-                    return self.set_fatal(Error::Internal("a worker did not accept its assignment".into()));
-                };
-                replies.push(Ready::new(claimed, task));
-                for tp in share {
-                    reg.routes.insert(tp, id);
-                }
-            }
-            drop(reg);
-            // Only a sink can move where partitions start; without one the workers are not
-            // waited for (they never wait for this thread, so waiting would be safe too).
-            if shared.cfg.sink.is_some() {
-                for claimed in replies {
-                    match wait_ready(claimed, deadline) {
-                        Ok(resume) => self.resume_at(resume),
-                        Err(e) => self.set_fatal(e),
-                    }
-                }
-            }
-        }
-    }
-
-    fn on_revoke(&self, consumer: &BaseConsumer<Self>, partitions: Vec<TopicPartition>, lost: bool) {
-        tracing::info!(?partitions, lost, "partitions revoked");
-        self.shared.shutdown.health_state().revoked(&partitions);
-        let deadline = self.revoke_deadline();
-        let mut by_task: BTreeMap<u64, Vec<TopicPartition>> = BTreeMap::new();
-        let mut paused = Vec::new();
-        {
-            let mut reg = self.registry();
-            for tp in partitions {
-                // Records waiting for room were never given to the task: the next owner
-                // reads them again from the committed offset.
-                reg.pending.remove(&tp);
-                reg.unstarted.remove(&tp);
-                if reg.paused.remove(&tp) {
-                    paused.push((tp.clone(), 0));
-                }
-                if let Some(id) = reg.routes.remove(&tp) {
-                    by_task.entry(id).or_default().push(tp);
-                }
-            }
-        }
-        // An application pause is a flag on librdkafka's partition object, which can outlive
-        // an eager reassignment of the same partition: lift it, so that a partition paused
-        // now cannot stay silent once it is assigned again.
-        if !paused.is_empty() {
-            if let Err(e) = consumer.resume(&to_tpl(&paused)) {
-                tracing::warn!(error = %e, "resuming revoked partitions failed");
-            }
-        }
-        // A task busy retrying a failing batch reads its inbox only once the batch is done
-        // with: the interrupt, set first, ends the retries by the task's own deadline — at
-        // once if lost (the partitions are someone else's already); otherwise after the
-        // shutdown timeout at most, so that the group's rebalance, which waits for this
-        // callback, is not held up for a whole task timeout.
-        let task_deadline = if lost { Instant::now() } else { self.task_deadline(deadline) };
-        let mut waiting = Vec::new();
-        for (id, tps) in by_task {
-            let (reply_tx, reply_rx) = sync_channel(1);
-            let reg = self.registry();
-            let Some(task) = reg.tasks.get(&id) else { continue };
-            task.interrupt.revoke(lost, task_deadline);
-            if !send_bounded(&task.tx, TaskMsg::Revoke { partitions: tps, lost, reply: reply_tx }, deadline) {
-                tracing::error!(
-                    task = id,
-                    "task did not take its revocation before the deadline; abandoning it to fencing"
-                );
-            }
-            waiting.push((id, reply_rx));
-        }
-        let mut acked = Vec::new();
-        let per_partition = self.shared.cfg.guarantee == Guarantee::ExactlyOnce;
-        // A per-partition task that is still busy past its interrupt deadline plus one
-        // blocking call's bound is hung — librdkafka's send_offsets_to_transaction can block
-        // forever once the group coordinator's broker has left the metadata
-        // (confluentinc/librdkafka#5456, #5511; found by the chaos suite's coordinator-kill):
-        // abandon it to fencing rather than hold the whole group's rebalance for the task
-        // timeout. Workers are waited for until the deadline: they are long-lived.
-        let call_bound = self.shared.cfg.transaction_timeout.max(Duration::from_secs(5)) + Duration::from_secs(5);
-        let reply_by = if per_partition { deadline.min(task_deadline + call_bound) } else { deadline };
-        for (id, reply_rx) in waiting {
-            let reply: Option<RevokeReply> =
-                reply_rx.recv_timeout(reply_by.saturating_duration_since(Instant::now())).ok();
-            match reply {
-                Some(r) => {
-                    acked.extend(r.acked_offsets);
-                    if per_partition {
-                        if let Some(h) = self.registry().tasks.remove(&id) {
-                            let _ = h.join.join();
-                        }
-                    }
-                }
-                None => {
-                    tracing::error!(
-                        task = id,
-                        "task did not finish its transaction in time (hung in a librdkafka call, or past the task or shutdown timeout); abandoning it to fencing: the partitions' next owner fences its producer"
-                    );
-                    if per_partition {
-                        self.registry().tasks.remove(&id);
-                    }
-                }
-            }
-        }
-        if !lost && !acked.is_empty() {
-            if let Err(e) = consumer.commit(&to_tpl(&acked), CommitMode::Sync) {
-                tracing::warn!(error = %e, "committing offsets on revocation failed; the next owner may reprocess (at-least-once)");
-            }
-        }
-    }
-
     /// Shuts down every remaining task (the instance task, in the long-lived modes).
     fn stop_all_tasks(&self, deadline: Instant) {
         let tasks: Vec<(u64, TaskHandle)> = self.registry().tasks.drain().collect();
@@ -516,24 +347,6 @@ impl Rebalancer {
             }
         }
     }
-
-    /// The deadline by which an interrupted task must let go of its batch, when this thread
-    /// waits for it until `wait`: the shutdown timeout from now at most, and four fifths of
-    /// the wait at most — the rest is left for the task's abort and reply, so that it
-    /// answers before this thread gives up on it.
-    fn task_deadline(&self, wait: Instant) -> Instant {
-        let now = Instant::now();
-        (now + self.shared.cfg.shutdown_timeout).min(now + wait.saturating_duration_since(now) * 4 / 5)
-    }
-
-    /// A revocation's deadline: the task timeout, or the shutdown deadline once shutting down.
-    fn revoke_deadline(&self) -> Instant {
-        let task = Instant::now() + self.shared.cfg.task_timeout;
-        match *self.shutdown_deadline.lock().unwrap_or_else(|p| p.into_inner()) {
-            Some(d) => d.min(task),
-            None => task,
-        }
-    }
 }
 
 impl ClientContext for Rebalancer {
@@ -546,76 +359,6 @@ impl ClientContext for Rebalancer {
                     crate::metrics::consumer_lag(app, &(topic.clone(), *p), s.consumer_lag);
                 }
             }
-        }
-    }
-}
-
-impl Rebalancer {
-    fn resume_at(&self, resume: Resume) {
-        self.resume.lock().unwrap_or_else(|p| p.into_inner()).extend(resume);
-    }
-}
-
-impl ConsumerContext for Rebalancer {
-    /// rust-rdkafka's own `rebalance`, with two steps added: after `on_assign` started the
-    /// partitions' tasks (which claimed them in the sink), the assignment gets the sink's
-    /// offsets, so the partitions are fetched from there and never from the group's offset;
-    /// and under incremental protocols (cooperative-sticky, KIP-848) the lists are the
-    /// partitions that move, applied with `incremental_assign`/`incremental_unassign` while
-    /// every other partition keeps its task.
-    fn rebalance(&self, consumer: &BaseConsumer<Self>, err: RDKafkaRespErr, tpl: &mut TopicPartitionList) {
-        let tps = |tpl: &TopicPartitionList| -> Vec<TopicPartition> {
-            tpl.elements().iter().map(|e| (e.topic().to_string(), e.partition())).collect()
-        };
-        let incremental = matches!(consumer.rebalance_protocol(), RebalanceProtocol::Cooperative);
-        let result = match err {
-            RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
-                if tpl.count() > 0 {
-                    self.on_assign(tps(tpl));
-                }
-                for ((topic, partition), offset) in
-                    std::mem::take(&mut *self.resume.lock().unwrap_or_else(|p| p.into_inner()))
-                {
-                    if let Err(e) = tpl.set_partition_offset(&topic, partition, Offset::Offset(offset)) {
-                        tracing::warn!(topic, partition, offset, error = %e, "cannot set the sink's resume offset");
-                    }
-                }
-                let applied = if incremental { consumer.incremental_assign(tpl) } else { consumer.assign(tpl) };
-                if let Err(e) = &applied {
-                    // Tasks were started for partitions librdkafka did not take: stop them,
-                    // so the registry matches the assignment.
-                    tracing::error!(error = %e, "applying the assignment failed: dropping its tasks");
-                    self.on_revoke(consumer, tps(tpl), true);
-                } else {
-                    self.pause_unstarted(consumer);
-                }
-                applied
-            }
-            RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {
-                if tpl.count() > 0 {
-                    self.on_revoke(consumer, tps(tpl), consumer.assignment_lost());
-                }
-                if incremental {
-                    consumer.incremental_unassign(tpl)
-                } else {
-                    consumer.unassign()
-                }
-            }
-            other => {
-                // The registry follows what librdkafka is told: the callback's partitions
-                // (incremental) or the whole assignment (eager `unassign`) are dropped.
-                tracing::warn!(error = ?other, "rebalance error: giving up the partitions");
-                let dropped = if incremental { tps(tpl) } else { self.registry().routes.keys().cloned().collect() };
-                self.on_revoke(consumer, dropped, true);
-                if incremental {
-                    consumer.incremental_unassign(tpl)
-                } else {
-                    consumer.unassign()
-                }
-            }
-        };
-        if let Err(e) = result {
-            tracing::error!(error = %e, "applying the rebalance failed");
         }
     }
 }

@@ -25,7 +25,7 @@
 //! wait of the cycle) end by the interrupt's deadline — the batch is then aborted and
 //! dropped ([`Outcome::Dropped`]). See [`interrupt`](super::interrupt) for why and by when.
 //!
-//! A failed cycle goes where [`reconcile::verdict`] says: a definite failure is aborted and
+//! A failed cycle goes where [`reconcile::verdict`](crate::runtime::reconcile::verdict) says: a definite failure is aborted and
 //! the batch replayed on the same producer; a transaction whose outcome is unknown is
 //! fenced with a fresh producer and reconciled from the committed offsets
 //! ([`Task::fence_and_reconcile`], no rebalance); a fenced producer is given up (the
@@ -44,19 +44,20 @@ use crate::config::Guarantee;
 use crate::error::{Error, ErrorClass, Result};
 use crate::metrics::TaskMetrics;
 use crate::observe::{Interruption, Outcome};
-use crate::processing::{AfterFailure, Processing};
+use crate::processing::Processing;
 use crate::record::InputRecord;
-use crate::runtime::interrupt::{Deadline, Interrupt, ABORT_GRACE};
-use crate::runtime::reconcile::{self, Verdict};
+use crate::runtime::interrupt::{Deadline, Interrupt};
 use crate::runtime::slots::Slots;
 use crate::runtime::{Control, Shared, TopicPartition};
 use crate::sink::SinkGuarantee;
 use crate::txn::{next_offsets, run_cycle, CommitTo, CycleError, CycleStats, SinkStep, Step, StepError, TxnProducer};
 
+mod failed;
 mod report;
 mod rewind;
 mod sink;
 mod unknown;
+use failed::{dropped, give_up};
 use sink::anchors;
 mod state;
 
@@ -507,110 +508,6 @@ impl Task {
         }
         Flush::Committed
     }
-
-    /// Aborts the open transaction after a failed cycle. Once the task is interrupted the
-    /// abort still gets [`ABORT_GRACE`]: refused for lack of time, it would cost a reconcile
-    /// (or a rebalance) for nothing. `Err` when the abort itself failed: the transaction's
-    /// fate is then unknown (the coordinator refuses to abort a transaction it is
-    /// completing: `INVALID_TXN_STATE`, after which librdkafka marks the producer fatal), so
-    /// the batch goes to [`fence_and_reconcile`](Self::fence_and_reconcile) — or, if the
-    /// producer was fenced, is given up.
-    fn abort(&mut self, batch: &[InputRecord], deadline: Deadline<'_>) -> Result<(), (Outcome, Next)> {
-        let producer = self.producer.as_mut().expect("a cycle just ran on it");
-        match producer.abort(deadline.with_grace(ABORT_GRACE)) {
-            Ok(()) => {
-                self.shared.shutdown.stats().transactions_aborted.inc();
-                Ok(())
-            }
-            Err(e) => Err(match reconcile::verdict(&e, self.transactional_id.is_some()) {
-                Verdict::Reconcile => self.fence_and_reconcile(batch, e, deadline, CycleStats::default()),
-                Verdict::GiveUp | Verdict::Replay => give_up(e, None),
-            }),
-        }
-    }
-
-    /// The processor failed on `batch[index]`: abort, then drop the batch if the task was
-    /// interrupted, else apply the processor error policy.
-    fn processor_failed(
-        &mut self,
-        batch: &[InputRecord],
-        index: usize,
-        error: crate::error::BoxError,
-        deadline: Deadline<'_>,
-    ) -> (Outcome, Next) {
-        let message = error.to_string();
-        if let Err(gave_up) = self.abort(batch, deadline) {
-            return gave_up;
-        }
-        if let Some(because) = self.interrupt.expired() {
-            return dropped(because, message);
-        }
-        let (attempts, after) = self.processing.processor_failed(&batch[index], error);
-        tracing::warn!(task = self.id, record = %batch[index].origin(), attempts, error = %message, "processor failed; transaction aborted");
-        let outcome = Outcome::Aborted { class: None, reason: message };
-        match after {
-            AfterFailure::Replay(pause) => (outcome, Next::Retry(pause)),
-            AfterFailure::Stop(e) => (outcome, Next::Done(Flush::Stop(e))),
-        }
-    }
-
-    /// A Kafka call failed ([`reconcile::verdict`]): reconcile an unknown outcome, give a
-    /// fenced producer up, or abort and replay with backoff until the task timeout — or drop
-    /// the batch if the task was interrupted.
-    fn kafka_failed(
-        &mut self,
-        batch: &[InputRecord],
-        e: StepError,
-        deadline: Deadline<'_>,
-        task_deadline: Instant,
-        backoff: &mut Duration,
-        stats: CycleStats,
-    ) -> (Outcome, Next) {
-        match reconcile::verdict(&e, self.transactional_id.is_some()) {
-            Verdict::Reconcile => return self.fence_and_reconcile(batch, e, deadline, stats),
-            Verdict::GiveUp => {
-                self.discard_states();
-                return give_up(e, None);
-            }
-            Verdict::Replay => self.discard_states(),
-        }
-        if let Err(gave_up) = self.abort(batch, deadline) {
-            return gave_up;
-        }
-        if let Some(because) = self.interrupt.expired() {
-            return dropped(because, e.to_string());
-        }
-        let outcome = Outcome::Aborted { class: Some(e.class), reason: e.to_string() };
-        let missing = self.producer.as_ref().and_then(|p| p.missing_topic(&e, Duration::from_secs(10)));
-        if let Some(topic) = missing {
-            let servers = self.shared.cfg.bootstrap_servers.clone();
-            return (outcome, Next::Done(Flush::Stop(Error::UnknownTopics { topics: vec![topic], servers })));
-        }
-        if Instant::now() + *backoff >= task_deadline {
-            let timeout = self.shared.cfg.task_timeout;
-            let what = format!("committing a batch of {} records with {}", batch.len(), self.who());
-            return (outcome, Next::Done(Flush::Stop(Error::TaskTimeout { what, timeout, last: e.to_string() })));
-        }
-        tracing::warn!(task = self.id, error = %e, "transaction aborted; replaying the batch");
-        let pause = *backoff;
-        *backoff = (*backoff * 2).min(Duration::from_secs(5));
-        (outcome, Next::Retry(pause))
-    }
-}
-
-/// The producer is given up: the batch is dropped and the partitions go back to the group.
-/// `not_reconciled` says why an unknown outcome could not be reconciled instead.
-fn give_up(e: StepError, not_reconciled: Option<String>) -> (Outcome, Next) {
-    let reason = match not_reconciled {
-        Some(why) => format!("{e}; the outcome could not be reconciled: {why}"),
-        None => e.to_string(),
-    };
-    (Outcome::GaveUp { reason }, Next::Done(Flush::GaveUp(e)))
-}
-
-/// An interrupted batch's end: its transaction is aborted, the batch is dropped.
-fn dropped(because: Interruption, reason: String) -> (Outcome, Next) {
-    (Outcome::Dropped { because, reason: reason.clone() }, Next::Done(Flush::Dropped { because, reason }))
 }
 
 impl StepError {

@@ -147,7 +147,10 @@ fn commit_without_an_answer_is_reconciled_with_a_fresh_producer() {
     mock.broker_down(1).expect("broker down");
     let started = Instant::now();
     let err = p.commit((Instant::now() + Duration::from_secs(2)).into()).expect_err("no broker, no commit");
-    assert!(started.elapsed() < Duration::from_secs(5), "one call, bounded by the deadline");
+    // librdkafka does not always honour the call's timeout here (confluentinc/librdkafka#5456:
+    // 8.9 s for a 2 s timeout on a loaded machine); the bound only rules out a wait for the
+    // broker to come back.
+    assert!(started.elapsed() < Duration::from_secs(30), "one call, bounded: {:?}", started.elapsed());
     assert_eq!((err.step, err.class), (Step::Commit, ErrorClass::Retriable), "{err}");
     assert_eq!(verdict(&err, true), Verdict::Reconcile, "{err}");
     drop(p);
@@ -172,7 +175,10 @@ fn offsets_without_an_answer_are_reconciled() {
     let err = p
         .send_offsets(&offsets, &group, (Instant::now() + Duration::from_secs(2)).into())
         .expect_err("no broker, no offsets");
-    assert!(started.elapsed() < Duration::from_secs(5), "one call, bounded by the deadline");
+    // librdkafka does not always honour the call's timeout here (confluentinc/librdkafka#5456:
+    // 8.9 s for a 2 s timeout on a loaded machine); the bound only rules out a wait for the
+    // broker to come back.
+    assert!(started.elapsed() < Duration::from_secs(30), "one call, bounded: {:?}", started.elapsed());
     assert_eq!((err.step, err.class), (Step::SendOffsets, ErrorClass::Retriable), "{err}");
     assert_eq!(verdict(&err, true), Verdict::Reconcile, "{err}");
 }

@@ -1,0 +1,108 @@
+//! One step of a plan: the fault it injects (an instance killed, stalled or bounced, a
+//! broker down or back, a network fault, the sink's server crashed), marked on the timeline.
+
+use std::time::{Duration, Instant};
+
+use super::{wait_full_isr, Run, STOP_TIMEOUT};
+use crate::chaos::net::Scope;
+use crate::chaos::plan::Action;
+use kafka_eos::Guarantee;
+
+impl Run<'_, '_> {
+    pub(super) fn act(&mut self, action: Action) -> Result<(), String> {
+        tracing::info!(?action, "chaos step");
+        self.mark(&format!("{action:?}"));
+        // Faults hit an instance that is processing (see Fleet::pick_busy), waiting for one
+        // as long as a rebalance after a crash may take (session timeout, then the join).
+        let pick_timeout = Duration::from_secs(60);
+        match action {
+            Action::KillInstance | Action::BounceInstance => {
+                let Some(idx) = self.fleet.pick_within(self.rng, pick_timeout) else {
+                    return Err(format!("no running instance to {action:?} within {pick_timeout:?}"));
+                };
+                let id = self.fleet.id(idx);
+                self.mark(&format!("  instance {id}"));
+                if action == Action::KillInstance {
+                    self.fleet.kill(idx);
+                } else {
+                    self.fleet.terminate(idx, STOP_TIMEOUT);
+                }
+                self.fleet.start()?;
+            }
+            Action::BrokerDown { node, hard } => {
+                let cluster = self.cluster.as_mut().ok_or("a broker scenario needs the suite's own cluster")?;
+                let r = if hard { cluster.kill_node(node) } else { cluster.stop_node(node) };
+                r.map_err(|e| format!("taking broker {node} down: {e}"))?;
+            }
+            Action::BrokerUp { node } => self.broker_up(node)?,
+            Action::RestartDownBrokers => {
+                let cluster = self.cluster.as_mut().ok_or("a broker scenario needs the suite's own cluster")?;
+                let down: Vec<i32> = cluster.node_ids().into_iter().filter(|&n| !cluster.is_running(n)).collect();
+                for node in down {
+                    self.broker_up(node)?;
+                }
+            }
+            Action::Scale(n) => self.fleet.scale_to(n, STOP_TIMEOUT)?,
+            Action::Stall { in_transaction } => {
+                let Some(idx) = self.fleet.pick_within(self.rng, pick_timeout) else {
+                    return Err(format!("no running instance to stall within {pick_timeout:?}"));
+                };
+                let id = self.fleet.id(idx);
+                self.mark(&format!("  instance {id}"));
+                let before = self.fleet.status_of(id).and_then(|s| s.summary).unwrap_or_default();
+                if in_transaction {
+                    if !self.fleet.stop_in_transaction(idx, Duration::from_secs(30)) {
+                        self.note(format!(
+                            "instance {id} processed no record within 30 s of SIGUSR1: stopped where it was"
+                        ));
+                    }
+                } else {
+                    self.fleet.stop_now(idx);
+                }
+                self.zombies.push((id, before));
+            }
+            Action::Resume => self.fleet.resume_all(),
+            Action::SinkRestart => {
+                let server = self.sink.as_mut().ok_or("a sink scenario without its server")?;
+                server.crash(Duration::from_secs(2))?;
+            }
+            Action::Net(_) | Action::KillCoordinatorMidCommit { .. } => {
+                let cluster = self.cluster.as_deref_mut().ok_or("a network scenario needs the suite's own cluster")?;
+                let scope = Scope {
+                    client: self.ctx.client,
+                    app: &self.app,
+                    input: &self.input_topic,
+                    output: &self.output_topic,
+                    partitions: self.ctx.cfg.partitions,
+                    per_partition: self.ctx.cfg.guarantee == Guarantee::ExactlyOnce,
+                };
+                let what = match action {
+                    Action::KillCoordinatorMidCommit { timing } => {
+                        // A commit every commit interval per partition: 20 s is plenty.
+                        let wait = Duration::from_secs(20);
+                        self.net.kill_coordinator_mid_commit(cluster, &scope, timing, wait, self.rng)?.1
+                    }
+                    Action::Net(fault) => self.net.apply(cluster, &scope, fault, self.rng)?,
+                    _ => unreachable!("matched above"),
+                };
+                self.mark(&format!("  {what}"));
+            }
+        }
+        self.mark("  done");
+        Ok(())
+    }
+
+    /// Starts broker `node` (a no-op if it runs) and waits until every partition has its
+    /// full ISR back; a slow resync is noted, not an error.
+    fn broker_up(&mut self, node: i32) -> Result<(), String> {
+        let cluster = self.cluster.as_mut().ok_or("a broker scenario needs the suite's own cluster")?;
+        cluster.start_node(node).map_err(|e| format!("restarting broker {node}: {e}"))?;
+        let started = Instant::now();
+        if let Err(e) = wait_full_isr(self.ctx.client, Duration::from_secs(120)) {
+            self.note(format!("after broker {node} restarted: {e}"));
+        } else {
+            tracing::info!(node, elapsed = ?started.elapsed(), "replicas back in sync");
+        }
+        Ok(())
+    }
+}
