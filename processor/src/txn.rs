@@ -53,10 +53,15 @@
 //!   forward when the consumer thread interrupts the task (revocation, lost partitions,
 //!   shutdown; see [`crate::runtime::interrupt`]). Only a librdkafka call already running
 //!   is not cut short (each is bounded by the call timeout).
+//! - **A call that never returns.** librdkafka does not always honour a transactional
+//!   call's timeout (librdkafka#5456): each runs on a thread of its own, and one that
+//!   outlives its timeout plus a grace is abandoned with its producer, its step failing as
+//!   timed out (an unknown outcome: fenced and reconciled). See [`watchdog`].
 //! - **Unknown errors** are classified abortable ([`crate::error::classify`]): never
 //!   reported as committed.
 
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::ConsumerGroupMetadata;
@@ -145,14 +150,17 @@ const ACK_POLL_PAUSE: Duration = Duration::from_micros(500);
 /// Where a successful cycle's input offsets go.
 pub(crate) enum CommitTo<'a> {
     /// Into the transaction, with this consumer group metadata (exactly-once).
-    Transaction(&'a ConsumerGroupMetadata),
+    Transaction(&'a Arc<ConsumerGroupMetadata>),
     /// Nowhere yet: the caller commits them through the consumer (at-least-once).
     Consumer,
 }
 
 /// A producer of one partition task: transactional, or idempotent for at-least-once.
 pub(crate) struct TxnProducer {
-    inner: BaseProducer<DeliveryTracker>,
+    /// Shared only with a transactional call in flight ([`watchdog`]).
+    inner: Arc<BaseProducer<DeliveryTracker>>,
+    /// A transactional call was abandoned ([`watchdog`]) and may still run: no further call.
+    wedged: bool,
     transactional_id: Option<String>,
     origin_header: bool,
     cycle: usize,
@@ -185,7 +193,8 @@ impl TxnProducer {
             // Never quote a rejected secret property's value (rust-rdkafka's Display does).
             .map_err(|e| StepError::new(Step::Create, KafkaError::ClientCreation(crate::config::client_error(&e))))?;
         Ok(TxnProducer {
-            inner,
+            inner: Arc::new(inner),
+            wedged: false,
             transactional_id,
             origin_header: cfg.origin_header,
             cycle: 0,
@@ -210,7 +219,7 @@ impl TxnProducer {
             return Ok(());
         }
         let started = Instant::now();
-        let result = self.retrying(Step::Init, deadline, |p, t| p.inner.init_transactions(t));
+        let result = self.retrying(Step::Init, deadline, || Box::new(|p, t| p.init_transactions(t)));
         self.timers.init_latency.record(started.elapsed().as_secs_f64());
         result
     }
@@ -319,10 +328,13 @@ impl TxnProducer {
     pub(crate) fn send_offsets(
         &mut self,
         offsets: &TopicPartitionList,
-        group: &ConsumerGroupMetadata,
+        group: &Arc<ConsumerGroupMetadata>,
         deadline: Deadline<'_>,
     ) -> Result<(), StepError> {
-        self.retrying(Step::SendOffsets, deadline, |p, t| p.inner.send_offsets_to_transaction(offsets, group, t))
+        self.retrying(Step::SendOffsets, deadline, || {
+            let (offsets, group) = (offsets.clone(), group.clone());
+            Box::new(move |p, t| p.send_offsets_to_transaction(&offsets, &group, t))
+        })
     }
 
     /// `commit_transaction`, once: any failure but fencing leaves the outcome unknown to the
@@ -333,7 +345,17 @@ impl TxnProducer {
             tracing::warn!(transactional_id = ?self.transactional_id, "fault injection: commit not made, reported as timed out");
             return Err(StepError::new(Step::Commit, KafkaError::Flush(RDKafkaErrorCode::OperationTimedOut)));
         }
-        self.retrying(Step::Commit, deadline, |p, t| p.inner.commit_transaction(t))?;
+        let hang = injected == Some(UnknownOutcome::CommittedThenHung);
+        self.retrying(Step::Commit, deadline, || {
+            Box::new(move |p, t| {
+                let committed = p.commit_transaction(t);
+                if hang {
+                    tracing::warn!("fault injection: commit made, the call hangs");
+                    std::thread::sleep(Duration::from_secs(3600));
+                }
+                committed
+            })
+        })?;
         self.in_txn = false;
         if injected == Some(UnknownOutcome::CommittedButTimedOut) {
             tracing::warn!(transactional_id = ?self.transactional_id, "fault injection: commit made, reported as timed out");
@@ -358,9 +380,11 @@ impl TxnProducer {
     pub(crate) fn abort(&mut self, deadline: Deadline<'_>) -> Result<(), StepError> {
         if self.in_txn {
             self.serve_until_none(|p| p.inner.in_flight_count().max(0) as u64, deadline);
-            self.retrying(Step::Abort, deadline, |p, t| {
-                p.inner.poll(Duration::ZERO);
-                p.inner.abort_transaction(t)
+            self.retrying(Step::Abort, deadline, || {
+                Box::new(|p, t| {
+                    p.poll(Duration::ZERO);
+                    p.abort_transaction(t)
+                })
             })?;
             self.in_txn = false;
         }
@@ -371,7 +395,7 @@ impl TxnProducer {
         &mut self,
         step: Step,
         deadline: Deadline<'_>,
-        mut call: impl FnMut(&Self, Duration) -> Result<(), KafkaError>,
+        mut call: impl FnMut() -> watchdog::Call,
     ) -> Result<(), StepError> {
         let started = Instant::now();
         let result = self.retry_until(step, deadline, &mut call);
@@ -390,12 +414,32 @@ impl TxnProducer {
         &mut self,
         step: Step,
         deadline: Deadline<'_>,
-        call: &mut impl FnMut(&Self, Duration) -> Result<(), KafkaError>,
+        call: &mut impl FnMut() -> watchdog::Call,
     ) -> Result<(), StepError> {
         let mut backoff = Duration::from_millis(50);
         loop {
-            let remaining = deadline.remaining().max(Duration::from_millis(1));
-            match call(self, remaining.min(self.call_timeout)) {
+            if self.wedged {
+                // A call abandoned earlier may still run: a second one would race it.
+                return Err(StepError { step, class: ErrorClass::Fatal, err: KafkaError::Canceled });
+            }
+            let timeout = deadline.remaining().max(Duration::from_millis(1)).min(self.call_timeout);
+            let result = match watchdog::run(&self.inner, timeout, watchdog::GRACE, call()) {
+                Ok(result) => result,
+                Err(watchdog::Abandoned) => {
+                    self.wedged = true;
+                    tracing::error!(
+                        transactional_id = ?self.transactional_id,
+                        step = step.as_str(),
+                        ?timeout,
+                        "librdkafka did not return from a transactional call within its timeout (librdkafka#5456): \
+                         the call is abandoned and the producer will be replaced"
+                    );
+                    // Timed out, as far as the cycle knows: the outcome is unknown.
+                    let err = KafkaError::Global(RDKafkaErrorCode::OperationTimedOut);
+                    return Err(StepError { step, class: ErrorClass::Retriable, err });
+                }
+            };
+            match result {
                 Ok(()) => return Ok(()),
                 Err(e) => {
                     let err = StepError::new(step, e);
@@ -600,4 +644,5 @@ pub(crate) mod tests {
 mod mock_cluster_tests;
 
 mod delivery;
+pub(crate) mod watchdog;
 pub(crate) use delivery::DeliveryTracker;

@@ -79,6 +79,15 @@ async fn a_commit_that_committed_while_its_outcome_was_unknown_is_counted_not_re
     }
 }
 
+/// The commit is made, then librdkafka's call does not return (librdkafka#5456, which the
+/// chaos suite's coordinator-kill scenario hit in `send_offsets_to_transaction`): the
+/// call's watchdog abandons it after the call timeout plus the grace (10 + 5 s here), and
+/// the task reconciles with a fresh producer instead of holding its partition for good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_call_that_never_returns_is_abandoned_and_reconciled() {
+    run_with(UnknownOutcome::CommittedThenHung, Guarantee::ExactlyOnce, Reconciliation::Committed).await;
+}
+
 /// The offsets are in the transaction but the commit is never made, and the task is told it
 /// timed out: the fresh producer's `init_transactions` aborts the open transaction, and the
 /// reconcile must find it aborted and replay the batch (dropping it would lose it). The

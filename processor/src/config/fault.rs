@@ -9,8 +9,8 @@ use std::sync::{Arc, Mutex};
 
 use super::PipelineBuilder;
 
-/// How a commit is made to end with an outcome unknown to the runtime. Either way the
-/// commit step reports a timeout (`KafkaError::Flush(OperationTimedOut)`, retriable).
+/// How a commit is made to end with an outcome unknown to the runtime. Every way, the
+/// commit step reports a timeout (retriable).
 #[doc(hidden)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum UnknownOutcome {
@@ -20,6 +20,11 @@ pub enum UnknownOutcome {
     /// `commit_transaction` is not called (the offsets are already in the transaction, which
     /// stays open); the task is told it timed out. The transaction is never committed.
     TimedOutBeforeCommit,
+    /// `commit_transaction` is called and succeeds, then the call does not return for an
+    /// hour, as librdkafka's calls sometimes do not (librdkafka#5456): the call's watchdog
+    /// abandons it after its timeout plus the grace and reports it timed out. The
+    /// transaction is committed.
+    CommittedThenHung,
 }
 
 /// What the builder was asked to inject.

@@ -404,7 +404,7 @@ impl Task {
             let group = match producer.transactional_id() {
                 None => None,
                 Some(_) => match self.shared.group_metadata() {
-                    Some(g) => Some(g),
+                    Some(g) => Some(Arc::new(g)),
                     None => return Flush::Stop(Error::Internal("the consumer is gone: no group metadata".into())),
                 },
             };
