@@ -148,6 +148,9 @@ async fn pipeline(
     if let Some(n) = opts.tuning.max_concurrent_transactions {
         builder = builder.max_concurrent_transactions(n);
     }
+    if let Some(n) = opts.tuning.workers {
+        builder = builder.workers(n);
+    }
     let pipeline = builder.client_properties(&input.client_properties).build()?;
     let handle = pipeline.shutdown_handle();
     let running = tokio::spawn(pipeline.run());

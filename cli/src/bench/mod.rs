@@ -184,6 +184,8 @@ pub struct Tuning {
     pub max_records_per_transaction: usize,
     /// [`PipelineBuilder::max_concurrent_transactions`](kafka_eos::PipelineBuilder::max_concurrent_transactions).
     pub max_concurrent_transactions: Option<usize>,
+    /// [`PipelineBuilder::workers`](kafka_eos::PipelineBuilder::workers); `None`: its default.
+    pub workers: Option<usize>,
 }
 
 impl Default for Tuning {
@@ -192,6 +194,7 @@ impl Default for Tuning {
             commit_interval: Duration::from_millis(100),
             max_records_per_transaction: 10_000,
             max_concurrent_transactions: None,
+            workers: None,
         }
     }
 }

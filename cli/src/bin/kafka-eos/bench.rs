@@ -53,6 +53,10 @@ pub struct Args {
     /// (`PipelineBuilder::max_concurrent_transactions`) [default: none].
     #[arg(long)]
     max_concurrent_transactions: Option<usize>,
+    /// Worker threads of the per-consumer and at-least-once pipelines
+    /// (`PipelineBuilder::workers`) [default: the machine's cores].
+    #[arg(long)]
+    workers: Option<usize>,
 }
 
 fn parse_subject(s: &str) -> Result<Subject, String> {
@@ -81,6 +85,7 @@ pub fn run(a: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
             commit_interval: Duration::from_millis(a.commit_interval_ms),
             max_records_per_transaction: 10_000,
             max_concurrent_transactions: a.max_concurrent_transactions,
+            workers: a.workers,
         },
         time_limit: Some(Duration::from_secs(a.duration_secs)),
         verify: true,
