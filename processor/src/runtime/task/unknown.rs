@@ -46,7 +46,8 @@ impl Task {
         tracing::warn!(task = self.id, error = %e, "transaction outcome unknown: fencing the producer and reconciling");
         let started = Instant::now();
         let found = match reconcile::reconcile(&self.shared.cfg, &id, &self.label, batch, deadline) {
-            Ok((fresh, found)) => {
+            Ok((mut fresh, found)) => {
+                fresh.run_calls_on(self.shared.rt.clone());
                 self.producer = Some(fresh);
                 found
             }
