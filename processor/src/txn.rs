@@ -161,9 +161,7 @@ pub(crate) struct TxnProducer {
     inner: Arc<BaseProducer<DeliveryTracker>>,
     /// A transactional call was abandoned ([`watchdog`]) and may still run: no further call.
     wedged: bool,
-    /// Where transactional calls run ([`watchdog`]): the pipeline runtime's blocking pool,
-    /// or (`None`) a thread of their own.
-    calls: Option<tokio::runtime::Handle>,
+
     transactional_id: Option<String>,
     origin_header: bool,
     cycle: usize,
@@ -198,7 +196,6 @@ impl TxnProducer {
         Ok(TxnProducer {
             inner: Arc::new(inner),
             wedged: false,
-            calls: None,
             transactional_id,
             origin_header: cfg.origin_header,
             cycle: 0,
@@ -208,11 +205,6 @@ impl TxnProducer {
             timers: TxnTimers::new(&cfg.application_id, partition),
             fault: cfg.fault.clone(),
         })
-    }
-
-    /// Runs the transactional calls on `rt`'s blocking pool (see [`watchdog`]).
-    pub(crate) fn run_calls_on(&mut self, rt: tokio::runtime::Handle) {
-        self.calls = Some(rt);
     }
 
     /// The transactional.id, or `None` for an idempotent producer.
@@ -432,7 +424,7 @@ impl TxnProducer {
                 return Err(StepError { step, class: ErrorClass::Fatal, err: KafkaError::Canceled });
             }
             let timeout = deadline.remaining().max(Duration::from_millis(1)).min(self.call_timeout);
-            let result = match watchdog::run(&self.inner, self.calls.as_ref(), timeout, watchdog::GRACE, call()) {
+            let result = match watchdog::run(&self.inner, timeout, watchdog::GRACE, call()) {
                 Ok(result) => result,
                 Err(watchdog::Abandoned) => {
                     self.wedged = true;

@@ -215,7 +215,6 @@ impl Task {
         let started = Instant::now();
         let mut p = TxnProducer::create(&self.shared.cfg, self.transactional_id.clone(), &self.label)
             .map_err(|e| e.into_error(&self.who()))?;
-        p.run_calls_on(self.shared.rt.clone());
         p.init((Instant::now() + self.shared.cfg.task_timeout).into()).map_err(|e| e.into_error(&self.who()))?;
         tracing::debug!(task = self.id, transactional_id = ?p.transactional_id(), elapsed_ms = started.elapsed().as_millis() as u64, "producer ready");
         self.producer = Some(p);

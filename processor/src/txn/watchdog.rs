@@ -10,9 +10,8 @@
 //!
 //! # What
 //! Every transactional call (`init_transactions`, `send_offsets_to_transaction`,
-//! `commit_transaction`, `abort_transaction`) runs on another thread — one of the pipeline
-//! runtime's blocking pool (`spawn_blocking`), or one of its own where there is no runtime
-//! (the mock-cluster tests) — and the task waits for it at most the call's timeout plus [`GRACE`]. A call that outlives
+//! `commit_transaction`, `abort_transaction`) runs on another thread (a small pool of
+//! detached threads, see [`pool`]), and the task waits for it at most the call's timeout plus [`GRACE`]. A call that outlives
 //! that is abandoned: its thread keeps the producer (a shared reference) until librdkafka
 //! returns, if ever; the task's [`TxnProducer`](super::TxnProducer) is marked wedged and
 //! makes no further call; and the step fails as timed out. Its outcome is then unknown, so
@@ -21,13 +20,13 @@
 //! call might still send harmless.
 //!
 //! # Cost
-//! A hand-over to an idle blocking-pool thread per call, two per committed transaction.
-//! Measured with `commit_latency --quick` against one local broker, A/B pairs run in turn
-//! on a quiet 2-core machine (load 0.2–1.0), as the median over its 12 configurations of
-//! the commit step's p50: without the watchdog 1.46 / 1.58 / 1.56 ms, with it 1.89 / 1.67 /
-//! 1.53 ms — within the noise of 20-transaction samples. A thread spawned per call, tried
-//! first, cost 53–59 µs per call (spawn and reply, median) and 1.91 / 1.74 ms against
-//! 1.79 / 1.50 ms.
+//! A hand-over to an idle pool thread per call (two per committed transaction), each a
+//! thread wake-up there and back. Measured with `commit_latency --quick` against one local
+//! broker, A/B runs in turn on a quiet 2-core machine (load 0.1–1.3), as the median over
+//! its 12 configurations of the commit step's p50: without the watchdog 1.46 / 1.40 /
+//! 1.39 ms, with it 1.52 / 1.58 / 1.56 ms (+0.06 to +0.18 ms); the whole transaction's p50
+//! 8.52 / 8.66 / 8.59 ms against 8.59 / 8.96 / 8.62 ms (+1 to +3 %). Against a broker
+//! across a network, whose commit step takes several milliseconds, it is smaller still.
 
 use std::sync::mpsc::{sync_channel, RecvTimeoutError};
 use std::sync::Arc;
@@ -35,7 +34,6 @@ use std::time::Duration;
 
 use rdkafka::error::KafkaError;
 use rdkafka::producer::BaseProducer;
-use tokio::runtime::Handle;
 
 use super::delivery::DeliveryTracker;
 
@@ -52,39 +50,103 @@ pub(super) type Call = Box<dyn FnOnce(&BaseProducer<DeliveryTracker>, Duration) 
 #[derive(Debug)]
 pub(super) struct Abandoned;
 
-/// Runs `call` with `timeout` on a thread of `pool` (a Tokio runtime's blocking pool; without
-/// one, a thread of its own) and waits for it at most `timeout + grace`. A call that cannot
-/// get a thread fails as cancelled, without reaching librdkafka.
+/// Runs `call` with `timeout` on a thread of the call pool and waits for it at most
+/// `timeout + grace`. A call that cannot get a thread fails as cancelled, without reaching
+/// librdkafka.
 pub(super) fn run(
     producer: &Arc<BaseProducer<DeliveryTracker>>,
-    pool: Option<&Handle>,
     timeout: Duration,
     grace: Duration,
     call: Call,
 ) -> Result<Result<(), KafkaError>, Abandoned> {
     let (tx, rx) = sync_channel(1);
     let p = producer.clone();
-    let job = move || {
+    if let Err(e) = pool::submit(Box::new(move || {
         let _ = tx.send(call(&p, timeout));
-    };
-    match pool {
-        // The pool's idle threads make a call's hand-over cheap (a thread spawn per call
-        // added 0.1–0.2 ms to the commit step's median); a hung call keeps one of them.
-        Some(rt) => drop(rt.spawn_blocking(job)),
-        None => {
-            let spawned = std::thread::Builder::new().name("kafka-eos-txn-call".into()).stack_size(STACK).spawn(job);
-            if let Err(e) = spawned {
-                tracing::warn!(error = %e, "cannot spawn a thread for a transactional call");
-                return Ok(Err(KafkaError::Canceled));
-            }
-        }
+    })) {
+        tracing::warn!(error = %e, "cannot start a thread for a transactional call");
+        return Ok(Err(KafkaError::Canceled));
     }
     match rx.recv_timeout(timeout + grace) {
         Ok(result) => Ok(result),
         Err(RecvTimeoutError::Timeout) => Err(Abandoned),
-        // The call panicked inside rdkafka (or the runtime is shutting down and dropped it):
-        // a failed call of unknown outcome.
+        // The call panicked inside rdkafka: a failed call of unknown outcome.
         Err(RecvTimeoutError::Disconnected) => Ok(Err(KafkaError::Canceled)),
+    }
+}
+
+/// The threads the calls run on: an idle one takes the next call, and a call finding none
+/// idle starts one; a thread idle for [`IDLE`](pool::IDLE) exits. They are detached, not a
+/// runtime's blocking pool: a runtime waits for its blocking tasks when it is dropped, so a
+/// call that never returns would keep the application from ending; a detached thread does
+/// not. A thread spawned per call instead cost 53–59 µs per call (spawn and reply, median,
+/// 2-core machine) and 0.1–0.2 ms on the commit step's median.
+mod pool {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::mpsc::{sync_channel, RecvTimeoutError, SyncSender};
+    use std::sync::{Mutex, MutexGuard};
+    use std::time::Duration;
+
+    pub(super) type Job = Box<dyn FnOnce() + Send>;
+
+    /// How long a thread waits for another call before it exits.
+    pub(super) const IDLE: Duration = Duration::from_secs(30);
+
+    struct Idle {
+        id: u64,
+        tx: SyncSender<Job>,
+    }
+
+    static IDLE_THREADS: Mutex<Vec<Idle>> = Mutex::new(Vec::new());
+    static NEXT_ID: AtomicU64 = AtomicU64::new(0);
+
+    fn idle() -> MutexGuard<'static, Vec<Idle>> {
+        IDLE_THREADS.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Runs `job` on an idle thread, or on a new one.
+    pub(super) fn submit(job: Job) -> std::io::Result<()> {
+        let taken = idle().pop();
+        let job = match taken {
+            // Its channel is empty (it waits on it) and it holds the receiver: this succeeds
+            // unless the thread died, and then the job comes back.
+            Some(w) => match w.tx.send(job) {
+                Ok(()) => return Ok(()),
+                Err(e) => e.0,
+            },
+            None => job,
+        };
+        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+        std::thread::Builder::new()
+            .name("kafka-eos-txn-call".into())
+            .stack_size(super::STACK)
+            .spawn(move || work(id, job))
+            .map(drop)
+    }
+
+    fn work(id: u64, mut job: Job) {
+        let (tx, rx) = sync_channel::<Job>(1);
+        loop {
+            job();
+            idle().push(Idle { id, tx: tx.clone() });
+            job = loop {
+                match rx.recv_timeout(IDLE) {
+                    Ok(next) => break next,
+                    Err(RecvTimeoutError::Timeout) => {
+                        let mut idle = idle();
+                        match idle.iter().position(|w| w.id == id) {
+                            Some(i) => {
+                                idle.swap_remove(i);
+                                return;
+                            }
+                            // Taken by a caller just now: its job is on the way.
+                            None => continue,
+                        }
+                    }
+                    Err(RecvTimeoutError::Disconnected) => return, // unreachable: `tx` is ours
+                }
+            };
+        }
     }
 }
 
@@ -105,7 +167,6 @@ mod tests {
         let p = producer();
         let r = run(
             &p,
-            None,
             Duration::from_millis(100),
             Duration::from_millis(100),
             Box::new(|_, t| {
@@ -117,21 +178,29 @@ mod tests {
     }
 
     #[test]
-    fn with_a_runtime_a_call_runs_on_its_blocking_pool() {
+    fn idle_threads_are_reused() {
         let p = producer();
-        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).build().expect("runtime");
-        let r = run(
-            &p,
-            Some(rt.handle()),
-            Duration::from_millis(100),
-            Duration::from_millis(100),
-            Box::new(|_, _| {
-                let name = std::thread::current().name().map(str::to_string);
-                assert_ne!(name.as_deref(), Some("kafka-eos-txn-call"), "not a thread of its own");
-                Ok(())
-            }),
-        );
-        assert!(matches!(r, Ok(Ok(()))), "{r:?}");
+        let name = || {
+            let (tx, rx) = sync_channel(1);
+            let r = run(
+                &p,
+                Duration::from_millis(500),
+                Duration::from_millis(500),
+                Box::new(move |_, _| {
+                    let _ = tx.send(std::thread::current().id());
+                    Ok(())
+                }),
+            );
+            assert!(matches!(r, Ok(Ok(()))), "{r:?}");
+            rx.recv().expect("ran")
+        };
+        let first = name();
+        // The first thread is back in the idle list once it has replied and pushed itself:
+        // give it a moment, then the next call must find it (other tests may add threads).
+        std::thread::sleep(Duration::from_millis(50));
+        let ids: Vec<_> = (0..5).map(|_| name()).collect();
+        assert!(ids.iter().all(|id| *id != std::thread::current().id()), "not on the caller's thread");
+        assert!(ids.contains(&first) || ids.windows(2).any(|w| w[0] == w[1]), "threads reused: {first:?} {ids:?}");
     }
 
     #[test]
@@ -140,7 +209,6 @@ mod tests {
         let started = std::time::Instant::now();
         let r = run(
             &p,
-            None,
             Duration::from_millis(100),
             Duration::from_millis(200),
             Box::new(|_, _| {

@@ -46,8 +46,7 @@ impl Task {
         tracing::warn!(task = self.id, error = %e, "transaction outcome unknown: fencing the producer and reconciling");
         let started = Instant::now();
         let found = match reconcile::reconcile(&self.shared.cfg, &id, &self.label, batch, deadline) {
-            Ok((mut fresh, found)) => {
-                fresh.run_calls_on(self.shared.rt.clone());
+            Ok((fresh, found)) => {
                 self.producer = Some(fresh);
                 found
             }
