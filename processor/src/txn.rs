@@ -54,7 +54,7 @@
 //!   shutdown; see [`crate::runtime::interrupt`]). Only a librdkafka call already running
 //!   is not cut short (each is bounded by the call timeout).
 //! - **A call that never returns.** librdkafka does not always honour a transactional
-//!   call's timeout (librdkafka#5456): each runs on a thread of its own, and one that
+//!   call's timeout (librdkafka#5456): each runs on a thread of a small pool, and one that
 //!   outlives its timeout plus a grace is abandoned with its producer, its step failing as
 //!   timed out (an unknown outcome: fenced and reconciled). See [`watchdog`].
 //! - **Unknown errors** are classified abortable ([`crate::error::classify`]): never
@@ -161,7 +161,6 @@ pub(crate) struct TxnProducer {
     inner: Arc<BaseProducer<DeliveryTracker>>,
     /// A transactional call was abandoned ([`watchdog`]) and may still run: no further call.
     wedged: bool,
-
     transactional_id: Option<String>,
     origin_header: bool,
     cycle: usize,
@@ -645,5 +644,5 @@ pub(crate) mod tests {
 mod mock_cluster_tests;
 
 mod delivery;
-pub(crate) mod watchdog;
+mod watchdog;
 pub(crate) use delivery::DeliveryTracker;

@@ -57,7 +57,7 @@ mod report;
 mod rewind;
 mod sink;
 mod unknown;
-use failed::{dropped, give_up};
+use failed::give_up;
 use sink::anchors;
 mod state;
 

@@ -34,6 +34,22 @@ impl Task {
         }
     }
 
+    /// Aborts after a failed cycle whose batch is to be replayed; `Err` ends the batch
+    /// instead: the abort failed ([`abort`](Self::abort)), or the task was interrupted
+    /// meanwhile (the batch is dropped, `reason` saying why it failed).
+    pub(super) fn abort_for_replay(
+        &mut self,
+        batch: &[InputRecord],
+        deadline: Deadline<'_>,
+        reason: &str,
+    ) -> Result<(), (Outcome, Next)> {
+        self.abort(batch, deadline)?;
+        match self.interrupt.expired() {
+            Some(because) => Err(dropped(because, reason.to_string())),
+            None => Ok(()),
+        }
+    }
+
     /// The processor failed on `batch[index]`: abort, then drop the batch if the task was
     /// interrupted, else apply the processor error policy.
     pub(super) fn processor_failed(
@@ -44,11 +60,8 @@ impl Task {
         deadline: Deadline<'_>,
     ) -> (Outcome, Next) {
         let message = error.to_string();
-        if let Err(gave_up) = self.abort(batch, deadline) {
-            return gave_up;
-        }
-        if let Some(because) = self.interrupt.expired() {
-            return dropped(because, message);
+        if let Err(end) = self.abort_for_replay(batch, deadline, &message) {
+            return end;
         }
         let (attempts, after) = self.processing.processor_failed(&batch[index], error);
         tracing::warn!(task = self.id, record = %batch[index].origin(), attempts, error = %message, "processor failed; transaction aborted");
@@ -79,11 +92,8 @@ impl Task {
             }
             Verdict::Replay => self.discard_states(),
         }
-        if let Err(gave_up) = self.abort(batch, deadline) {
-            return gave_up;
-        }
-        if let Some(because) = self.interrupt.expired() {
-            return dropped(because, e.to_string());
+        if let Err(end) = self.abort_for_replay(batch, deadline, &e.to_string()) {
+            return end;
         }
         let outcome = Outcome::Aborted { class: Some(e.class), reason: e.to_string() };
         let missing = self.producer.as_ref().and_then(|p| p.missing_topic(&e, Duration::from_secs(10)));
@@ -114,6 +124,6 @@ pub(super) fn give_up(e: StepError, not_reconciled: Option<String>) -> (Outcome,
 }
 
 /// An interrupted batch's end: its transaction is aborted, the batch is dropped.
-pub(super) fn dropped(because: Interruption, reason: String) -> (Outcome, Next) {
+fn dropped(because: Interruption, reason: String) -> (Outcome, Next) {
     (Outcome::Dropped { because, reason: reason.clone() }, Next::Done(Flush::Dropped { because, reason }))
 }

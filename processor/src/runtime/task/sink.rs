@@ -13,7 +13,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::{dropped, Flush, Next, Task};
+use super::{Flush, Next, Task};
 use crate::error::Error;
 use crate::observe::Outcome;
 use crate::record::InputRecord;
@@ -150,11 +150,8 @@ impl Task {
         backoff: &mut Duration,
     ) -> (Outcome, Next) {
         let reason = failure.to_string();
-        if let Err(gave_up) = self.abort(batch, deadline) {
-            return gave_up;
-        }
-        if let Some(because) = self.interrupt.expired() {
-            return dropped(because, reason);
+        if let Err(end) = self.abort_for_replay(batch, deadline, &reason) {
+            return end;
         }
         let outcome = Outcome::Aborted { class: None, reason: reason.clone() };
         match failure.class {
