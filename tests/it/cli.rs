@@ -111,6 +111,44 @@ async fn bench_prints_a_verified_row_per_subject() {
     }
 }
 
+/// `bench --subject` measures only the subjects named, with `--workers` and
+/// `--max-concurrent-transactions` passed to the pipelines; each copy still verifies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_measures_only_the_subjects_named_with_the_settings_given() {
+    let bootstrap = crate::common::bootstrap();
+    let out = kafka_eos(&[
+        "bench",
+        "--bootstrap",
+        &bootstrap,
+        "--partitions",
+        "2",
+        "--records",
+        "3000",
+        "--duration-secs",
+        "60",
+        "--subject",
+        "at-least-once",
+        "--subject",
+        "exactly-once",
+        "--workers",
+        "1",
+        "--max-concurrent-transactions",
+        "1",
+    ])
+    .await;
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "bench: {}\n{stdout}\n{stderr}", out.status);
+    let rows: Vec<&str> =
+        stdout.lines().filter(|l| l.starts_with('|') && !l.contains("records/s") && !l.starts_with("|-")).collect();
+    let cell = |row: &str, last: bool| -> String {
+        let cells: Vec<&str> = row.trim_matches('|').split('|').map(str::trim).collect();
+        (if last { cells.last() } else { cells.first() }).copied().unwrap_or_default().to_string()
+    };
+    let subjects: Vec<String> = rows.iter().map(|r| cell(r, false)).collect();
+    assert_eq!(subjects, ["at-least-once", "exactly-once"], "{stdout}");
+    assert!(rows.iter().all(|r| cell(r, true) == "ok"), "every copy verified:\n{stdout}");
+}
+
 /// `topic create`, `produce` (keys, a tombstone, a header), `tail` and `lag`, as a user
 /// tries a pipeline by hand: the records come back as written, and the lag of a group that
 /// copied the topic is 0.
