@@ -7,16 +7,22 @@
 //! (the report is `serde::Serialize`):
 //!
 //! ```json
-//! {"healthy":true,"partitions":[{"topic":"orders","partition":0,"last_commit_age_ms":80,"uncommitted_records":12,"stalled_ms":0}]}
+//! {"healthy":true,"partitions":[{"topic":"orders","partition":0,"last_commit_age_ms":80,"uncommitted_records":12,"stalled_ms":0}],"starting":[]}
 //! ```
+//!
+//! `starting` lists the tasks whose start has not completed — a producer's
+//! `init_transactions` waiting for its coordinator, a sink that does not answer — with what
+//! they are doing: the first place to look when partitions are assigned and nothing moves.
+//! A start older than the threshold makes the report unhealthy too.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+use crate::runtime::interrupt::Interrupt;
 use crate::runtime::TopicPartition;
 
 /// The health of one assigned partition.
@@ -34,13 +40,28 @@ pub struct PartitionHealth {
     pub stalled_ms: u64,
 }
 
+/// A task whose start has not completed.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct StartingTask {
+    /// The task's label: `topic-partition` in per-partition mode, `all` or `worker-N` for
+    /// the workers of the other guarantees.
+    pub task: String,
+    /// What the start is doing now, e.g. `initialising its producer: init_transactions`.
+    pub phase: String,
+    /// Milliseconds since the start began.
+    pub starting_ms: u64,
+}
+
 /// What `/health` reports.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 pub struct HealthReport {
-    /// Every assigned partition's `stalled_ms` is below the threshold.
+    /// Every assigned partition's `stalled_ms`, and every starting task's `starting_ms`, is
+    /// below the threshold.
     pub healthy: bool,
     /// The current assignment.
     pub partitions: Vec<PartitionHealth>,
+    /// Tasks still starting, oldest first.
+    pub starting: Vec<StartingTask>,
 }
 
 /// Progress of one partition, updated by the consumer thread (dispatch) and its task (commit).
@@ -58,11 +79,27 @@ struct Progress {
 pub(crate) struct Health {
     threshold: Duration,
     partitions: RwLock<HashMap<TopicPartition, Arc<Progress>>>,
+    /// Tasks starting, by task id.
+    starting: Mutex<HashMap<u64, Starting>>,
 }
+
+/// A task's start in progress: its label, where it reports its phase, since when.
+type Starting = (String, Arc<Interrupt>, Instant);
 
 impl Health {
     pub(crate) fn new(threshold: Duration) -> Health {
-        Health { threshold, partitions: RwLock::new(HashMap::new()) }
+        Health { threshold, partitions: RwLock::new(HashMap::new()), starting: Mutex::new(HashMap::new()) }
+    }
+
+    /// Task `id` (labelled `label`) begins its start; `interrupt` carries its phase.
+    pub(crate) fn starting(&self, id: u64, label: &str, interrupt: &Arc<Interrupt>) {
+        let mut map = self.starting.lock().unwrap_or_else(|p| p.into_inner());
+        map.insert(id, (label.to_string(), interrupt.clone(), Instant::now()));
+    }
+
+    /// Task `id`'s start ended, either way.
+    pub(crate) fn started(&self, id: u64) {
+        self.starting.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
     }
 
     pub(crate) fn assigned(&self, tps: &[TopicPartition]) {
@@ -132,7 +169,43 @@ impl Health {
             })
             .collect();
         partitions.sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
+        drop(map);
+        let mut starting: Vec<StartingTask> = (self.starting.lock().unwrap_or_else(|p| p.into_inner()).values())
+            .map(|(task, interrupt, since)| StartingTask {
+                task: task.clone(),
+                phase: interrupt.phase().to_string(),
+                starting_ms: since.elapsed().as_millis() as u64,
+            })
+            .collect();
+        starting.sort_by(|a, b| b.starting_ms.cmp(&a.starting_ms).then_with(|| a.task.cmp(&b.task)));
         let threshold = self.threshold.as_millis() as u64;
-        HealthReport { healthy: partitions.iter().all(|p| p.stalled_ms < threshold), partitions }
+        let healthy =
+            partitions.iter().all(|p| p.stalled_ms < threshold) && starting.iter().all(|t| t.starting_ms < threshold);
+        HealthReport { healthy, partitions, starting }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_start_is_reported_with_its_phase_until_it_ends_and_unhealthy_past_the_threshold() {
+        let health = Health::new(Duration::from_millis(50));
+        let interrupt = Arc::new(Interrupt::default());
+        interrupt.set_phase("connecting the sink");
+        health.starting(7, "worker-0", &interrupt);
+        let report = health.report();
+        assert!(report.healthy, "{report:?}");
+        assert_eq!(report.starting.len(), 1);
+        assert_eq!(
+            (report.starting[0].task.as_str(), report.starting[0].phase.as_str()),
+            ("worker-0", "connecting the sink")
+        );
+        std::thread::sleep(Duration::from_millis(60));
+        assert!(!health.report().healthy, "a start past the threshold is unhealthy");
+        health.started(7);
+        let report = health.report();
+        assert!(report.healthy && report.starting.is_empty(), "{report:?}");
     }
 }

@@ -173,16 +173,22 @@ pub async fn run_until_caught_up(
             checked = check => match checked? {
                 None => break,
                 Some(last) if Instant::now() > deadline => {
-                    let assigned = handle.health().partitions.len();
+                    // Why it is stuck: a task whose start does not complete says what it
+                    // is doing; otherwise, often, the pipeline's own error.
+                    let health = handle.health();
+                    let starting: String = health
+                        .starting
+                        .iter()
+                        .map(|t| format!("; task {} still starting after {} ms ({})", t.task, t.starting_ms, t.phase))
+                        .collect();
                     handle.shutdown();
-                    // Why it is stuck is often in the pipeline's own error (a task's start
-                    // that did not complete names what it was doing).
                     let stopped = match tokio::time::timeout(Duration::from_secs(30), running).await {
                         Ok(Ok(Err(e))) => format!("; the pipeline, shut down, stopped with: {e}"),
                         Ok(_) => String::new(),
                         Err(_) => "; the pipeline did not stop within 30 s of its shutdown".into(),
                     };
-                    let last = format!("{last}, {assigned} partitions assigned to this instance{stopped}");
+                    let assigned = health.partitions.len();
+                    let last = format!("{last}, {assigned} partitions assigned to this instance{starting}{stopped}");
                     return Err(Error::TaskTimeout { what: format!("group {group} catching up"), timeout, last });
                 }
                 Some(_) => {}

@@ -85,7 +85,14 @@ pub(crate) fn run(shared: Arc<Shared>, control: Receiver<Control>) -> Result<()>
             starting.push((id, spawn_task(&shared, id, txn_id, Vec::new(), label)?));
         }
         for (id, (handle, ready)) in starting {
-            wait_ready_unless(ready, deadline, || shared.shutdown.is_shutdown())?;
+            // Shut down before every worker started: nothing was consumed, nothing to commit.
+            // A worker still starting is dropped; its start ends on its own thread.
+            if wait_ready_unless(ready, deadline, || shared.shutdown.is_shutdown())?.is_none() {
+                drop(handle);
+                consumer.context().stop_all_tasks(Instant::now() + cfg.shutdown_timeout);
+                tracing::info!(application_id = %cfg.application_id, "pipeline stopped while starting");
+                return Ok(());
+            }
             ctx.registry().tasks.insert(id, handle);
         }
     }

@@ -134,12 +134,15 @@ pub(super) fn spawn_task(
 ) -> Result<(TaskHandle, Ready)> {
     let (tx, rx) = sync_channel(queue_capacity(&shared.cfg));
     let (ready_tx, ready_rx) = sync_channel(1);
-    let shared = shared.clone();
     let interrupt = Arc::new(Interrupt::default());
     let task_interrupt = interrupt.clone();
-    let join = std::thread::Builder::new()
-        .name(format!("kafka-eos-task-{id}"))
-        .spawn(move || match Task::start(id, shared, txn_id, partitions, label, task_interrupt) {
+    shared.shutdown.health_state().starting(id, &label, &interrupt);
+    let task_shared = shared.clone();
+    let spawned = std::thread::Builder::new().name(format!("kafka-eos-task-{id}")).spawn(move || {
+        let health = task_shared.shutdown.clone();
+        let started = Task::start(id, task_shared, txn_id, partitions, label, task_interrupt);
+        health.health_state().started(id);
+        match started {
             Ok((task, resume)) => {
                 let _ = ready_tx.send(Ok(resume));
                 task.run(rx);
@@ -147,33 +150,43 @@ pub(super) fn spawn_task(
             Err(e) => {
                 let _ = ready_tx.send(Err(e));
             }
-        })
-        .map_err(|e| Error::Internal(format!("cannot spawn a task thread: {e}")))?;
+        }
+    });
+    let join = spawned.map_err(|e| {
+        shared.shutdown.health_state().started(id);
+        Error::Internal(format!("cannot spawn a task thread: {e}"))
+    })?;
     let ready = Ready { rx: ready_rx, interrupt: interrupt.clone() };
     Ok((TaskHandle { tx, join, interrupt }, ready))
 }
 
 pub(super) fn wait_ready(ready: Ready, deadline: Instant) -> Result<Resume> {
-    wait_ready_unless(ready, deadline, || false)
+    wait_ready_unless(ready, deadline, || false)?.ok_or_else(|| Error::Internal("a start given up unasked".into()))
 }
 
-/// [`wait_ready`], given up as soon as `stop` says so (checked every 100 ms): a pipeline shut
-/// down while a task's start hangs (a sink that does not answer) stops at once, saying what
-/// the task was doing.
-pub(super) fn wait_ready_unless(ready: Ready, deadline: Instant, stop: impl Fn() -> bool) -> Result<Resume> {
+/// [`wait_ready`], given up as soon as `stop` says so (checked every 100 ms): `None` then. A
+/// pipeline shut down while a task's start hangs (a sink that does not answer) stops at
+/// once; the hung start is left to end on its own thread, and the pipeline's
+/// [health](crate::ShutdownHandle::health) said what it was doing.
+pub(super) fn wait_ready_unless(ready: Ready, deadline: Instant, stop: impl Fn() -> bool) -> Result<Option<Resume>> {
     let started = Instant::now();
     loop {
         let wait = deadline.saturating_duration_since(Instant::now());
         let stopping = stop();
         match ready.rx.recv_timeout(wait.min(Duration::from_millis(100))) {
-            Ok(r) => return r,
+            Ok(r) => return r.map(Some),
             Err(RecvTimeoutError::Disconnected) => {
                 return Err(Error::Internal("a task thread ended while starting".into()))
             }
-            Err(RecvTimeoutError::Timeout) if wait.is_zero() || stopping => {
+            Err(RecvTimeoutError::Timeout) if stopping => {
+                let phase = ready.interrupt.phase();
+                tracing::info!(phase, waited = ?started.elapsed(), "shut down while a task was starting: its start is left to end on its own");
+                return Ok(None);
+            }
+            Err(RecvTimeoutError::Timeout) if wait.is_zero() => {
                 let phase = ready.interrupt.phase();
                 return Err(Error::TaskTimeout {
-                    what: format!("starting a task ({phase}{})", if stopping { ", given up at shutdown" } else { "" }),
+                    what: format!("starting a task ({phase})"),
                     timeout: started.elapsed(),
                     last: "no answer".into(),
                 });
