@@ -11,15 +11,22 @@
 //! 2. folds each payment into its merchant's day with daily [`TumblingWindows`] (one hour
 //!    of allowed lateness); a day's total is emitted once, when the partition's watermark
 //!    passes the day's end, keyed by `(merchant, day)` so a downstream upsert is idempotent;
-//! 3. routes payments for a day already closed to the late-payments topic, unchanged.
+//! 3. routes payments for a day already closed to the late-payments topic, unchanged;
+//! 4. closes each day by an event-time [timer](kafka_eos::timers) at its end plus the
+//!    lateness: the payments of later days fire it, and on a partition that receives no
+//!    more payments the idle advance does ([`IDLE_CLOSE`] after its last one) — so the
+//!    period's last day closes without heartbeat records. (A `Tick` heartbeat still
+//!    advances the stream time, for sources that send one.)
 
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
 use kafka_eos::codec::Json;
-use kafka_eos::operators::{Dedup, TumblingWindows};
-use kafka_eos::record::OutputRecord;
+use kafka_eos::operators::{ClosedWindow, Dedup, TumblingWindows};
+use kafka_eos::processor::{Context, ProcessError, Processor};
+use kafka_eos::record::{InputRecord, OutputRecord, Topic};
+use kafka_eos::timers::{StreamTime, Timer, TimerSpec, Timers};
 use kafka_eos::{PipelineBuilder, Result};
 use kafka_eos_testkit::admin;
 
@@ -113,6 +120,14 @@ pub fn revenue_key(merchant: u32, day: i64) -> String {
 pub const DEDUP_STORE: &str = "payment-ids";
 /// The store of the open daily windows.
 pub const WINDOW_STORE: &str = "daily-revenue";
+/// The store of the day-closing timers.
+pub const TIMER_STORE: &str = "day-close";
+/// How long a partition waits without a payment before its stream time follows the wall
+/// clock, closing the days it still holds open (the last day of the period, with no
+/// heartbeat record).
+pub const IDLE_CLOSE: Duration = Duration::from_secs(5);
+/// How late (event time) a payment may be and still count in its day.
+const LATENESS_MS: i64 = 3_600_000;
 
 /// Adds the financial-close input, stores and stateful processor to `builder`.
 pub fn pipeline(builder: PipelineBuilder, topics: &Topics) -> PipelineBuilder {
@@ -125,16 +140,48 @@ pub fn pipeline(builder: PipelineBuilder, topics: &Topics) -> PipelineBuilder {
         Duration::from_millis(DAY_MS as u64),
         &topics.late,
     )
-    .allowed_lateness(Duration::from_secs(3600));
+    .allowed_lateness(Duration::from_millis(LATENESS_MS as u64));
+    // The event time is the payment's, in the payload: the record timestamps (produce
+    // times) must not move the stream time.
+    let spec = TimerSpec::new(TIMER_STORE).stream_time(StreamTime::Advanced).idle_advance(IDLE_CLOSE);
+    let timers = Timers::with(&mut builder, spec);
     let revenue = builder.output_topic(&topics.revenue);
-    builder.processor(move |ctx, rec| {
+    builder.processor_impl(Close { dedup, daily, timers, revenue })
+}
+
+/// The processor: dedup → daily window, each day closed by the payments that pass its end
+/// or, on a partition that stays idle, by its timer.
+#[derive(Clone)]
+struct Close {
+    dedup: Dedup<u64>,
+    daily: TumblingWindows<u32, DayTotal>,
+    timers: Timers,
+    revenue: Topic,
+}
+
+impl Close {
+    fn emit(&self, ctx: &mut Context<'_>, closed: Vec<ClosedWindow<u32, DayTotal>>) -> Result<(), ProcessError> {
+        for w in closed {
+            let day = w.start_ms / DAY_MS;
+            let value = DailyRevenue { merchant: w.key, day, cents: w.value.cents, payments: w.value.payments };
+            ctx.emit(OutputRecord::to(&self.revenue).key(revenue_key(w.key, day)).encode_value(&Json, &value)?);
+        }
+        Ok(())
+    }
+}
+
+impl Processor for Close {
+    async fn process(&mut self, ctx: &mut Context<'_>, rec: &InputRecord) -> Result<(), ProcessError> {
         let closed = match rec.value_as::<Event>(&Json)? {
-            Event::Tick { time_ms } => daily.advance(ctx, time_ms)?,
+            Event::Tick { time_ms } => {
+                self.timers.advance_stream_time(ctx, time_ms)?;
+                self.daily.advance(ctx, time_ms)?
+            }
             Event::Payment(p) => {
-                if !dedup.first_seen(ctx, &p.event_id, p.time_ms)? {
+                if !self.dedup.first_seen(ctx, &p.event_id, p.time_ms)? {
                     return Ok(());
                 }
-                let update = daily.add(ctx, rec, &p.merchant, p.time_ms, |t| {
+                let update = self.daily.add(ctx, rec, &p.merchant, p.time_ms, |t| {
                     t.cents += p.amount_cents;
                     t.payments += 1;
                 })?;
@@ -142,14 +189,19 @@ pub fn pipeline(builder: PipelineBuilder, topics: &Topics) -> PipelineBuilder {
                     ctx.emit(late);
                     return Ok(());
                 }
+                // The day closes when the stream time passes its end plus the lateness:
+                // one timer per day (scheduling it again is a no-op).
+                let day = p.time_ms.div_euclid(DAY_MS);
+                self.timers.at_event_time(ctx, (day + 1) * DAY_MS + LATENESS_MS, day as u64)?;
+                self.timers.advance_stream_time(ctx, p.time_ms)?;
                 update.closed
             }
         };
-        for w in closed {
-            let day = w.start_ms / DAY_MS;
-            let value = DailyRevenue { merchant: w.key, day, cents: w.value.cents, payments: w.value.payments };
-            ctx.emit(OutputRecord::to(&revenue).key(revenue_key(w.key, day)).encode_value(&Json, &value)?);
-        }
-        Ok(())
-    })
+        self.emit(ctx, closed)
+    }
+
+    async fn on_timer(&mut self, ctx: &mut Context<'_>, timer: &Timer) -> Result<(), ProcessError> {
+        let closed = self.daily.advance(ctx, timer.at_ms)?;
+        self.emit(ctx, closed)
+    }
 }

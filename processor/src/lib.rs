@@ -55,7 +55,8 @@
 //! | `runtime` (private) | the consumer thread, rebalance callbacks, partition tasks |
 //! | [`state`] | state stores with changelog topics, restored on assignment |
 //! | [`sink`] | sinks outside Kafka (PostgreSQL, Redis): the trait, its guarantees, where the cycle writes them |
-//! | [`operators`] | dedup, tumbling event-time windows, keyed aggregates, built on stores |
+//! | [`timers`] | callbacks at an event time or a wall-clock time, per partition, exactly once |
+//! | [`operators`] | dedup, event-time windows (tumbling, hopping, sliding, session), keyed aggregates, built on stores |
 //! | [`observe`] | a hook called after every transaction, with its timings and outcome |
 //! | [`health`] | per-partition health (what `/health` serves) |
 //! | [`ops`] | Prometheus `/metrics` and `/health` (feature `ops-server`), tracing set-up (feature `logging`) |
@@ -98,6 +99,7 @@ pub mod sink;
 pub mod state;
 #[doc(hidden)]
 pub mod testing;
+pub mod timers;
 mod txn;
 
 pub use config::{Exhausted, Guarantee, PipelineBuilder, PipelineConfig, ProcessorErrorPolicy, Rebalancing};

@@ -11,7 +11,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use tokio::runtime::Handle;
 
@@ -51,6 +51,9 @@ pub(crate) struct Processing {
     dead: HashMap<String, (String, u32)>,
     /// The sink rows of the attempt in flight, with the records they came from.
     sink_rows: Vec<SinkRow<AnyRow>>,
+    /// Pipelines with [timers](crate::timers): each partition's topic and when its last
+    /// record was processed (or its state restored), for timers that fire without a record.
+    idle_since: HashMap<i32, (String, SystemTime)>,
 }
 
 impl Processing {
@@ -63,6 +66,7 @@ impl Processing {
             failures: HashMap::new(),
             dead: HashMap::new(),
             sink_rows: Vec::new(),
+            idle_since: HashMap::new(),
         }
     }
 
@@ -83,6 +87,34 @@ impl Processing {
             states: &mut self.states,
             processors: &mut self.processors,
             outputs_per_partition: HashMap::new(),
+            idle_since: &mut self.idle_since,
+            now: SystemTime::now(),
+        }
+    }
+
+    /// Whether the pipeline has [timers](crate::timers): its partitions' state is then
+    /// restored at assignment, so that their timers fire without waiting for a record.
+    pub(crate) fn has_timers(&self) -> bool {
+        self.cfg.timers.is_some()
+    }
+
+    /// When a timer may next come due without a record, over every partition's state.
+    pub(crate) fn next_timer_wake(&self) -> Option<SystemTime> {
+        let timers = self.cfg.timers.as_ref()?;
+        let now = SystemTime::now();
+        self.states
+            .iter()
+            .filter_map(|(p, state)| {
+                let last = self.idle_since.get(p).map_or(now, |(_, at)| *at);
+                timers.next_wake(state, last)
+            })
+            .min()
+    }
+
+    /// `tp`'s state was restored (timers): it counts as idle from now.
+    pub(crate) fn restored_partition(&mut self, tp: &TopicPartition) {
+        if self.cfg.timers.is_some() {
+            self.idle_since.entry(tp.1).or_insert_with(|| (tp.0.clone(), SystemTime::now()));
         }
     }
 
@@ -164,6 +196,7 @@ impl Processing {
     pub(crate) fn revoke(&mut self, tp: &TopicPartition) {
         self.processors.close(&tp.0, tp.1, self.states.get(&tp.1));
         self.states.remove(&tp.1);
+        self.idle_since.remove(&tp.1);
     }
 
     /// Closes every instance and keeps the state (the pipeline stops).
@@ -176,6 +209,7 @@ impl Processing {
     pub(crate) fn give_up_all(&mut self) {
         self.close_all();
         self.states.clear();
+        self.idle_since.clear();
     }
 
     /// Drops every instance *without* its `close` hook, and every state: what a crash of
@@ -201,6 +235,33 @@ pub(crate) struct BatchWork<'a> {
     sink_rows: &'a mut Vec<SinkRow<AnyRow>>,
     /// The last record's topic, shared by its sink rows (one allocation per topic change).
     topic: Option<crate::record::Topic>,
+    /// See [`Processing::idle_since`].
+    idle_since: &'a mut HashMap<i32, (String, SystemTime)>,
+    /// The wall clock of this attempt (timers).
+    now: SystemTime,
+}
+
+impl BatchWork<'_> {
+    /// Fires `partition`'s due timers (after moving its stream time to `stream`, if later),
+    /// and those they make due in turn; their outputs and rows are added to the
+    /// processors' buffers.
+    fn fire(&mut self, topic: &str, partition: i32, stream: Option<i64>) -> Result<(), BoxError> {
+        let (Some(timers), Some(state)) = (self.cfg.timers.as_ref(), self.states.get_mut(&partition)) else {
+            return Ok(());
+        };
+        let now_ms = crate::timers::epoch_ms(self.now);
+        let mut stream = stream;
+        for _round in 0..1_000 {
+            let due = timers.take_due(state, stream.take(), now_ms)?;
+            if due.is_empty() {
+                return Ok(());
+            }
+            for timer in &due {
+                self.processors.on_timer(self.rt, topic, partition, Some(&mut *state), timer)?;
+            }
+        }
+        Err(format!("timers of {topic}-{partition} keep scheduling due timers: 1,000 rounds fired in one call").into())
+    }
 }
 
 impl Work for BatchWork<'_> {
@@ -211,6 +272,11 @@ impl Work for BatchWork<'_> {
             Some(out) => self.processors.only(out),
             None => {
                 self.processors.process(self.rt, r, self.states.get_mut(&r.partition))?;
+                if self.cfg.timers.is_some() {
+                    self.idle_since.insert(r.partition, (r.topic.clone(), self.now));
+                    let stream = r.timestamp.filter(|_| self.cfg.timers.as_ref().is_some_and(|t| t.follows_records()));
+                    self.fire(&r.topic, r.partition, stream)?;
+                }
                 let mut rows = self.processors.take_rows();
                 if rows.len() > 0 {
                     let topic = match &self.topic {
@@ -230,6 +296,28 @@ impl Work for BatchWork<'_> {
         };
         *self.outputs_per_partition.entry((r.topic.clone(), r.partition)).or_default() += outputs.len() as u64;
         Ok(outputs)
+    }
+
+    /// Wall-clock timers, and the event-time timers of idle partitions (see
+    /// [`crate::timers`]), in partition order.
+    fn fire_timers(&mut self) -> Result<&[OutputRecord], BoxError> {
+        self.processors.clear();
+        let Some(timers) = self.cfg.timers.clone() else { return Ok(&[]) };
+        let mut partitions: Vec<(i32, String, SystemTime)> =
+            self.idle_since.iter().map(|(p, (t, at))| (*p, t.clone(), *at)).collect();
+        partitions.sort_unstable_by_key(|(p, _, _)| *p);
+        for (partition, topic, last) in partitions {
+            let before = self.processors.outputs().len();
+            self.fire(&topic, partition, timers.idle_stream_time(self.now, last))?;
+            let fired = (self.processors.outputs().len() - before) as u64;
+            if fired > 0 {
+                *self.outputs_per_partition.entry((topic, partition)).or_default() += fired;
+            }
+        }
+        if self.processors.has_rows() {
+            return Err("a timer that fired without a record wrote sink rows: only timers that fire after a record may (see kafka_eos::timers)".into());
+        }
+        Ok(self.processors.outputs())
     }
 
     fn take_sink_rows(&mut self) -> Vec<SinkRow<AnyRow>> {

@@ -161,6 +161,7 @@ impl Engine {
             Err(CycleError::Processor { index, error }) => Err(Failure { index, error }),
             Err(CycleError::Kafka(e)) => unreachable!("the driver's send does not fail: {e}"),
             Err(CycleError::Sink(e)) => unreachable!("the driver writes no sink: {e}"),
+            Err(CycleError::Timer(e)) => unreachable!("the driver fires no timer without a record: {e}"),
         }
     }
 

@@ -466,6 +466,8 @@ pub(crate) enum CycleError {
     Kafka(StepError),
     /// The sink's write failed (before the offsets: the transaction is still open).
     Sink(SinkFailure),
+    /// A timer that fired without a record failed; the transaction is still open.
+    Timer(crate::error::BoxError),
 }
 
 impl From<StepError> for CycleError {
@@ -494,6 +496,11 @@ pub(crate) trait Work {
     /// The outputs of one input record (in a buffer reused from record to record), or the
     /// processor's error.
     fn process(&mut self, record: &InputRecord) -> Result<&[OutputRecord], crate::error::BoxError>;
+    /// The outputs of the timers due without a record (wall clock, idle partitions: see
+    /// [`crate::timers`]), fired at the start of the transaction.
+    fn fire_timers(&mut self) -> Result<&[OutputRecord], crate::error::BoxError> {
+        Ok(&[])
+    }
     /// The changelog records of the state changes the batch made.
     fn state_changes(&mut self) -> Vec<OutputRecord>;
     /// The sink rows the batch made, with their records (taken once per attempt).
@@ -547,7 +554,13 @@ pub(crate) fn run_cycle(
     let mut stats = CycleStats::default();
     let mut phase = Instant::now();
     producer.begin()?;
+    let fired = work.fire_timers().map_err(CycleError::Timer)?;
+    for out in fired {
+        producer.send(out, None, deadline)?;
+    }
+    let fired = fired.len() as u64;
     (stats.outputs, stats.changelog) = process_batch(batch, work, |out, origin| producer.send(out, origin, deadline))?;
+    stats.outputs += fired;
     stats.process = lap(&mut phase);
     producer.await_acks(deadline)?;
     stats.await_acks = lap(&mut phase);
@@ -569,7 +582,10 @@ pub(crate) fn run_cycle(
         }
     }
     if let CommitTo::Transaction(group) = commit_to {
-        producer.send_offsets(&next_offsets(batch), group, deadline)?;
+        if !batch.is_empty() {
+            // A transaction of timers alone (crate::timers) consumed nothing.
+            producer.send_offsets(&next_offsets(batch), group, deadline)?;
+        }
         producer.commit(deadline)?;
         stats.commit = lap(&mut phase);
     }

@@ -152,6 +152,20 @@ pub async fn run_until_caught_up(
     topics: &[String],
     timeout: Duration,
 ) -> Result<kafka_eos::Summary> {
+    run_until_settled(pipeline, bootstrap, group, topics, timeout, Duration::ZERO).await
+}
+
+/// [`run_until_caught_up`], then on until the pipeline has written no output for `quiet`
+/// (within the same `timeout`): for pipelines whose [timers](kafka_eos::timers) still emit
+/// after the input is consumed — an idle advance closing the last windows.
+pub async fn run_until_settled(
+    pipeline: kafka_eos::Pipeline,
+    bootstrap: &str,
+    group: &str,
+    topics: &[String],
+    timeout: Duration,
+    quiet: Duration,
+) -> Result<kafka_eos::Summary> {
     let handle = pipeline.shutdown_handle();
     let mut running = tokio::spawn(pipeline.run());
     let deadline = Instant::now() + timeout;
@@ -193,6 +207,17 @@ pub async fn run_until_caught_up(
                 }
                 Some(_) => {}
             },
+        }
+    }
+    let (mut outputs, mut changed) = (handle.summary().records_out, Instant::now());
+    while changed.elapsed() < quiet && Instant::now() < deadline {
+        tokio::select! {
+            ended = &mut running => return Err(stopped_early(group, ended)),
+            () = tokio::time::sleep(Duration::from_millis(100)) => {}
+        }
+        let now = handle.summary().records_out;
+        if now != outputs {
+            (outputs, changed) = (now, Instant::now());
         }
     }
     handle.shutdown();

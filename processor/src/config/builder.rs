@@ -52,6 +52,7 @@ pub struct PipelineBuilder {
     changelog_replication: Option<i32>,
     pub(super) fault: super::fault::FaultSpec,
     sinks: Vec<SinkFactory>,
+    timers: Vec<crate::timers::Timers>,
 }
 
 impl PipelineBuilder {
@@ -163,6 +164,11 @@ impl PipelineBuilder {
         let handle = Store::new(self.stores.len(), def.name.clone());
         self.stores.push(def);
         handle
+    }
+
+    /// Registers the pipeline's [`Timers`](crate::timers::Timers) (their constructor calls it).
+    pub(crate) fn declare_timers(&mut self, timers: crate::timers::Timers) {
+        self.timers.push(timers);
     }
 
     /// The stores declared so far.
@@ -542,6 +548,9 @@ impl PipelineBuilder {
                 }
             }
         }
+        if self.timers.len() > 1 {
+            return cfg_err(format!("{} Timers are declared: a pipeline has at most one", self.timers.len()));
+        }
         if self.sinks.len() > 1 {
             return cfg_err(format!(
                 "{} sinks are declared: a pipeline has at most one (its rows and offsets are written together)",
@@ -590,6 +599,7 @@ impl PipelineBuilder {
                 changelog_replication: self.changelog_replication.unwrap_or(-1),
                 fault: self.fault.build(),
                 sink: self.sinks.into_iter().next(),
+                timers: self.timers.into_iter().next(),
             },
             processor,
             self.hooks,

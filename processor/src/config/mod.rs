@@ -224,6 +224,8 @@ pub struct PipelineConfig {
     pub(crate) fault: Option<std::sync::Arc<FaultInjection>>,
     /// The pipeline's sink, if one was declared ([`PipelineBuilder::sink`]).
     pub(crate) sink: Option<crate::sink::erased::SinkFactory>,
+    /// The pipeline's timers, if declared ([`crate::timers`]).
+    pub(crate) timers: Option<crate::timers::Timers>,
 }
 
 impl PipelineConfig {

@@ -13,12 +13,14 @@ use super::{Context, HookContext, Processor, ProcessorPanic};
 use crate::error::BoxError;
 use crate::record::{InputRecord, OutputRecord};
 use crate::state::PartitionState;
+use crate::timers::Timer;
 
 /// A processor behind a vtable: each method drives the processor's own future to the end,
 /// so no future is boxed.
 pub(crate) trait Erased: Send {
     fn init(&mut self, rt: &Handle, ctx: &HookContext<'_>) -> Result<(), BoxError>;
     fn process(&mut self, rt: &Handle, ctx: &mut Context<'_>, record: &InputRecord) -> Result<(), BoxError>;
+    fn on_timer(&mut self, rt: &Handle, ctx: &mut Context<'_>, timer: &Timer) -> Result<(), BoxError>;
     fn close(&mut self, ctx: &HookContext<'_>) -> Result<(), BoxError>;
 }
 
@@ -28,6 +30,9 @@ impl<P: Processor> Erased for P {
     }
     fn process(&mut self, rt: &Handle, ctx: &mut Context<'_>, record: &InputRecord) -> Result<(), BoxError> {
         caught(|| drive(rt, Processor::process(self, ctx, record)))
+    }
+    fn on_timer(&mut self, rt: &Handle, ctx: &mut Context<'_>, timer: &Timer) -> Result<(), BoxError> {
+        caught(|| drive(rt, Processor::on_timer(self, ctx, timer)))
     }
     fn close(&mut self, ctx: &HookContext<'_>) -> Result<(), BoxError> {
         caught(|| {
@@ -111,21 +116,11 @@ impl Instances {
         &mut self,
         rt: &Handle,
         record: &InputRecord,
-        state: Option<&mut PartitionState>,
+        mut state: Option<&mut PartitionState>,
     ) -> Result<&[OutputRecord], BoxError> {
         self.out.clear();
         self.rows.clear();
-        let found = self.live.iter().position(|((t, p), _)| *p == record.partition && *t == record.topic);
-        let i = match found {
-            Some(i) => i,
-            None => {
-                let mut instance = (self.factory.0)();
-                let hook = HookContext { topic: &record.topic, partition: record.partition, state: state.as_deref() };
-                instance.init(rt, &hook)?;
-                self.live.push(((record.topic.clone(), record.partition), instance));
-                self.live.len() - 1
-            }
-        };
+        let i = self.instance(rt, &record.topic, record.partition, state.as_deref_mut())?;
         let mut ctx = Context {
             topic: &record.topic,
             partition: record.partition,
@@ -135,6 +130,50 @@ impl Instances {
         };
         self.live[i].1.process(rt, &mut ctx, record)?;
         Ok(&self.out)
+    }
+
+    /// Calls `on_timer` on the processor of `topic`/`partition` (made first if it has none);
+    /// its outputs and sink rows are *added* to those of the call before.
+    pub(crate) fn on_timer(
+        &mut self,
+        rt: &Handle,
+        topic: &str,
+        partition: i32,
+        mut state: Option<&mut PartitionState>,
+        timer: &Timer,
+    ) -> Result<(), BoxError> {
+        let i = self.instance(rt, topic, partition, state.as_deref_mut())?;
+        let mut ctx = Context { topic, partition, state, out: &mut self.out, rows: &mut self.rows };
+        self.live[i].1.on_timer(rt, &mut ctx, timer)
+    }
+
+    /// Clears the outputs and sink rows (before timers fired without a record).
+    pub(crate) fn clear(&mut self) {
+        self.out.clear();
+        self.rows.clear();
+    }
+
+    /// The index of `topic`/`partition`'s instance, made and initialised if it has none.
+    fn instance(
+        &mut self,
+        rt: &Handle,
+        topic: &str,
+        partition: i32,
+        state: Option<&mut PartitionState>,
+    ) -> Result<usize, BoxError> {
+        if let Some(i) = self.live.iter().position(|((t, p), _)| *p == partition && t == topic) {
+            return Ok(i);
+        }
+        let mut instance = (self.factory.0)();
+        let hook = HookContext { topic, partition, state: state.as_deref() };
+        instance.init(rt, &hook)?;
+        self.live.push(((topic.to_string(), partition), instance));
+        Ok(self.live.len() - 1)
+    }
+
+    /// Whether the last calls left sink rows.
+    pub(crate) fn has_rows(&self) -> bool {
+        !self.rows.is_empty()
     }
 
     /// The outputs of the last [`process`](Self::process) call.

@@ -112,6 +112,18 @@ pub trait Processor: Send + 'static {
         record: &InputRecord,
     ) -> impl Future<Output = Result<(), ProcessError>>;
 
+    /// Called when one of the partition's [timers](crate::timers) fires, with a context like
+    /// a record's: its outputs and state changes join the open transaction. Default:
+    /// nothing (a pipeline without timers never calls it).
+    fn on_timer(
+        &mut self,
+        ctx: &mut Context<'_>,
+        timer: &crate::timers::Timer,
+    ) -> impl Future<Output = Result<(), ProcessError>> {
+        let _ = (ctx, timer);
+        std::future::ready(Ok(()))
+    }
+
     /// Called once when the instance's partition goes away (revoked, lost, producer given
     /// up, pipeline stopping). Runs inside the rebalance, which the whole group waits for:
     /// release resources, do not block. Default: nothing.

@@ -146,6 +146,8 @@ pub(crate) struct Task {
     /// the `idle` and `collect` times of the next [`TransactionEvent`](crate::observe::TransactionEvent).
     last_cycle_end: Instant,
     collect_started: Option<Instant>,
+    /// Failed attempts of the timers firing without a record, in the batch in flight.
+    timer_attempts: u32,
 }
 
 impl Task {
@@ -172,6 +174,7 @@ impl Task {
             dropped: Vec::new(),
             last_cycle_end: Instant::now(),
             collect_started: None,
+            timer_attempts: 0,
             label,
             metrics,
             id,
@@ -229,7 +232,10 @@ impl Task {
         let mut deadline = Instant::now();
         loop {
             let msg = if batch.is_empty() {
-                inbox.recv().map_err(|_| RecvTimeoutError::Disconnected)
+                match self.timer_wake() {
+                    Some(wait) => inbox.recv_timeout(wait),
+                    None => inbox.recv().map_err(|_| RecvTimeoutError::Disconnected),
+                }
             } else {
                 inbox.recv_timeout(deadline.saturating_duration_since(Instant::now()))
             };
@@ -258,6 +264,7 @@ impl Task {
                         self.flush(&mut batch);
                     }
                 }
+                Err(RecvTimeoutError::Timeout) if batch.is_empty() => self.fire_timers(),
                 Err(RecvTimeoutError::Timeout) => self.flush(&mut batch),
                 Ok(TaskMsg::Assign { partitions, reply }) => {
                     self.flush(&mut batch);
@@ -336,6 +343,18 @@ impl Task {
             batch.clear();
             return;
         }
+        self.finish(batch);
+    }
+
+    /// Runs a transaction of the timers due without a record ([`crate::timers`]).
+    fn fire_timers(&mut self) {
+        if !self.stopped && self.producer.is_some() {
+            self.finish(&mut Vec::new());
+        }
+    }
+
+    /// Commits `batch` (empty: only the timers due), acting on how it ended, and empties it.
+    fn finish(&mut self, batch: &mut Vec<InputRecord>) {
         match self.commit_batch(batch) {
             Flush::Committed => {}
             Flush::GaveUp(e) => {
@@ -370,6 +389,7 @@ impl Task {
             }
         }
         self.processing.batch_done();
+        self.timer_attempts = 0;
         batch.clear();
     }
 
@@ -461,6 +481,11 @@ impl Task {
                     last_error = Some(e.to_string());
                     stats.outputs = outputs_per_partition.values().sum();
                     self.kafka_failed(batch, e, deadline, task_deadline, &mut backoff, stats)
+                }
+                Err(CycleError::Timer(error)) => {
+                    self.discard_states();
+                    last_error = Some(error.to_string());
+                    self.timer_failed(batch, error, deadline, task_deadline)
                 }
                 Err(CycleError::Sink(f)) => {
                     self.discard_states();

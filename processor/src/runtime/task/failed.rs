@@ -113,6 +113,34 @@ impl Task {
     }
 }
 
+impl Task {
+    /// A timer that fired without a record failed ([`crate::timers`]): abort, then drop the
+    /// batch if the task was interrupted, else replay after the processor policy's backoff
+    /// until the task timeout, then stop the pipeline.
+    pub(super) fn timer_failed(
+        &mut self,
+        batch: &[InputRecord],
+        error: crate::error::BoxError,
+        deadline: Deadline<'_>,
+        task_deadline: Instant,
+    ) -> (Outcome, Next) {
+        let message = error.to_string();
+        if let Err(end) = self.abort_for_replay(batch, deadline, &message) {
+            return end;
+        }
+        self.timer_attempts += 1;
+        tracing::warn!(task = self.id, attempts = self.timer_attempts, error = %message, "timer failed; transaction aborted");
+        let outcome = Outcome::Aborted { class: None, reason: message };
+        let pause = self.shared.cfg.processor_error_policy.backoff;
+        if Instant::now() + pause >= task_deadline {
+            let origin = format!("a timer of {}", self.label);
+            let e = Error::Processor { origin, attempts: self.timer_attempts, source: error };
+            return (outcome, Next::Done(Flush::Stop(e)));
+        }
+        (outcome, Next::Retry(pause))
+    }
+}
+
 /// The producer is given up: the batch is dropped and the partitions go back to the group.
 /// `not_reconciled` says why an unknown outcome could not be reconciled instead.
 pub(super) fn give_up(e: StepError, not_reconciled: Option<String>) -> (Outcome, Next) {

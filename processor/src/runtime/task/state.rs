@@ -1,7 +1,7 @@
 //! A task's state stores: restored before a partition's first record, and their overlays
 //! merged or discarded once a transaction's outcome is known.
 
-use std::time::Instant;
+use std::time::{Duration, Instant, SystemTime};
 
 use super::Task;
 use crate::error::Error;
@@ -24,7 +24,27 @@ impl Task {
         let (states, records) = changelog::restore(&self.shared.cfg, &partitions, deadline)?;
         self.shared.shutdown.stats().restored_records.add(records);
         self.processing.restored(states);
+        for tp in self.owned.iter().filter(|tp| partitions.contains(&tp.1)) {
+            self.processing.restored_partition(tp);
+        }
         Ok(())
+    }
+
+    /// How long the task may wait for its next message before a timer comes due without a
+    /// record ([`crate::timers`]); `None`: no timer can. A pipeline with timers has its
+    /// owned partitions' state restored here, as soon as it is idle after an assignment.
+    pub(super) fn timer_wake(&mut self) -> Option<Duration> {
+        if !self.processing.has_timers() || self.stopped || self.producer.is_none() {
+            return None;
+        }
+        if self.owned.iter().any(|tp| self.processing.needs_restore(tp.1)) {
+            if let Err(e) = self.restore() {
+                self.stop(e);
+                return None;
+            }
+        }
+        let at = self.processing.next_timer_wake()?;
+        Some(at.duration_since(SystemTime::now()).unwrap_or_default())
     }
 
     /// The transaction committed: every partition's state overlay becomes committed state,
