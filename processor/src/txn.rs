@@ -4,12 +4,15 @@
 //!
 //! ```text
 //!  begin_transaction                      (local; no round trip)
-//!  for each input record: process -> produce its outputs (origin header added)
+//!  [timers due without a record: fire -> produce their outputs (crate::timers)]
+//!  for each input record: process -> produce its outputs (origin header added),
+//!                         then the event-time timers it made due, likewise
 //!  produce the batch's state changes      (changelog records: one per key changed)
 //!  await every delivery report            (so commit pays no flush floor; first error wins)
 //!  [sink write: effectively-/at-least-once sinks, rows of the batch; a failure aborts]
 //!  send_offsets_to_transaction            (next offset of every input partition in the batch,
-//!                                          with the consumer's group metadata)
+//!                                          with the consumer's group metadata; skipped
+//!                                          when the batch is empty: a timers-only cycle)
 //!  commit_transaction
 //!  [sink rows prepared: an exactly-once sink is written by the task after this returns,
 //!   with the offsets, retried on its own — the Kafka side is committed by then]
@@ -71,70 +74,13 @@ use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::{Offset, TopicPartitionList};
 
 use crate::config::{FaultInjection, PipelineConfig, UnknownOutcome};
-use crate::error::{classify, ErrorClass};
+use crate::error::ErrorClass;
 use crate::metrics::{add_ns, TxnTimers};
 use crate::processing::partition_ranges;
 use crate::record::{InputRecord, OutputRecord, ORIGIN_HEADER};
 use crate::runtime::interrupt::Deadline;
 use crate::sink::erased::{AnyRow, ErasedSink, SinkFailure};
 use crate::sink::{PartitionRange, SinkRow};
-
-/// The steps of a cycle, named after the librdkafka call that failed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Step {
-    Create,
-    Init,
-    Begin,
-    Produce,
-    AwaitAcks,
-    SendOffsets,
-    Commit,
-    Abort,
-}
-
-impl Step {
-    fn as_str(self) -> &'static str {
-        match self {
-            Step::Create => "create producer",
-            Step::Init => "init_transactions",
-            Step::Begin => "begin_transaction",
-            Step::Produce => "produce",
-            Step::AwaitAcks => "await delivery reports",
-            Step::SendOffsets => "send_offsets_to_transaction",
-            Step::Commit => "commit_transaction",
-            Step::Abort => "abort_transaction",
-        }
-    }
-}
-
-/// A Kafka error at one step of the cycle, with its class.
-#[derive(Debug, Clone)]
-pub(crate) struct StepError {
-    pub step: Step,
-    pub class: ErrorClass,
-    pub err: KafkaError,
-}
-
-impl StepError {
-    pub(crate) fn new(step: Step, err: KafkaError) -> StepError {
-        StepError { step, class: classify(&err), err }
-    }
-
-    pub(crate) fn into_error(self, who: &str) -> crate::Error {
-        crate::Error::Kafka {
-            op: format!("{} for {who}", self.step.as_str()),
-            class: self.class,
-            source: Box::new(self.err),
-            hint: crate::error::hint(self.class),
-        }
-    }
-}
-
-impl std::fmt::Display for StepError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} failed ({}): {}", self.step.as_str(), self.class, self.err)
-    }
-}
 
 /// How long a task waiting for delivery reports ([`TxnProducer::await_acks`], or an abort
 /// waiting for its outstanding messages) sleeps when a poll served nothing: the most it
@@ -625,40 +571,14 @@ fn lap(since: &mut Instant) -> Duration {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
-    use super::*;
-
-    pub(crate) fn rec(t: &str, p: i32, o: i64) -> InputRecord {
-        InputRecord {
-            topic: t.into(),
-            partition: p,
-            offset: o,
-            timestamp: None,
-            key: None,
-            value: None,
-            headers: vec![],
-        }
-    }
-
-    #[test]
-    fn next_offsets_is_last_plus_one_per_partition() {
-        let tpl = next_offsets(&[rec("a", 0, 5), rec("a", 1, 9), rec("a", 0, 7), rec("b", 0, 1)]);
-        let got: Vec<_> = tpl.elements().iter().map(|e| (e.topic().to_string(), e.partition(), e.offset())).collect();
-        assert_eq!(
-            got,
-            vec![
-                ("a".into(), 0, Offset::Offset(8)),
-                ("a".into(), 1, Offset::Offset(10)),
-                ("b".into(), 0, Offset::Offset(2)),
-            ]
-        );
-    }
-}
+pub(crate) mod tests;
 
 /// Error paths a real broker rarely produces, driven by librdkafka's mock cluster.
 #[cfg(test)]
 mod mock_cluster_tests;
 
 mod delivery;
+mod step;
 mod watchdog;
 pub(crate) use delivery::DeliveryTracker;
+pub(crate) use step::{Step, StepError};
