@@ -54,6 +54,8 @@ pub(crate) struct Processing {
     /// Pipelines with [timers](crate::timers): each partition's topic and when its last
     /// record was processed (or its state restored), for timers that fire without a record.
     idle_since: HashMap<i32, (String, SystemTime)>,
+    /// The wall clock, if not the machine's (the test driver's simulated clock).
+    clock: Option<SystemTime>,
 }
 
 impl Processing {
@@ -67,7 +69,19 @@ impl Processing {
             dead: HashMap::new(),
             sink_rows: Vec::new(),
             idle_since: HashMap::new(),
+            clock: None,
         }
+    }
+
+    /// The wall clock timers follow: the machine's, unless [`set_clock`](Self::set_clock)
+    /// was called.
+    fn now(&self) -> SystemTime {
+        self.clock.unwrap_or_else(SystemTime::now)
+    }
+
+    /// Makes timers follow `now` instead of the machine's clock (the test driver).
+    pub(crate) fn set_clock(&mut self, now: SystemTime) {
+        self.clock = Some(now);
     }
 
     pub(crate) fn config(&self) -> &PipelineConfig {
@@ -87,8 +101,8 @@ impl Processing {
             states: &mut self.states,
             processors: &mut self.processors,
             outputs_per_partition: HashMap::new(),
+            now: self.clock.unwrap_or_else(SystemTime::now),
             idle_since: &mut self.idle_since,
-            now: SystemTime::now(),
         }
     }
 
@@ -101,7 +115,7 @@ impl Processing {
     /// When a timer may next come due without a record, over every partition's state.
     pub(crate) fn next_timer_wake(&self) -> Option<SystemTime> {
         let timers = self.cfg.timers.as_ref()?;
-        let now = SystemTime::now();
+        let now = self.now();
         self.states
             .iter()
             .filter_map(|(p, state)| {
@@ -114,7 +128,8 @@ impl Processing {
     /// `tp`'s state was restored (timers): it counts as idle from now.
     pub(crate) fn restored_partition(&mut self, tp: &TopicPartition) {
         if self.cfg.timers.is_some() {
-            self.idle_since.entry(tp.1).or_insert_with(|| (tp.0.clone(), SystemTime::now()));
+            let now = self.now();
+            self.idle_since.entry(tp.1).or_insert_with(|| (tp.0.clone(), now));
         }
     }
 

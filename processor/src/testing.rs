@@ -32,7 +32,8 @@ use crate::PipelineBuilder;
 pub struct Written {
     /// The output, with the origin header if the pipeline adds it.
     pub record: OutputRecord,
-    /// The input record's partition and offset.
+    /// The input record's partition and offset; `(-1, -1)` for the outputs of a timer that
+    /// fired without a record.
     pub input: (i32, i64),
 }
 
@@ -130,8 +131,27 @@ impl Engine {
                 .and_then(|()| backend.write_checkpointed(batch, None))
                 .map_err(|source| StateError::Backend { store: spec.name.to_string(), partition, source })?;
         }
+        let topic = cfg.input_topics[0].clone();
         self.processing.restored([state]);
+        self.processing.restored_partition(&(topic, partition));
         Ok(read)
+    }
+
+    /// Makes timers ([`crate::timers`]) follow `now` instead of the machine's clock.
+    pub fn set_wall_clock(&mut self, now: std::time::SystemTime) {
+        self.processing.set_clock(now);
+    }
+
+    /// One attempt of a transaction of the timers due without a record (wall-clock timers,
+    /// idle partitions' event-time timers), as the runtime runs it when no record comes:
+    /// their outputs (with `input` = `(-1, -1)`: no record), then the state changes.
+    pub fn attempt_timers(&mut self) -> std::result::Result<Attempt, BoxError> {
+        let mut attempt = Attempt::default();
+        let mut work = self.processing.work();
+        let fired = crate::txn::Work::fire_timers(&mut work)?;
+        attempt.outputs.extend(fired.iter().map(|record| Written { record: record.clone(), input: (-1, -1) }));
+        attempt.changelog = crate::txn::Work::state_changes(&mut work);
+        Ok(attempt)
     }
 
     /// One attempt of `batch`: every record through the processor (or the dead-letter

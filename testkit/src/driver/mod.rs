@@ -266,6 +266,41 @@ impl TestDriver {
         self.clock_ms = ms;
     }
 
+    /// Commits what is piped, moves the clock forward (it is the wall clock of the
+    /// pipeline's [timers](kafka_eos::timers)), then runs a transaction of the timers due by
+    /// then without a record — wall-clock timers, and with `TimerSpec::idle_advance` the
+    /// event-time timers of partitions idle for the timeout — as the runtime does when no
+    /// record comes. Their outputs have `input` `(-1, -1)`. `Err` if a timer callback
+    /// failed (its transaction is aborted).
+    pub fn advance_wall_clock(&mut self, by: std::time::Duration) -> Result<(), Error> {
+        self.commit()?;
+        self.advance_time(by);
+        self.engine.set_wall_clock(self.wall_clock());
+        let partitions: Vec<i32> = self.next_offset.keys().copied().collect();
+        for p in partitions {
+            self.ensure_state(p)?;
+        }
+        match self.engine.attempt_timers() {
+            Ok(attempt) if attempt.outputs.is_empty() && attempt.changelog.is_empty() => {
+                self.engine.abort();
+                Ok(())
+            }
+            Ok(attempt) => {
+                self.apply(attempt, 0);
+                Ok(())
+            }
+            Err(source) => {
+                self.engine.abort();
+                self.stats.transactions_aborted += 1;
+                Err(Error::Processor { origin: "a timer".into(), attempts: 1, source })
+            }
+        }
+    }
+
+    fn wall_clock(&self) -> std::time::SystemTime {
+        std::time::UNIX_EPOCH + std::time::Duration::from_millis(self.clock_ms.max(0) as u64)
+    }
+
     /// Every committed record of `topic` so far, in commit order.
     pub fn output(&self, topic: impl AsRef<str>) -> &[TestRecord] {
         self.topics.get(topic.as_ref()).map(Vec::as_slice).unwrap_or_default()
@@ -380,6 +415,7 @@ impl TestDriver {
     /// One batch, replayed until it commits or its policy stops it.
     fn run_batch(&mut self, batch: &[InputRecord]) -> Result<(), Error> {
         let mut faults_left = self.faults.as_ref().map_or(0, |f| f.per_batch);
+        self.engine.set_wall_clock(self.wall_clock());
         loop {
             for r in batch {
                 self.ensure_state(r.partition)?;
@@ -403,34 +439,7 @@ impl TestDriver {
                         }
                     }
                     self.stats.dead_lettered += self.engine.dead_lettered() as u64;
-                    for w in attempt.outputs {
-                        let r = w.record;
-                        let out = TestRecord {
-                            topic: r.topic.to_string(),
-                            partition: r.partition,
-                            key: r.key,
-                            value: r.value,
-                            headers: r.headers,
-                            timestamp: r.timestamp,
-                            input: w.input,
-                        };
-                        self.topics.entry(out.topic.clone()).or_default().push(out);
-                        self.stats.records_out += 1;
-                    }
-                    self.sink_rows.extend(attempt.sink_rows);
-                    for c in attempt.changelog {
-                        let log = self.changelogs.entry((c.topic.to_string(), c.partition.unwrap_or(0))).or_default();
-                        let offset = log.len() as i64;
-                        log.push((offset, c.key.unwrap_or_default(), c.value));
-                    }
-                    let t = self.engine.commit();
-                    self.engine.batch_done();
-                    self.stats.changelog_records += t.changelog_records;
-                    self.stats.duplicates_dropped += t.duplicates_dropped;
-                    self.stats.late_records += t.late_records;
-                    self.stats.window_corrections += t.window_corrections;
-                    self.stats.records_in += batch.len() as u64;
-                    self.stats.transactions_committed += 1;
+                    self.apply(attempt, batch.len());
                     return Ok(());
                 }
                 Err(Failure { index, error }) => {
@@ -446,6 +455,39 @@ impl TestDriver {
                 }
             }
         }
+    }
+
+    /// Commits a successful attempt: its outputs, sink rows and changelog records join the
+    /// topics, its state changes the committed state.
+    fn apply(&mut self, attempt: kafka_eos::testing::Attempt, records_in: usize) {
+        for w in attempt.outputs {
+            let r = w.record;
+            let out = TestRecord {
+                topic: r.topic.to_string(),
+                partition: r.partition,
+                key: r.key,
+                value: r.value,
+                headers: r.headers,
+                timestamp: r.timestamp,
+                input: w.input,
+            };
+            self.topics.entry(out.topic.clone()).or_default().push(out);
+            self.stats.records_out += 1;
+        }
+        self.sink_rows.extend(attempt.sink_rows);
+        for c in attempt.changelog {
+            let log = self.changelogs.entry((c.topic.to_string(), c.partition.unwrap_or(0))).or_default();
+            let offset = log.len() as i64;
+            log.push((offset, c.key.unwrap_or_default(), c.value));
+        }
+        let t = self.engine.commit();
+        self.engine.batch_done();
+        self.stats.changelog_records += t.changelog_records;
+        self.stats.duplicates_dropped += t.duplicates_dropped;
+        self.stats.late_records += t.late_records;
+        self.stats.window_corrections += t.window_corrections;
+        self.stats.records_in += records_in as u64;
+        self.stats.transactions_committed += 1;
     }
 }
 
