@@ -17,13 +17,15 @@ use std::time::{Duration, Instant};
 use kafka_eos::operators::{
     Aggregate, HoppingWindows, SessionWindows, SlidingWindows, TumblingWindows, WindowAlign, WindowUpdate,
 };
-use kafka_eos::{OutputRecord, Pipeline, PipelineBuilder, Topic};
+use kafka_eos::processor::{Context, ProcessError, Processor};
+use kafka_eos::timers::{Timer, Timers};
+use kafka_eos::{InputRecord, OutputRecord, Pipeline, PipelineBuilder, Topic};
 use kafka_eos_testkit::driver::{TestDriver, TestInput};
 
 const KEYS: u64 = 1_000;
 const MINUTE: Duration = Duration::from_secs(60);
 
-fn emit(ctx: &mut kafka_eos::Context<'_>, out: &Topic, u: WindowUpdate<u64, u64>) {
+fn emit(ctx: &mut Context<'_>, out: &Topic, u: WindowUpdate<u64, u64>) {
     if let Some(late) = u.late {
         ctx.emit(late);
     }
@@ -58,6 +60,41 @@ macro_rules! subject {
 
 type Subject = (&'static str, Box<dyn Fn() -> PipelineBuilder>);
 
+/// Tumbling 1 min windows closed by an event-time timer per window end (what a pipeline
+/// does to close windows on idle partitions): the timers' cost on top of "tumbling 1 min".
+#[derive(Clone)]
+struct TimerClosed {
+    w: TumblingWindows<u64, u64>,
+    timers: Timers,
+    out: Topic,
+}
+
+impl Processor for TimerClosed {
+    async fn process(&mut self, ctx: &mut Context<'_>, rec: &InputRecord) -> Result<(), ProcessError> {
+        let key: u64 = String::from_utf8_lossy(rec.key.as_deref().unwrap_or_default()).parse()?;
+        let t = rec.timestamp.unwrap_or(0);
+        let end = (t.div_euclid(60_000) + 1) * 60_000;
+        self.timers.at_event_time(ctx, end, 0)?;
+        let u = self.w.add(ctx, rec, &key, t, |n| *n += 1)?;
+        emit(ctx, &self.out, u);
+        Ok(())
+    }
+
+    async fn on_timer(&mut self, ctx: &mut Context<'_>, timer: &Timer) -> Result<(), ProcessError> {
+        let closed = self.w.advance(ctx, timer.at_ms)?;
+        emit(ctx, &self.out, WindowUpdate { closed, ..WindowUpdate::default() });
+        Ok(())
+    }
+}
+
+fn timer_closed() -> PipelineBuilder {
+    let mut b = Pipeline::builder().input_topic("in");
+    let w = TumblingWindows::<u64, u64>::new(&mut b, "w", MINUTE, "late");
+    let timers = Timers::new(&mut b, "timers");
+    let out = b.output_topic("out");
+    b.processor_impl(TimerClosed { w, timers, out })
+}
+
 fn subjects() -> Vec<Subject> {
     let s = Duration::from_secs;
     fn merge(a: &mut u64, b: u64) {
@@ -72,6 +109,7 @@ fn subjects() -> Vec<Subject> {
             }),
         ),
         ("tumbling 1 min", subject!(|b| TumblingWindows::<u64, u64>::new(&mut b, "w", MINUTE, "late"))),
+        ("tumbling 1 min, closed by timers", Box::new(timer_closed)),
         (
             "tumbling 1 min, retention 1 min",
             subject!(|b| TumblingWindows::<u64, u64>::new(&mut b, "w", MINUTE, "late").retention(MINUTE)),
