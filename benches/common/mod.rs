@@ -31,8 +31,10 @@ pub struct Args {
     /// Repetitions of every configuration (medians are reported); default 1 quick, 3 full.
     #[arg(long)]
     pub reps: Option<usize>,
-    /// Where to write the plots (SVG); default `docs/img` in full mode and
-    /// `target/bench-results/img` in quick mode, so that CI never touches the docs.
+    /// Where to write the plots (SVG); default `docs/img` in an unnarrowed full run, and
+    /// `target/bench-results/img` in quick mode or a narrowed run (`--partitions`,
+    /// `--subjects`, `--intervals`, `--records`), so that neither CI nor an experiment
+    /// overwrites the docs' plots.
     #[arg(long)]
     pub plots: Option<PathBuf>,
     /// batch_throughput: only these partition counts (comma-separated), for experiments.
@@ -86,7 +88,11 @@ impl Args {
     /// The plot directory.
     pub fn plot_dir(&self) -> PathBuf {
         self.plots.clone().unwrap_or_else(|| {
-            if self.quick {
+            let narrowed = !self.partitions.is_empty()
+                || !self.subjects.is_empty()
+                || !self.intervals.is_empty()
+                || self.records.is_some();
+            if self.quick || narrowed {
                 results_dir().join("img")
             } else {
                 workspace_dir().join("docs").join("img")
