@@ -4,7 +4,7 @@
 //!
 //! `cargo bench --bench batch_throughput [-- --quick] [--peers] [--no-peers] [--reps N]`;
 //! see docs/benchmarks.md for the method and the figures of a full run. Quick mode (what CI
-//! runs) is one stable configuration — 4 partitions, 200,000 records, 3 repetitions — whose
+//! runs) is one stable configuration — 4 partitions, 1,000,000 records, 3 repetitions — whose
 //! ratios are compared with `benches/baseline.json` (`guard.rs`). For experiments the
 //! matrix narrows with `--partitions 4 --subjects at-least-once,exactly-once --intervals 100
 //! --records 300000` (each a comma-separated list or a number).
@@ -68,7 +68,7 @@ const COPIER: &str = "transactional-message-copier";
 const PRODUCER_PERF: &str = "producer-performance";
 /// Quick mode: one configuration, long enough windows to be stable, repeated.
 const QUICK_PARTITIONS: i32 = 4;
-const QUICK_RECORDS: u64 = 200_000;
+const QUICK_RECORDS: u64 = 1_000_000;
 const QUICK_REPS: usize = 3;
 
 /// One configuration of the matrix.

@@ -19,6 +19,10 @@ pub struct Agg {
     pub ratio: f64,
     /// The same, over `ProducerPerformance`'s (NaN: not measured).
     pub of_reference: f64,
+    /// The best repetition's ratio to the ceiling, and to `ProducerPerformance` (the
+    /// regression guard's figures: see `guard.rs`).
+    pub best_ratio: f64,
+    pub best_of_reference: f64,
     pub cpu: f64,
     /// The broker's CPU seconds per million records (NaN: not measured).
     pub broker_cpu: f64,
@@ -53,6 +57,8 @@ pub fn aggregate(runs: &[(usize, Config, CopyResult)]) -> Vec<Agg> {
                     mbps: 0.0,
                     ratio: f64::NAN,
                     of_reference: f64::NAN,
+                    best_ratio: f64::NAN,
+                    best_of_reference: f64::NAN,
                     cpu: f64::NAN,
                     broker_cpu: f64::NAN,
                     rss: f64::NAN,
@@ -77,8 +83,8 @@ pub fn aggregate(runs: &[(usize, Config, CopyResult)]) -> Vec<Agg> {
         g.rss_added = median(&rs.iter().filter_map(|r| r.peak_rss_above_baseline_bytes.map(mib)).collect::<Vec<_>>());
         g.e2e = median(&rs.iter().filter_map(|r| r.end_to_end_seconds).collect::<Vec<_>>());
     }
-    // Ratios: median over repetitions of (this run / the base of the same repetition).
-    let ratio = |g: &Agg, base: &BTreeMap<(usize, i32), f64>| {
+    // Ratios: (this run / the base of the same repetition), per repetition.
+    let ratios = |g: &Agg, base: &BTreeMap<(usize, i32), f64>| {
         let mut ratios = Vec::new();
         for (rep, c, r) in runs {
             if c.subject == g.config.subject
@@ -90,11 +96,13 @@ pub fn aggregate(runs: &[(usize, Config, CopyResult)]) -> Vec<Agg> {
                 }
             }
         }
-        median(&ratios)
+        ratios
     };
+    let best = |xs: &[f64]| xs.iter().copied().fold(f64::NAN, f64::max);
     for g in &mut groups {
-        g.ratio = ratio(g, &ceiling);
-        g.of_reference = ratio(g, &reference);
+        let (of_ceiling, of_reference) = (ratios(g, &ceiling), ratios(g, &reference));
+        (g.ratio, g.best_ratio) = (median(&of_ceiling), best(&of_ceiling));
+        (g.of_reference, g.best_of_reference) = (median(&of_reference), best(&of_reference));
     }
     groups
 }

@@ -237,8 +237,12 @@ fn ceiling(
         .set("group.id", group)
         .set("auto.offset.reset", "earliest")
         .set("enable.partition.eof", "false")
-        // The same fetch buffering as the pipeline's consumer.
+        // The same fetch buffering as the pipeline's consumer, and its short postponement of
+        // a partition's next fetch while the prefetch queue is full: at librdkafka's default
+        // (1,000 ms) this copy stalled a second at a time and reached 134k records/s where
+        // the pipelines it is the ceiling of reached 200k (4 partitions, 300,000 records).
         .set("queued.max.messages.kbytes", "16384")
+        .set("fetch.queue.backoff.ms", "10")
         .set("log_level", "3");
     input.client_properties.apply(&mut cc);
     let consumer: BaseConsumer = cc.create().map_err(|e| Error::Config(format!("ceiling consumer: {e}")))?;
