@@ -77,6 +77,9 @@ pub struct SuiteConfig {
     /// Where instance logs go; default a temporary directory, removed when every scenario
     /// passed.
     pub log_dir: Option<PathBuf>,
+    /// A failed scenario copies the local cluster's data directories into its log directory
+    /// (`cluster-data/`), for reading the partitions' batches and markers back.
+    pub keep_data_on_failure: bool,
     /// Bytes per input record value.
     pub value_size: usize,
     /// Client properties (security settings) for every client of the suite: the instances'
@@ -101,6 +104,7 @@ impl SuiteConfig {
             rebalancing: None,
             instance_exe,
             log_dir: None,
+            keep_data_on_failure: false,
             value_size: 64,
             client_properties: Properties::default(),
         }
@@ -196,6 +200,17 @@ pub fn run_suite(
                     let _ = std::fs::copy(&log, ctx.log_dir.join(format!("broker-{node}.log")));
                 }
             }
+            if let (true, Some(c)) = (cfg.keep_data_on_failure, cluster.as_ref()) {
+                let to = ctx.log_dir.join("cluster-data");
+                match copy_tree(c.data_dir(), &to) {
+                    Ok(bytes) => progress(Progress::Message(&format!(
+                        "chaos: {scenario} failed: the cluster's data ({} MiB) copied to {}",
+                        bytes >> 20,
+                        to.display()
+                    ))),
+                    Err(e) => tracing::warn!(error = %e, "copying the cluster's data failed"),
+                }
+            }
         }
         progress(Progress::Result(&result));
         report.results.push(result);
@@ -206,6 +221,23 @@ pub fn run_suite(
         report.logs = Some(log_root);
     }
     Ok(report)
+}
+
+/// Copies the directory tree `from` to `to` (files as they are at that moment: brokers may
+/// still be appending); returns the bytes copied.
+fn copy_tree(from: &std::path::Path, to: &std::path::Path) -> std::io::Result<u64> {
+    std::fs::create_dir_all(to)?;
+    let mut bytes = 0;
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        let target = to.join(entry.file_name());
+        if entry.file_type()?.is_dir() {
+            bytes += copy_tree(&entry.path(), &target)?;
+        } else {
+            bytes += std::fs::copy(entry.path(), &target)?;
+        }
+    }
+    Ok(bytes)
 }
 
 struct Ctx<'a> {
@@ -532,5 +564,22 @@ impl PrivateFile {
 impl Drop for PrivateFile {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn copy_tree_copies_every_file_of_every_directory_and_counts_the_bytes() {
+        let root = std::env::temp_dir().join(format!("kafka-eos-copy-tree-{}", std::process::id()));
+        let from = root.join("from");
+        std::fs::create_dir_all(from.join("node-1/data/__transaction_state-3")).unwrap();
+        std::fs::write(from.join("node-1/kafka.log"), b"log line\n").unwrap();
+        std::fs::write(from.join("node-1/data/__transaction_state-3/00000000000000000000.log"), [7u8; 1000]).unwrap();
+        let bytes = super::copy_tree(&from, &root.join("to")).unwrap();
+        assert_eq!(bytes, 9 + 1000);
+        let copied = std::fs::read(root.join("to/node-1/data/__transaction_state-3/00000000000000000000.log")).unwrap();
+        assert_eq!(copied, vec![7u8; 1000]);
+        std::fs::remove_dir_all(&root).unwrap();
     }
 }

@@ -62,6 +62,12 @@ pub struct Args {
     /// Keep the instances' logs here (default: a temporary directory, removed on success).
     #[arg(long)]
     log_dir: Option<PathBuf>,
+    /// When a scenario fails, copy the local cluster's data directories (every partition's
+    /// log segments, `__transaction_state` and `__consumer_offsets` included) into its log
+    /// directory, for Kafka's log dump tool: what a duplicate or a loss is read back from.
+    /// Hundreds of MiB per failed scenario of a large run; off by default.
+    #[arg(long)]
+    keep_data_on_failure: bool,
     /// Security settings for a cluster given with --bootstrap, applied to every client the
     /// suite creates (instances, topic creation, input producer, readers, verifier).
     #[command(flatten)]
@@ -136,6 +142,7 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
     cfg.guarantee = args.guarantee;
     cfg.rebalancing = args.rebalancing;
     cfg.log_dir = args.log_dir;
+    cfg.keep_data_on_failure = args.keep_data_on_failure;
     cfg.client_properties = args.client.properties()?;
     println!(
         "chaos: {} records x {} partitions per scenario, guarantee {}, rebalancing {}, seed {}{}",
