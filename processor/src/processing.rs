@@ -92,6 +92,7 @@ impl Processing {
     /// [`process_batch`](crate::txn::process_batch).
     pub(crate) fn work(&mut self) -> BatchWork<'_> {
         self.sink_rows.clear();
+        let now = self.now();
         BatchWork {
             sink_rows: &mut self.sink_rows,
             topic: None,
@@ -101,7 +102,7 @@ impl Processing {
             states: &mut self.states,
             processors: &mut self.processors,
             outputs_per_partition: HashMap::new(),
-            now: self.clock.unwrap_or_else(SystemTime::now),
+            now,
             idle_since: &mut self.idle_since,
         }
     }
@@ -287,9 +288,9 @@ impl Work for BatchWork<'_> {
             Some(out) => self.processors.only(out),
             None => {
                 self.processors.process(self.rt, r, self.states.get_mut(&r.partition))?;
-                if self.cfg.timers.is_some() {
+                if let Some(timers) = &self.cfg.timers {
                     self.idle_since.insert(r.partition, (r.topic.clone(), self.now));
-                    let stream = r.timestamp.filter(|_| self.cfg.timers.as_ref().is_some_and(|t| t.follows_records()));
+                    let stream = r.timestamp.filter(|_| timers.follows_records());
                     self.fire(&r.topic, r.partition, stream)?;
                 }
                 let mut rows = self.processors.take_rows();
@@ -317,7 +318,8 @@ impl Work for BatchWork<'_> {
     /// [`crate::timers`]), in partition order.
     fn fire_timers(&mut self) -> Result<&[OutputRecord], BoxError> {
         self.processors.clear();
-        let Some(timers) = self.cfg.timers.clone() else { return Ok(&[]) };
+        let cfg = self.cfg;
+        let Some(timers) = &cfg.timers else { return Ok(&[]) };
         let mut partitions: Vec<(i32, String, SystemTime)> =
             self.idle_since.iter().map(|(p, (t, at))| (*p, t.clone(), *at)).collect();
         partitions.sort_unstable_by_key(|(p, _, _)| *p);

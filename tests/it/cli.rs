@@ -83,21 +83,7 @@ async fn verify_passes_a_copy_and_fails_a_partial_one() {
 /// subject, every cell under a header (it used to panic on a row longer than its header).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bench_prints_a_verified_row_per_subject() {
-    let bootstrap = crate::common::bootstrap();
-    let out = kafka_eos(&[
-        "bench",
-        "--bootstrap",
-        &bootstrap,
-        "--partitions",
-        "2",
-        "--records",
-        "5000",
-        "--duration-secs",
-        "60",
-    ])
-    .await;
-    let (stdout, stderr) = text(&out);
-    assert!(out.status.success(), "bench: {}\n{stdout}\n{stderr}", out.status);
+    let stdout = bench("5000", &[]).await;
     let rows: Vec<&str> = stdout.lines().filter(|l| l.starts_with('|')).collect();
     assert!(rows.first().is_some_and(|h| h.contains("records/s") && h.contains("verified")), "{stdout}");
     let bars = rows[0].matches('|').count();
@@ -111,33 +97,26 @@ async fn bench_prints_a_verified_row_per_subject() {
     }
 }
 
+/// Runs `kafka-eos bench` on 2 partitions with `records` records and `extra` arguments;
+/// asserts it succeeded and returns what it printed.
+async fn bench(records: &str, extra: &[&str]) -> String {
+    let bootstrap = crate::common::bootstrap();
+    let mut args = vec!["bench", "--bootstrap", &bootstrap, "--partitions", "2", "--records", records];
+    args.extend(["--duration-secs", "60"]);
+    args.extend_from_slice(extra);
+    let out = kafka_eos(&args).await;
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "bench: {}\n{stdout}\n{stderr}", out.status);
+    stdout
+}
+
 /// `bench --subject` measures only the subjects named, with `--workers` and
 /// `--max-concurrent-transactions` passed to the pipelines; each copy still verifies.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bench_measures_only_the_subjects_named_with_the_settings_given() {
-    let bootstrap = crate::common::bootstrap();
-    let out = kafka_eos(&[
-        "bench",
-        "--bootstrap",
-        &bootstrap,
-        "--partitions",
-        "2",
-        "--records",
-        "3000",
-        "--duration-secs",
-        "60",
-        "--subject",
-        "at-least-once",
-        "--subject",
-        "exactly-once",
-        "--workers",
-        "1",
-        "--max-concurrent-transactions",
-        "1",
-    ])
-    .await;
-    let (stdout, stderr) = text(&out);
-    assert!(out.status.success(), "bench: {}\n{stdout}\n{stderr}", out.status);
+    let subjects = ["--subject", "at-least-once", "--subject", "exactly-once"];
+    let settings = ["--workers", "1", "--max-concurrent-transactions", "1"];
+    let stdout = bench("3000", &[subjects, settings].concat()).await;
     let rows: Vec<&str> =
         stdout.lines().filter(|l| l.starts_with('|') && !l.contains("records/s") && !l.starts_with("|-")).collect();
     let cell = |row: &str, last: bool| -> String {

@@ -111,9 +111,7 @@ impl Task {
         *backoff = (*backoff * 2).min(Duration::from_secs(5));
         (outcome, Next::Retry(pause))
     }
-}
 
-impl Task {
     /// A timer that fired without a record failed ([`crate::timers`]): abort, then drop the
     /// batch if the task was interrupted, else replay after the processor policy's backoff
     /// until the task timeout, then stop the pipeline.
