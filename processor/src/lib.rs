@@ -54,6 +54,7 @@
 //! | `txn` (private) | the transaction cycle, top to bottom, and its hazards |
 //! | `runtime` (private) | the consumer thread, rebalance callbacks, partition tasks |
 //! | [`state`] | state stores with changelog topics, restored on assignment |
+//! | [`table`] | a compacted topic read beside the stream, for stream–table joins |
 //! | [`sink`] | sinks outside Kafka (PostgreSQL, Redis): the trait, its guarantees, where the cycle writes them |
 //! | [`timers`] | callbacks at an event time or a wall-clock time, per partition, exactly once |
 //! | [`operators`] | dedup, event-time windows (tumbling, hopping, sliding, session), keyed aggregates, built on stores |
@@ -97,6 +98,7 @@ pub mod record;
 mod runtime;
 pub mod sink;
 pub mod state;
+pub mod table;
 #[doc(hidden)]
 pub mod testing;
 pub mod timers;

@@ -23,6 +23,7 @@ use crate::runtime::TopicPartition;
 use crate::sink::erased::AnyRow;
 use crate::sink::{PartitionRange, SinkRow};
 use crate::state::{ChangelogEnds, Committed, PartitionState};
+use crate::table::PartitionTables;
 use crate::txn::Work;
 
 /// What the processor error policy says after a failed attempt (the batch is aborted).
@@ -45,6 +46,9 @@ pub(crate) struct Processing {
     /// State stores per input partition (stateful processors only), restored from their
     /// changelogs before the partition's first record and dropped when it is revoked.
     states: HashMap<i32, PartitionState>,
+    /// The [tables](crate::table) per input partition, read before its first record and
+    /// dropped when it is revoked.
+    tables: HashMap<i32, PartitionTables>,
     /// Failed attempts per input record (by origin) in the current batch.
     failures: HashMap<String, u32>,
     /// Records to route to the dead-letter topic on the next attempt, with their error.
@@ -65,6 +69,7 @@ impl Processing {
             rt,
             processors: Instances::new(factory),
             states: HashMap::new(),
+            tables: HashMap::new(),
             failures: HashMap::new(),
             dead: HashMap::new(),
             sink_rows: Vec::new(),
@@ -100,6 +105,7 @@ impl Processing {
             rt: &self.rt,
             dead: &self.dead,
             states: &mut self.states,
+            tables: &self.tables,
             processors: &mut self.processors,
             outputs_per_partition: HashMap::new(),
             now,
@@ -137,6 +143,16 @@ impl Processing {
     /// Whether `partition`'s state must be restored before its next record is processed.
     pub(crate) fn needs_restore(&self, partition: i32) -> bool {
         !self.cfg.stores.is_empty() && !self.states.contains_key(&partition)
+    }
+
+    /// Whether `partition`'s tables must be read before its next record is processed.
+    pub(crate) fn needs_tables(&self, partition: i32) -> bool {
+        !self.cfg.tables.is_empty() && !self.tables.contains_key(&partition)
+    }
+
+    /// The tables of every partition, for their reader to fill.
+    pub(crate) fn tables_mut(&mut self) -> &mut HashMap<i32, PartitionTables> {
+        &mut self.tables
     }
 
     /// Adds restored partition states.
@@ -212,6 +228,7 @@ impl Processing {
     pub(crate) fn revoke(&mut self, tp: &TopicPartition) {
         self.processors.close(&tp.0, tp.1, self.states.get(&tp.1));
         self.states.remove(&tp.1);
+        self.tables.remove(&tp.1);
         self.idle_since.remove(&tp.1);
     }
 
@@ -225,6 +242,7 @@ impl Processing {
     pub(crate) fn give_up_all(&mut self) {
         self.close_all();
         self.states.clear();
+        self.tables.clear();
         self.idle_since.clear();
     }
 
@@ -233,6 +251,7 @@ impl Processing {
     pub(crate) fn crash(&mut self) {
         self.processors = Instances::new(self.processors.factory());
         self.states.clear();
+        self.tables.clear();
         self.batch_done();
     }
 }
@@ -245,6 +264,7 @@ pub(crate) struct BatchWork<'a> {
     /// Records that exhausted their retries under a dead-letter policy, with their error.
     dead: &'a HashMap<String, (String, u32)>,
     states: &'a mut HashMap<i32, PartitionState>,
+    tables: &'a HashMap<i32, PartitionTables>,
     processors: &'a mut Instances,
     /// Outputs per input partition (dead-letter copies included), for the reports.
     pub(crate) outputs_per_partition: HashMap<TopicPartition, u64>,
@@ -273,7 +293,8 @@ impl BatchWork<'_> {
                 return Ok(());
             }
             for timer in &due {
-                self.processors.on_timer(self.rt, topic, partition, Some(&mut *state), timer)?;
+                let tables = self.tables.get(&partition);
+                self.processors.on_timer(self.rt, topic, partition, Some(&mut *state), tables, timer)?;
             }
         }
         Err(format!("timers of {topic}-{partition} keep scheduling due timers: 1,000 rounds fired in one call").into())
@@ -287,7 +308,12 @@ impl Work for BatchWork<'_> {
         let outputs = match dead_letter(self.cfg, self.dead, r) {
             Some(out) => self.processors.only(out),
             None => {
-                self.processors.process(self.rt, r, self.states.get_mut(&r.partition))?;
+                self.processors.process(
+                    self.rt,
+                    r,
+                    self.states.get_mut(&r.partition),
+                    self.tables.get(&r.partition),
+                )?;
                 if let Some(timers) = &self.cfg.timers {
                     self.idle_since.insert(r.partition, (r.topic.clone(), self.now));
                     let stream = r.timestamp.filter(|_| timers.follows_records());

@@ -75,6 +75,9 @@ pub struct Tallies {
 /// A changelog record as the driver keeps it: offset, key, value (`None`: a tombstone).
 pub type ChangelogEntry = (i64, Vec<u8>, Option<Vec<u8>>);
 
+/// A table topic's record as the driver keeps it: key, value (`None`: a tombstone).
+pub type TableRecord = (Vec<u8>, Option<Vec<u8>>);
+
 /// A store's committed entries (encoded keys and values), in key byte order.
 pub type Entries = Vec<(Vec<u8>, Vec<u8>)>;
 
@@ -135,6 +138,42 @@ impl Engine {
         self.processing.restored([state]);
         self.processing.restored_partition(&(topic, partition));
         Ok(read)
+    }
+
+    /// Whether `partition`'s [tables](crate::table) must be read before its next record.
+    pub fn needs_tables(&self, partition: i32) -> bool {
+        self.processing.needs_tables(partition)
+    }
+
+    /// Reads `partition`'s tables from `rows(topic)` — that table topic's records of
+    /// `partition` (key, value; `None`: a tombstone), in offset order — as an assignment
+    /// reads them. Returns the records read.
+    pub fn load_tables(&mut self, partition: i32, rows: impl Fn(&str) -> Vec<TableRecord>) -> u64 {
+        let cfg = self.processing.config().clone();
+        let mut tables = crate::table::PartitionTables::new(cfg.tables.len());
+        let mut read = 0;
+        for (index, def) in cfg.tables.iter().enumerate() {
+            for (key, value) in rows(&def.topic) {
+                tables.apply(def, index, &key, value.as_deref());
+                read += 1;
+            }
+        }
+        self.processing.tables_mut().insert(partition, tables);
+        read
+    }
+
+    /// A record committed to table `topic`'s `partition`, as the table's reader applies it
+    /// before the next batch: to the partition's tables if they are read already (else
+    /// [`load_tables`](Self::load_tables) will read it). `false` if `topic` is no table of
+    /// the pipeline.
+    pub fn table_update(&mut self, topic: &str, partition: i32, key: &[u8], value: Option<&[u8]>) -> bool {
+        let cfg = self.processing.config();
+        let Some(index) = cfg.tables.iter().position(|t| t.topic == topic) else { return false };
+        let def = cfg.tables[index].clone();
+        if let Some(tables) = self.processing.tables_mut().get_mut(&partition) {
+            tables.apply(&def, index, key, value);
+        }
+        true
     }
 
     /// Makes timers ([`crate::timers`]) follow `now` instead of the machine's clock.

@@ -20,6 +20,7 @@ mod security;
 mod sinks;
 mod startup;
 mod state;
+mod tables;
 mod timers;
 mod unknown_outcome;
 mod versions;

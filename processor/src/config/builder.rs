@@ -53,6 +53,7 @@ pub struct PipelineBuilder {
     pub(super) fault: super::fault::FaultSpec,
     sinks: Vec<SinkFactory>,
     timers: Vec<crate::timers::Timers>,
+    tables: Vec<crate::table::TableDef>,
 }
 
 impl PipelineBuilder {
@@ -163,6 +164,30 @@ impl PipelineBuilder {
         let def = spec.into_def();
         let handle = Store::new(self.stores.len(), def.name.clone());
         self.stores.push(def);
+        handle
+    }
+
+    /// Declares a table read from the compacted topic `topic`, its values decoded with
+    /// `codec`, and returns its handle: `ctx.table(&handle).get(key)` in the processor, for
+    /// stream–table joins. The topic must have as many partitions as the input topic and be
+    /// keyed like it: input partition *n* sees table partition *n*, read to its end before
+    /// the partition's first record and kept up to date before every batch. See
+    /// [`crate::table`] for what a lookup sees and what it costs.
+    /// ```
+    /// # use kafka_eos::{codec::Json, Pipeline};
+    /// #[derive(serde::Serialize, serde::Deserialize)]
+    /// struct Merchant { country: String }
+    /// let mut builder = Pipeline::builder().application_id("enrich").input_topic("payments");
+    /// let merchants = builder.table::<Merchant, _>("merchants", Json);
+    /// assert_eq!(merchants.topic(), "merchants");
+    /// ```
+    pub fn table<V, C>(&mut self, topic: impl Into<String>, codec: C) -> crate::table::Table<V>
+    where
+        V: Send + Sync + 'static,
+        C: crate::codec::Codec<V> + 'static,
+    {
+        let (def, handle) = crate::table::declare(self.tables.len(), topic.into(), codec);
+        self.tables.push(def);
         handle
     }
 

@@ -226,6 +226,8 @@ pub struct PipelineConfig {
     pub(crate) sink: Option<crate::sink::erased::SinkFactory>,
     /// The pipeline's timers, if declared ([`crate::timers`]).
     pub(crate) timers: Option<crate::timers::Timers>,
+    /// The tables, in declaration order ([`PipelineBuilder::table`]).
+    pub tables: Vec<crate::table::TableDef>,
 }
 
 impl PipelineConfig {

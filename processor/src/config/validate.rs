@@ -127,6 +127,18 @@ impl PipelineBuilder {
                 }
             }
         }
+        let mut table_topics = std::collections::HashSet::new();
+        for t in &self.tables {
+            if self.input_topics.contains(&t.topic) {
+                return cfg_err(format!(
+                    "{:?} is both an input topic and a table: a table is read beside the input, not consumed by the group",
+                    t.topic
+                ));
+            }
+            if !table_topics.insert(&t.topic) {
+                return cfg_err(format!("table {:?} is declared twice: share its handle instead", t.topic));
+            }
+        }
         if self.timers.len() > 1 {
             return cfg_err(format!("{} Timers are declared: a pipeline has at most one", self.timers.len()));
         }
@@ -179,6 +191,7 @@ impl PipelineBuilder {
                 fault: self.fault.build(),
                 sink: self.sinks.into_iter().next(),
                 timers: self.timers.into_iter().next(),
+                tables: self.tables,
             },
             processor,
             self.hooks,

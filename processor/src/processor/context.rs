@@ -4,6 +4,7 @@ use crate::record::{InputRecord, OutputRecord, Topic};
 use crate::sink::erased::AnyRow;
 use crate::sink::SinkHandle;
 use crate::state::{PartitionState, Store, StoreMut, StoreRef, Tally};
+use crate::table::{PartitionTables, Table, TableRef};
 
 /// The context of one [`process`](super::Processor::process) call: the record's partition,
 /// its state stores, and the output buffer of the open transaction.
@@ -15,6 +16,7 @@ pub struct Context<'a> {
     pub(crate) topic: &'a str,
     pub(crate) partition: i32,
     pub(crate) state: Option<&'a mut PartitionState>,
+    pub(crate) tables: Option<&'a PartitionTables>,
     pub(crate) out: &'a mut Vec<OutputRecord>,
     pub(crate) rows: &'a mut Vec<AnyRow>,
 }
@@ -58,6 +60,13 @@ impl<'a> Context<'a> {
             Some(state) => state.store_mut(store),
             None => panic!("store {:?} is not declared on this pipeline's builder", store.name()),
         }
+    }
+
+    /// The view of `table` for this record's partition: its rows as of the start of the
+    /// batch attempt (see [`crate::table`]). A table declared on another pipeline's builder
+    /// (or a pipeline without tables) finds nothing.
+    pub fn table<'c, V: 'static>(&'c self, table: &'c Table<V>) -> TableRef<'c, V> {
+        TableRef::new(table, self.tables)
     }
 
     pub(crate) fn tally(&mut self, what: Tally, store: &str, n: u64) {

@@ -13,6 +13,7 @@ use super::{Context, HookContext, Processor, ProcessorPanic};
 use crate::error::BoxError;
 use crate::record::{InputRecord, OutputRecord};
 use crate::state::PartitionState;
+use crate::table::PartitionTables;
 use crate::timers::Timer;
 
 /// A processor behind a vtable: each method drives the processor's own future to the end,
@@ -117,6 +118,7 @@ impl Instances {
         rt: &Handle,
         record: &InputRecord,
         mut state: Option<&mut PartitionState>,
+        tables: Option<&PartitionTables>,
     ) -> Result<&[OutputRecord], BoxError> {
         self.out.clear();
         self.rows.clear();
@@ -125,6 +127,7 @@ impl Instances {
             topic: &record.topic,
             partition: record.partition,
             state,
+            tables,
             out: &mut self.out,
             rows: &mut self.rows,
         };
@@ -140,10 +143,11 @@ impl Instances {
         topic: &str,
         partition: i32,
         mut state: Option<&mut PartitionState>,
+        tables: Option<&PartitionTables>,
         timer: &Timer,
     ) -> Result<(), BoxError> {
         let i = self.instance(rt, topic, partition, state.as_deref_mut())?;
-        let mut ctx = Context { topic, partition, state, out: &mut self.out, rows: &mut self.rows };
+        let mut ctx = Context { topic, partition, state, tables, out: &mut self.out, rows: &mut self.rows };
         self.live[i].1.on_timer(rt, &mut ctx, timer)
     }
 
@@ -227,7 +231,7 @@ pub(crate) mod tests {
     pub(crate) fn context<'a>(state: &'a mut PartitionState, out: &'a mut Vec<OutputRecord>) -> Context<'a> {
         // Leaked: a test's few contexts outlive nothing that needs the memory back.
         let rows = Box::leak(Box::default());
-        Context { topic: "in", partition: state.partition(), state: Some(state), out, rows }
+        Context { topic: "in", partition: state.partition(), state: Some(state), tables: None, out, rows }
     }
 
     fn rec(partition: i32, offset: i64) -> InputRecord {
@@ -246,9 +250,9 @@ pub(crate) mod tests {
             }
             Err::<(), ProcessError>(Box::new(Bad(r.offset)))
         })));
-        let err = inst.process(rt.handle(), &rec(0, 5), None).unwrap_err();
+        let err = inst.process(rt.handle(), &rec(0, 5), None, None).unwrap_err();
         assert_eq!(err.downcast_ref::<ProcessorPanic>().map(|p| p.message.as_str()), Some("boom at 5"));
-        let err = inst.process(rt.handle(), &rec(0, 6), None).unwrap_err();
+        let err = inst.process(rt.handle(), &rec(0, 6), None, None).unwrap_err();
         assert!(matches!(err.downcast_ref::<Bad>(), Some(Bad(6))), "{err:?}");
     }
 
@@ -287,17 +291,21 @@ pub(crate) mod tests {
         let proto = Counting { out: Some(Topic::new("out")), ..Counting::default() };
         let (inits, closes) = (proto.inits.clone(), proto.closes.clone());
         let mut inst = Instances::new(ProcessorFactory::new(proto));
-        assert_eq!(inst.process(rt.handle(), &rec(0, 0), None).unwrap().len(), 1);
-        assert_eq!(inst.process(rt.handle(), &rec(0, 1), None).unwrap().len(), 2, "state of self is per instance");
+        assert_eq!(inst.process(rt.handle(), &rec(0, 0), None, None).unwrap().len(), 1);
         assert_eq!(
-            inst.process(rt.handle(), &rec(1, 0), None).unwrap().len(),
+            inst.process(rt.handle(), &rec(0, 1), None, None).unwrap().len(),
+            2,
+            "state of self is per instance"
+        );
+        assert_eq!(
+            inst.process(rt.handle(), &rec(1, 0), None, None).unwrap().len(),
             1,
             "another partition, another instance"
         );
         assert_eq!(inits.load(Ordering::SeqCst), 2);
         inst.close("t", 0, None);
         assert_eq!(closes.load(Ordering::SeqCst), 1);
-        assert_eq!(inst.process(rt.handle(), &rec(0, 2), None).unwrap().len(), 1, "a fresh instance after close");
+        assert_eq!(inst.process(rt.handle(), &rec(0, 2), None, None).unwrap().len(), 1, "a fresh instance after close");
         inst.close_all(&Default::default());
         assert_eq!((inits.load(Ordering::SeqCst), closes.load(Ordering::SeqCst)), (3, 3));
     }
@@ -313,7 +321,7 @@ pub(crate) mod tests {
                 Ok(())
             },
         )));
-        let outputs = inst.process(rt.handle(), &rec(0, 0), None).unwrap();
+        let outputs = inst.process(rt.handle(), &rec(0, 0), None, None).unwrap();
         assert_eq!(outputs[0].topic, "out");
     }
 }

@@ -80,6 +80,7 @@ pub(crate) fn preflight(cfg: &PipelineConfig) -> Result<()> {
     // missing output would otherwise surface only as produce timeouts in the first batch.
     let mut wanted = cfg.input_topics.clone();
     wanted.extend(cfg.output_topics.iter().cloned());
+    wanted.extend(cfg.tables.iter().map(|t| t.topic.clone()));
     if let Exhausted::DeadLetter(t) = &cfg.processor_error_policy.then {
         wanted.push(t.clone());
     }
@@ -87,6 +88,21 @@ pub(crate) fn preflight(cfg: &PipelineConfig) -> Result<()> {
     let missing: Vec<String> = wanted.into_iter().filter(|t| !exists(t)).collect();
     if !missing.is_empty() {
         return Err(Error::UnknownTopics { topics: missing, servers: cfg.bootstrap_servers.clone() });
+    }
+    let partitions = |t: &str| md.topics().iter().find(|mt| mt.name() == t).map_or(0, |mt| mt.partitions().len());
+    for table in &cfg.tables {
+        for input in &cfg.input_topics {
+            if partitions(&table.topic) != partitions(input) {
+                return Err(Error::Config(format!(
+                    "table topic {} has {} partitions and input topic {input} has {}: a table must be co-partitioned \
+                     with the input (same partition count, same keys), because input partition n looks up table \
+                     partition n only. Recreate the table topic with {2} partitions (and the same keys)",
+                    table.topic,
+                    partitions(&table.topic),
+                    partitions(input)
+                )));
+            }
+        }
     }
     if !cfg.stores.is_empty() {
         let input = md.topics().iter().find(|t| t.name() == cfg.input_topics[0]).map_or(0, |t| t.partitions().len());

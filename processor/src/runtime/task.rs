@@ -148,6 +148,9 @@ pub(crate) struct Task {
     collect_started: Option<Instant>,
     /// Failed attempts of the timers firing without a record, in the batch in flight.
     timer_attempts: u32,
+    /// The consumers of the pipeline's [tables](crate::table), made at the first
+    /// partition that needs them.
+    tables: Option<crate::table::reader::TableReader>,
 }
 
 impl Task {
@@ -175,6 +178,7 @@ impl Task {
             last_cycle_end: Instant::now(),
             collect_started: None,
             timer_attempts: 0,
+            tables: None,
             label,
             metrics,
             id,
@@ -249,7 +253,7 @@ impl Task {
                     {
                         continue; // never committed: read again by the partition's next owner, or after the rewind
                     }
-                    if self.processing.needs_restore(r.partition) {
+                    if self.needs_restore(r.partition) {
                         if let Err(e) = self.restore() {
                             self.stop(e);
                             continue;
@@ -308,6 +312,7 @@ impl Task {
                         self.unanchored.remove(tp);
                         self.processing.revoke(tp);
                     }
+                    self.release_tables(&partitions);
                     self.release(&partitions);
                     // Before the reply: once it is sent the consumer thread may set the
                     // next revocation's interrupt, which must not be cleared here.
@@ -367,7 +372,7 @@ impl Task {
                     tracing::warn!(task = self.id, error = %e, "producer given up; the partitions go back to the group");
                     self.producer = None;
                     // The group reassigns the partitions; whoever gets them restores their state.
-                    self.processing.give_up_all();
+                    self.forget_partitions();
                     let _ = self.control.send(Control::Fenced { task: self.id, error: e.to_string() });
                 }
             }
@@ -387,7 +392,7 @@ impl Task {
             Flush::SinkFenced(reason) => {
                 tracing::warn!(task = self.id, %reason, "fenced by the sink; the partitions go back to the group");
                 self.producer = None;
-                self.processing.give_up_all();
+                self.forget_partitions();
                 let _ = self.control.send(Control::Fenced { task: self.id, error: reason });
             }
         }
@@ -418,6 +423,10 @@ impl Task {
                     None => "interrupted before the first attempt".into(),
                 };
                 return Flush::Dropped { because, reason };
+            }
+            // Every attempt (a replay too) looks the tables up as they are now.
+            if let Err(e) = self.refresh_tables() {
+                return Flush::Stop(e);
             }
             let Some(producer) = self.producer.as_mut() else {
                 return Flush::GaveUp(StepError::given_up());

@@ -343,7 +343,7 @@ pub(crate) fn stable_committed_offsets<C: rdkafka::consumer::ConsumerContext>(
 
 /// Whether a consumer error will not go away by retrying: the changelog is gone or this
 /// principal may not read it.
-fn is_definite(e: &KafkaError) -> bool {
+pub(crate) fn is_definite(e: &KafkaError) -> bool {
     use rdkafka::types::RDKafkaErrorCode as C;
     matches!(
         e.rdkafka_error_code(),

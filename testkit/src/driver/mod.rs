@@ -141,6 +141,8 @@ pub struct TestDriver {
     topics: BTreeMap<String, Vec<TestRecord>>,
     /// Committed changelog records per (changelog topic, partition).
     changelogs: BTreeMap<(String, i32), Vec<ChangelogEntry>>,
+    /// Records of the pipeline's table topics per (topic, partition): key, value.
+    tables: BTreeMap<(String, i32), Vec<kafka_eos::testing::TableRecord>>,
     /// Committed sink rows, boxed (the driver is not generic over the row type).
     sink_rows: Vec<kafka_eos::sink::SinkRow<Box<dyn std::any::Any + Send>>>,
     stats: DriverStats,
@@ -170,6 +172,7 @@ impl TestDriver {
             clock_ms: 0,
             topics: BTreeMap::new(),
             changelogs: BTreeMap::new(),
+            tables: BTreeMap::new(),
             sink_rows: Vec::new(),
             stats: DriverStats::default(),
             faults: None,
@@ -205,6 +208,22 @@ impl TestDriver {
             Some(n) if self.pending.len() >= n => self.commit(),
             _ => Ok(()),
         }
+    }
+
+    /// Writes a record to table `topic` ([`kafka_eos::table`]): `input`'s partition, key
+    /// and value (no value: a tombstone deleting the key). Records piped before it are
+    /// committed first; the next batch of its partition sees the row, as the runtime's
+    /// table reader makes it seen before the next batch. `Err` if `topic` is not a table of
+    /// the pipeline, or `input` has no key.
+    pub fn pipe_table(&mut self, topic: impl AsRef<str>, input: TestInput) -> Result<(), Error> {
+        let topic = topic.as_ref();
+        let key = input.key.ok_or_else(|| Error::Config(format!("a record for table {topic:?} needs a key")))?;
+        self.commit()?;
+        if !self.engine.table_update(topic, input.partition, &key, input.value.as_deref()) {
+            return Err(Error::Config(format!("{topic:?} is not a table of this pipeline (PipelineBuilder::table)")));
+        }
+        self.tables.entry((topic.to_string(), input.partition)).or_default().push((key, input.value));
+        Ok(())
     }
 
     /// Pipes each of `inputs`.
@@ -408,6 +427,12 @@ impl TestDriver {
                 changelogs.get(&(topic.to_string(), partition)).cloned().unwrap_or_default()
             })?;
             self.stats.restored_records += read;
+        }
+        if self.engine.needs_tables(partition) {
+            let tables = &self.tables;
+            self.engine.load_tables(partition, |topic| {
+                tables.get(&(topic.to_string(), partition)).cloned().unwrap_or_default()
+            });
         }
         Ok(())
     }

@@ -374,3 +374,43 @@ fn timers_are_replay_safe() {
     assert!(report.aborts > 0 && report.crashes > 0, "{report:?}");
     assert_eq!(report.outputs, 8, "minutes 0..=3 of both partitions closed (the fifth waits)");
 }
+
+/// Payments (keyed by merchant) joined with a merchant table: value = payment id, output =
+/// `id -> country` or `none`.
+fn enriching(builder: PipelineBuilder) -> PipelineBuilder {
+    let mut b = builder.input_topic("payments");
+    let merchants = b.table::<String, _>("merchants", Json);
+    let out = b.output_topic("enriched");
+    b.processor(move |ctx, rec| {
+        let country = ctx.table(&merchants).get(rec.key.as_deref().unwrap_or_default())?.cloned();
+        ctx.emit(
+            OutputRecord::to(&out).key(rec.value.clone().unwrap_or_default()).value(country.unwrap_or("none".into())),
+        );
+        Ok(())
+    })
+}
+
+#[test]
+fn a_table_join_sees_rows_written_before_the_batch_and_survives_a_crash() -> Result<(), Box<dyn std::error::Error>> {
+    let mut d = TestDriver::new(enriching(Pipeline::builder()))?;
+    let row = |p: i32, m: &str, c: &str| TestInput::new().partition(p).key(m).encode_value(&Json, &c.to_string());
+    d.pipe_table("merchants", row(0, "m1", "DE")?)?;
+    d.pipe_table("merchants", row(1, "m2", "FR")?)?;
+    d.pipe(input(0, "m1", "p1"))?;
+    d.pipe(input(0, "m2", "p2"))?; // m2's row is in partition 1: not this partition's table
+    d.pipe_table("merchants", row(0, "m1", "AT")?)?;
+    d.pipe(input(0, "m1", "p3"))?;
+    d.pipe_table("merchants", TestInput::new().partition(0).key("m1"))?; // deleted
+    d.pipe(input(0, "m1", "p4"))?;
+    d.pipe_table("merchants", row(0, "m1", "IT")?)?;
+    d.crash_and_restore()?;
+    d.pipe(input(0, "m1", "p5"))?;
+    d.pipe(input(1, "m2", "p6"))?;
+    assert_eq!(values(&d, "enriched"), ["DE", "none", "AT", "none", "IT", "FR"]);
+    let err = d.pipe_table("payments", row(0, "m1", "DE")?).unwrap_err().to_string();
+    assert!(err.contains("not a table"), "{err}");
+    let report =
+        check_replay_safe(|| enriching(Pipeline::builder()), &[input(0, "m1", "p1"), input(0, "m1", "p2")], 7)?;
+    assert!(report.runs > 0);
+    Ok(())
+}

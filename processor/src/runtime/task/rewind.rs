@@ -41,7 +41,7 @@ impl Task {
             return false;
         }
         self.producer = None;
-        self.processing.give_up_all();
+        self.forget_partitions();
         if let Err(init) = self.ensure_producer() {
             tracing::warn!(task = self.id, error = %init, "a fresh producer cannot be initialised either");
             return false;

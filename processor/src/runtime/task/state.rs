@@ -6,6 +6,7 @@ use std::time::{Duration, Instant, SystemTime};
 use super::Task;
 use crate::error::Error;
 use crate::state::{changelog, Tally};
+use crate::table::reader::TableReader;
 
 impl Task {
     /// The transaction aborted: every partition's state overlay is forgotten.
@@ -13,21 +14,68 @@ impl Task {
         self.processing.discard_states();
     }
 
+    /// Whether `partition` needs its stores restored or its tables read before its next
+    /// record.
+    pub(super) fn needs_restore(&self, partition: i32) -> bool {
+        self.processing.needs_restore(partition) || self.processing.needs_tables(partition)
+    }
+
     /// Rebuilds the stores of every owned partition that has none yet from their changelogs
-    /// (see [`crate::state`]): called before a partition's first record is processed, it
-    /// restores the whole assignment of an instance task in one pass.
+    /// (see [`crate::state`]), and reads the [tables](crate::table) of those that have none:
+    /// called before a partition's first record is processed, it restores the whole
+    /// assignment of an instance task in one pass.
     pub(super) fn restore(&mut self) -> Result<(), Error> {
+        let cfg = self.shared.cfg.clone();
+        let deadline = Instant::now() + cfg.task_timeout;
         let mut partitions: Vec<i32> =
             self.owned.iter().map(|tp| tp.1).filter(|p| self.processing.needs_restore(*p)).collect();
         partitions.sort_unstable();
-        let deadline = Instant::now() + self.shared.cfg.task_timeout;
-        let (states, records) = changelog::restore(&self.shared.cfg, &partitions, deadline)?;
-        self.shared.shutdown.stats().restored_records.add(records);
-        self.processing.restored(states);
-        for tp in self.owned.iter().filter(|tp| partitions.contains(&tp.1)) {
-            self.processing.restored_partition(tp);
+        if !partitions.is_empty() {
+            let (states, records) = changelog::restore(&cfg, &partitions, deadline)?;
+            self.shared.shutdown.stats().restored_records.add(records);
+            self.processing.restored(states);
+            for tp in self.owned.iter().filter(|tp| partitions.contains(&tp.1)) {
+                self.processing.restored_partition(tp);
+            }
+        }
+        let mut tables: Vec<i32> =
+            self.owned.iter().map(|tp| tp.1).filter(|p| self.processing.needs_tables(*p)).collect();
+        tables.sort_unstable();
+        tables.dedup();
+        if !tables.is_empty() {
+            let reader = match self.tables.take() {
+                Some(r) => r,
+                None => TableReader::new(&cfg)?,
+            };
+            let read = reader.bootstrap(&cfg, &tables, self.processing.tables_mut(), deadline);
+            self.tables = Some(reader);
+            read?;
         }
         Ok(())
+    }
+
+    /// Applies the table updates fetched since the last batch attempt.
+    pub(super) fn refresh_tables(&mut self) -> Result<(), Error> {
+        match &self.tables {
+            Some(reader) => reader.refresh(&self.shared.cfg, self.processing.tables_mut()),
+            None => Ok(()),
+        }
+    }
+
+    /// Stops reading the tables of revoked `partitions`.
+    pub(super) fn release_tables(&mut self, partitions: &[crate::runtime::TopicPartition]) {
+        if let Some(reader) = &self.tables {
+            let numbers: Vec<i32> = partitions.iter().map(|tp| tp.1).collect();
+            reader.release(&self.shared.cfg, &numbers);
+        }
+    }
+
+    /// Closes every processor instance and forgets every partition's state and tables: the
+    /// partitions go back to the group (or are rewound), and are restored before their next
+    /// record.
+    pub(super) fn forget_partitions(&mut self) {
+        self.processing.give_up_all();
+        self.tables = None;
     }
 
     /// How long the task may wait for its next message before a timer comes due without a
@@ -37,7 +85,7 @@ impl Task {
         if !self.processing.has_timers() || self.stopped || self.producer.is_none() {
             return None;
         }
-        if self.owned.iter().any(|tp| self.processing.needs_restore(tp.1)) {
+        if self.owned.iter().any(|tp| self.needs_restore(tp.1)) {
             if let Err(e) = self.restore() {
                 self.stop(e);
                 return None;

@@ -1,0 +1,262 @@
+//! Tables: a compacted topic read into memory beside the stream, for stream–table joins
+//! (payments enriched from a merchant table).
+//!
+//! A table is declared once on the builder with the topic that holds it and the codec of
+//! its values; the builder returns its typed handle. The processor looks records up through
+//! the record's [`Context`](crate::Context):
+//!
+//! ```
+//! use kafka_eos::{codec::Json, OutputRecord, Pipeline};
+//!
+//! #[derive(serde::Serialize, serde::Deserialize)]
+//! struct Merchant { name: String, country: String }
+//!
+//! let mut builder = Pipeline::builder().application_id("enrich").input_topic("payments");
+//! let merchants = builder.table::<Merchant, _>("merchants", Json);
+//! let out = builder.output_topic("payments-enriched");
+//! let builder = builder.processor(move |ctx, rec| {
+//!     // Payments are keyed by merchant id, like the table: the same partition holds both.
+//!     let country = match ctx.table(&merchants).get(rec.key.as_deref().unwrap_or_default())? {
+//!         Some(m) => m.country.clone(),
+//!         None => "unknown".to_string(),
+//!     };
+//!     ctx.emit(OutputRecord::to(&out).key(rec.key.clone().unwrap_or_default()).value(country));
+//!     Ok(())
+//! });
+//! ```
+//!
+//! # Co-partitioned, and read where the stream is processed
+//! Input partition *n* sees table partition *n* only: the stream and the table topic must
+//! have the same number of partitions and be keyed the same way (the same key bytes, the
+//! default partitioner), so that a stream record and the table row it looks up land in the
+//! same partition number. Start-up refuses a table topic whose partition count differs.
+//! The table topic must be compacted (or retain forever): its records are the table.
+//!
+//! ```text
+//!   assign input partition n  -> table partition n read from its start to its end,
+//!                                read_committed, before the partition's first record
+//!   every batch attempt       -> the table updates fetched since, applied first
+//!   revoke                    -> the partition's table dropped
+//! ```
+//! - **What a lookup sees.** A table row as of the start of the batch attempt: every
+//!   update committed to the table topic by the time the partition was assigned, and, after
+//!   that, whatever the table's reader fetched by the time the attempt began (usually within
+//!   the broker's fetch latency, tens of milliseconds). A null value (tombstone) deletes the
+//!   key. There is no timestamp synchronisation between the stream and the table (Kafka
+//!   Streams' `max.task.idle.ms`): a payment joins the merchant row that is *current*, not
+//!   the one that was valid at the payment's event time.
+//! - **Exactly-once.** The table is read-only for the pipeline; the join's outputs commit
+//!   with the stream record's offsets, so each stream record's effect lands once. A replay
+//!   after an abort (or a crash) looks up the table again and may see a newer row than the
+//!   aborted attempt did: only the committed attempt is ever visible, with the row it saw.
+//! - **Restore.** The table is rebuilt from its topic on every assignment; that costs a
+//!   read of the table partition (about 1 s per few hundred thousand rows here, see
+//!   `docs/state.md`) and memory for its live rows, decoded once per update. It needs no
+//!   changelog: the topic is its own.
+//! - **Bad rows.** A row whose value the codec cannot decode is kept as the decode error:
+//!   a lookup of that key fails (a processor error, handled by the pipeline's
+//!   [`ProcessorErrorPolicy`](crate::ProcessorErrorPolicy)), other keys are unaffected, and
+//!   a later good row for the key heals it. A row without a key is skipped with a warning.
+//!
+//! Each instance holds the tables of the partitions it owns; per partition task (under
+//! [`ExactlyOnce`](crate::Guarantee::ExactlyOnce)) that is one extra consumer per table,
+//! with librdkafka's threads (two plus one per broker).
+
+pub(crate) mod reader;
+
+use std::any::Any;
+use std::collections::HashMap;
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use crate::codec::{Codec, DecodeError};
+
+/// A decoded table row, type-erased (the handle knows its type).
+type Row = Arc<dyn Any + Send + Sync>;
+/// Decodes a row's value bytes.
+pub(crate) type Decoder = Arc<dyn Fn(&[u8]) -> Result<Row, DecodeError> + Send + Sync>;
+
+/// The handle of a table with values of type `V`, from
+/// [`PipelineBuilder::table`](crate::PipelineBuilder::table): `ctx.table(&handle)` in the
+/// processor. Cheap to clone.
+pub struct Table<V> {
+    index: usize,
+    topic: Arc<str>,
+    _value: PhantomData<fn() -> V>,
+}
+
+impl<V> Clone for Table<V> {
+    fn clone(&self) -> Self {
+        Table { index: self.index, topic: self.topic.clone(), _value: PhantomData }
+    }
+}
+
+impl<V> Table<V> {
+    /// The topic the table is read from.
+    pub fn topic(&self) -> &str {
+        &self.topic
+    }
+}
+
+/// A table's declaration, held by the pipeline's configuration.
+#[derive(Clone)]
+pub struct TableDef {
+    /// The compacted topic holding the table.
+    pub topic: String,
+    pub(crate) decode: Decoder,
+}
+
+impl std::fmt::Debug for TableDef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TableDef").field("topic", &self.topic).finish_non_exhaustive()
+    }
+}
+
+/// Declares table number `index` read from `topic` with `codec`, and returns its handle.
+pub(crate) fn declare<V, C>(index: usize, topic: String, codec: C) -> (TableDef, Table<V>)
+where
+    V: Send + Sync + 'static,
+    C: Codec<V> + 'static,
+{
+    let decode: Decoder = Arc::new(move |bytes| codec.decode(bytes).map(|v| Arc::new(v) as Row));
+    let handle = Table { index, topic: Arc::from(topic.as_str()), _value: PhantomData };
+    (TableDef { topic, decode }, handle)
+}
+
+/// Why a lookup failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TableError {
+    /// The key's latest row could not be decoded by the table's codec.
+    #[error("table {topic:?}: the row of key {key:?} cannot be decoded ({source}); fix the producer of the table or its codec, a later row for the key replaces it")]
+    Decode {
+        /// The table's topic.
+        topic: String,
+        /// The key, lossily as text.
+        key: String,
+        /// The codec's error.
+        source: DecodeError,
+    },
+}
+
+/// One row as kept: decoded, or why it could not be.
+#[derive(Clone)]
+enum Entry {
+    Row(Row),
+    Bad(Arc<DecodeError>),
+}
+
+/// The tables of one input partition, in declaration order.
+#[derive(Clone, Default)]
+pub(crate) struct PartitionTables {
+    rows: Vec<HashMap<Vec<u8>, Entry>>,
+}
+
+impl PartitionTables {
+    pub(crate) fn new(tables: usize) -> PartitionTables {
+        PartitionTables { rows: vec![HashMap::new(); tables] }
+    }
+
+    /// Applies one record of table `index` (a null value deletes its key).
+    pub(crate) fn apply(&mut self, def: &TableDef, index: usize, key: &[u8], value: Option<&[u8]>) {
+        let rows = &mut self.rows[index];
+        match value {
+            None => {
+                rows.remove(key);
+            }
+            Some(bytes) => {
+                let entry = match (def.decode)(bytes) {
+                    Ok(row) => Entry::Row(row),
+                    Err(e) => Entry::Bad(Arc::new(e)),
+                };
+                rows.insert(key.to_vec(), entry);
+            }
+        }
+    }
+
+    /// Live rows per table.
+    pub(crate) fn sizes(&self) -> Vec<usize> {
+        self.rows.iter().map(HashMap::len).collect()
+    }
+}
+
+/// The view of one table for the record's partition, from
+/// [`Context::table`](crate::Context::table).
+pub struct TableRef<'a, V> {
+    topic: &'a str,
+    rows: Option<&'a HashMap<Vec<u8>, Entry>>,
+    _value: PhantomData<fn() -> V>,
+}
+
+impl<'a, V: 'static> TableRef<'a, V> {
+    pub(crate) fn new(table: &'a Table<V>, tables: Option<&'a PartitionTables>) -> TableRef<'a, V> {
+        TableRef { topic: &table.topic, rows: tables.and_then(|t| t.rows.get(table.index)), _value: PhantomData }
+    }
+
+    /// The row of `key` (the table record's key bytes), if the table has one.
+    pub fn get(&self, key: impl AsRef<[u8]>) -> Result<Option<&'a V>, TableError> {
+        let key = key.as_ref();
+        match self.rows.and_then(|rows| rows.get(key)) {
+            None => Ok(None),
+            Some(Entry::Row(row)) => Ok(row.downcast_ref::<V>()),
+            Some(Entry::Bad(e)) => Err(TableError::Decode {
+                topic: self.topic.to_string(),
+                key: String::from_utf8_lossy(key).into_owned(),
+                source: DecodeError::new(e.codec, e.message.clone()),
+            }),
+        }
+    }
+
+    /// How many rows the table holds for this partition.
+    pub fn len(&self) -> usize {
+        self.rows.map_or(0, HashMap::len)
+    }
+
+    /// Whether the table holds no row for this partition.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::codec::Json;
+
+    #[derive(serde::Serialize, serde::Deserialize, Debug, PartialEq)]
+    struct Merchant {
+        country: String,
+    }
+
+    #[test]
+    fn rows_are_upserted_deleted_and_bad_rows_fail_only_their_key() {
+        let (def, handle) = declare::<Merchant, _>(0, "merchants".into(), Json);
+        let mut t = PartitionTables::new(1);
+        t.apply(&def, 0, b"m1", Some(br#"{"country":"DE"}"#));
+        t.apply(&def, 0, b"m2", Some(br#"{"country":"FR"}"#));
+        t.apply(&def, 0, b"m1", Some(br#"{"country":"AT"}"#));
+        t.apply(&def, 0, b"m3", Some(b"not json"));
+        let view = TableRef::new(&handle, Some(&t));
+        assert_eq!(view.get("m1").unwrap().unwrap().country, "AT", "the latest row wins");
+        assert_eq!(view.get(b"m2").unwrap().unwrap().country, "FR");
+        assert!(view.get("m9").unwrap().is_none());
+        let err = view.get("m3").unwrap_err().to_string();
+        assert!(err.contains("merchants") && err.contains("m3") && err.contains("json"), "{err}");
+        assert_eq!(view.len(), 3);
+
+        t.apply(&def, 0, b"m1", None);
+        t.apply(&def, 0, b"m3", Some(br#"{"country":"IT"}"#));
+        let view = TableRef::new(&handle, Some(&t));
+        assert!(view.get("m1").unwrap().is_none(), "a tombstone deletes the row");
+        assert_eq!(view.get("m3").unwrap().unwrap().country, "IT", "a good row heals a bad one");
+        assert_eq!(t.sizes(), vec![2]);
+    }
+
+    #[test]
+    fn a_partition_without_its_table_yet_finds_nothing() {
+        let (_, handle) = declare::<Merchant, _>(0, "merchants".into(), Json);
+        let view = TableRef::new(&handle, None);
+        assert!(view.get("m1").unwrap().is_none());
+        assert!(view.is_empty());
+    }
+}
