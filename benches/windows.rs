@@ -11,9 +11,11 @@
 //!
 //! Input: one record every 5 ms of event time over 4 partitions, each 50th record 0 to
 //! 30 s late. Every subject emits its results (closed windows, corrections, late records).
+//! One row adds a table lookup per record to the baseline (a stream–table join).
 
 use std::time::{Duration, Instant};
 
+use kafka_eos::codec::Json;
 use kafka_eos::operators::{
     Aggregate, HoppingWindows, SessionWindows, SlidingWindows, TumblingWindows, WindowAlign, WindowUpdate,
 };
@@ -59,6 +61,8 @@ macro_rules! subject {
 }
 
 type Subject = (&'static str, Box<dyn Fn() -> PipelineBuilder>);
+/// Makes a subject's driver, ready for the input.
+type MakeDriver = Box<dyn Fn() -> TestDriver>;
 
 /// Tumbling 1 min windows closed by an event-time timer per window end (what a pipeline
 /// does to close windows on idle partitions): the timers' cost on top of "tumbling 1 min".
@@ -136,6 +140,33 @@ fn subjects() -> Vec<Subject> {
     ]
 }
 
+/// A merchant-style table row, JSON on the table topic.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Rate {
+    bps: u64,
+}
+
+/// The baseline aggregate, with each record first looking its key up in a table of
+/// [`KEYS`] rows (a stream–table join, [`kafka_eos::table`]); the rows are piped first.
+fn table_joined() -> TestDriver {
+    let mut b = Pipeline::builder().input_topic("in");
+    let agg = Aggregate::<u64, u64>::new(&mut b, "agg");
+    let rates = b.table::<Rate, _>("rates", Json);
+    let b = b.processor(move |ctx, rec| {
+        let key_bytes = rec.key.as_deref().unwrap_or_default();
+        let bps = ctx.table(&rates).get(key_bytes)?.map_or(0, |r| r.bps);
+        let key: u64 = String::from_utf8_lossy(key_bytes).parse()?;
+        agg.update(ctx, &key, |n| *n += bps)?;
+        Ok(())
+    });
+    let mut driver = TestDriver::new(b).expect("valid pipeline").batch_size(Some(500));
+    for key in 0..KEYS {
+        let row = TestInput::new().partition((key % 4) as i32).key(key.to_string());
+        driver.pipe_table("rates", row.encode_value(&Json, &Rate { bps: key % 300 }).expect("json")).expect("row");
+    }
+    driver
+}
+
 fn inputs(n: u64) -> Vec<TestInput> {
     let mut seed = 0x9e37_79b9_7f4a_7c15u64;
     (0..n)
@@ -161,11 +192,20 @@ fn main() {
     println!("{n} records, {KEYS} keys, 4 partitions, batches of 500; median of {runs}");
     println!("{:<34} {:>12} {:>10} {:>12} {:>10}", "subject", "ns/record", "vs base", "changelog/rec", "outputs");
     let mut base = None;
-    for (name, make) in subjects() {
+    let mut subjects: Vec<(&str, MakeDriver)> = subjects()
+        .into_iter()
+        .map(|(name, make)| {
+            let driver: MakeDriver =
+                Box::new(move || TestDriver::new(make()).expect("valid pipeline").batch_size(Some(500)));
+            (name, driver)
+        })
+        .collect();
+    subjects.insert(1, ("aggregate + table lookup", Box::new(table_joined)));
+    for (name, make) in subjects {
         let mut times = Vec::new();
         let mut stats = None;
         for _ in 0..runs {
-            let mut driver = TestDriver::new(make()).expect("valid pipeline").batch_size(Some(500));
+            let mut driver = make();
             let start = Instant::now();
             driver.pipe_all(records.iter().cloned()).expect("processed");
             driver.commit().expect("committed");

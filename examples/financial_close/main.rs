@@ -8,14 +8,14 @@
 //! topic instead of being dropped. Each day's total is emitted once, keyed by
 //! `merchant/day`, so a downstream upsert is idempotent.
 //!
-//! The pipeline itself is in `pipeline.rs`, beside this file: dedup → daily tumbling
-//! window → output (the chaos suite runs the same file, through
+//! The pipeline itself is in `pipeline.rs`, beside this file: dedup → merchant fee (a join
+//! with the merchant table, a compacted topic) → daily tumbling window → output (the chaos suite runs the same file, through
 //! `kafka_eos_cli::workloads::financial_close`, which also holds the input generator and the
 //! batch reconciliation used here). This example starts a broker (unless `KAFKA_BOOTSTRAP`
 //! is set), writes 50,000 payments (+5 % duplicates, ~1 % late) to 4 partitions, runs the
 //! pipeline until it has consumed everything and its timers have closed the last day (no
 //! end-of-period heartbeat is written: the idle partitions close it), then recomputes every merchant-day in batch
-//! from the raw payments and compares to the cent. Its last line is
+//! from the raw payments and the merchant table and compares totals and fees to the cent. Its last line is
 //! `reconciled: <n> merchant-days, 0 mismatches` (exit code 1 on any mismatch).
 //!
 //! With `--postgres`, a second, stateless pipeline reads the same payments and posts a
@@ -65,8 +65,9 @@ async fn run() -> Result<bool, Box<dyn std::error::Error>> {
     let (b, t) = (bootstrap.clone(), topics.clone());
     let generated = tokio::task::spawn_blocking(move || {
         let admin = admin::Client::new(&b);
-        t.create(&admin, PARTITIONS, 1)?;
+        t.create(&admin, PARTITIONS, 1, &[])?;
         let g = Generate { payments, ..Generate::default() };
+        financial_close::write_merchants(&admin, &t.merchants, PARTITIONS, &g)?;
         // No end-of-period heartbeats: the last day closes by its timer once the partitions
         // are idle (pipeline.rs).
         financial_close::generate(&admin, &t.payments, PARTITIONS, &g, 0..payments, false)
@@ -117,8 +118,9 @@ async fn run() -> Result<bool, Box<dyn std::error::Error>> {
     let rec = tokio::task::spawn_blocking(move || financial_close::reconcile(&cfg, &t)).await??;
     drop(cluster);
     println!(
-        "batch recomputation: {} distinct payments, {} redelivered copies, {} late payments",
-        rec.payments, rec.input_duplicates, rec.late_payments
+        "batch recomputation: {} distinct payments ({} cents, {} cents of fees at the merchant table's rates), {} \
+         redelivered copies, {} late payments",
+        rec.payments, rec.total_cents, rec.fee_cents, rec.input_duplicates, rec.late_payments
     );
     println!("{rec}");
     let mut exact = rec.is_exact();
@@ -214,7 +216,7 @@ mod ledger {
 mod tests {
     use kafka_eos::codec::Json;
     use kafka_eos_cli::workloads::financial_close::{
-        payment_records, tick_records, DailyRevenue, Event, Payment, DEDUP_STORE,
+        payment_records, tick_records, DailyRevenue, Event, Merchant, Payment, DEDUP_STORE,
     };
     use kafka_eos_testkit::driver::{check_replay_safe, TestDriver, TestInput};
 
@@ -235,6 +237,8 @@ mod tests {
     fn a_day_is_emitted_once_when_it_closes_without_duplicates_and_late_payments() {
         let t = topics();
         let mut driver = TestDriver::new(financial_close::pipeline(Pipeline::builder(), &t)).unwrap();
+        let row = TestInput::new().key("7").encode_value(&Json, &Merchant { fee_bps: 250 }).unwrap();
+        driver.pipe_table(&t.merchants, row).unwrap();
         driver.pipe(payment(1, 7, 500, 20_000)).unwrap();
         driver.pipe(payment(1, 7, 500, 20_000)).unwrap(); // redelivered: dropped
         driver.pipe(payment(2, 7, 250, 20_000)).unwrap();
@@ -244,8 +248,8 @@ mod tests {
         driver.pipe(TestInput::new().key("tick").encode_value(&Json, &tick).unwrap()).unwrap();
         driver.pipe(payment(4, 7, 999, 20_000)).unwrap(); // day 20,000 closed: late
         let days = driver.values::<DailyRevenue>(&t.revenue, &Json).unwrap();
-        let got: Vec<_> = days.iter().map(|d| (d.day, d.cents, d.payments)).collect();
-        assert_eq!(got, [(20_000, 750, 2), (20_001, 100, 1)]);
+        let got: Vec<_> = days.iter().map(|d| (d.day, d.cents, d.fee_cents, d.payments)).collect();
+        assert_eq!(got, [(20_000, 750, 12 + 6, 2), (20_001, 100, 2, 1)], "2.5 % fees, rounded down per payment");
         assert_eq!(driver.output(&t.late).len(), 1);
         assert_eq!((driver.stats().duplicates_dropped, driver.stats().late_records), (1, 1));
         assert!(driver.store_handle::<u64, ()>(DEDUP_STORE).is_some());

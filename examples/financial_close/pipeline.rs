@@ -17,6 +17,10 @@
 //!    more payments the idle advance does ([`IDLE_CLOSE`] after its last one) — so the
 //!    period's last day closes without heartbeat records. (A `Tick` heartbeat still
 //!    advances the stream time, for sources that send one.)
+//! 5. enriches each payment from the merchant table (a compacted topic keyed and
+//!    partitioned like the payments, joined with [`kafka_eos::table`]): the day's total
+//!    carries the processing fees at each merchant's rate. A payment of a merchant without
+//!    a row is charged no fee (the reconciliation would count it as a mismatch).
 
 use std::time::Duration;
 
@@ -26,6 +30,7 @@ use kafka_eos::codec::Json;
 use kafka_eos::operators::{ClosedWindow, Dedup, TumblingWindows};
 use kafka_eos::processor::{Context, ProcessError, Processor};
 use kafka_eos::record::{InputRecord, OutputRecord, Topic};
+use kafka_eos::table::Table;
 use kafka_eos::timers::{StreamTime, Timer, TimerSpec, Timers};
 use kafka_eos::{PipelineBuilder, Result};
 use kafka_eos_testkit::admin;
@@ -42,24 +47,35 @@ pub struct Topics {
     pub revenue: String,
     /// Output: late payments, copied unchanged.
     pub late: String,
+    /// Table: [`Merchant`]s, JSON, keyed and partitioned like the payments; compacted.
+    pub merchants: String,
 }
 
 impl Topics {
-    /// `payments-<suffix>`, `revenue-<suffix>`, `late-payments-<suffix>`.
+    /// `payments-<suffix>`, `revenue-<suffix>`, `late-payments-<suffix>`, `merchants-<suffix>`.
     pub fn with_suffix(suffix: &str) -> Topics {
         Topics {
             payments: format!("payments-{suffix}"),
             revenue: format!("revenue-{suffix}"),
             late: format!("late-payments-{suffix}"),
+            merchants: format!("merchants-{suffix}"),
         }
     }
 
-    /// Creates the three topics with `partitions` partitions each.
-    pub fn create(&self, admin: &admin::Client, partitions: i32, replication: i32) -> Result<()> {
+    /// Creates the four topics with `partitions` partitions each (the merchant table
+    /// compacted), with `configs` on each.
+    pub fn create(
+        &self,
+        admin: &admin::Client,
+        partitions: i32,
+        replication: i32,
+        configs: &[(&str, &str)],
+    ) -> Result<()> {
         for t in [&self.payments, &self.revenue, &self.late] {
-            admin.create_topic(t, partitions, replication)?;
+            admin.create_topic_with(t, partitions, replication, configs)?;
         }
-        Ok(())
+        let table: Vec<(&str, &str)> = configs.iter().copied().chain([("cleanup.policy", "compact")]).collect();
+        admin.create_topic_with(&self.merchants, partitions, replication, &table)
     }
 }
 
@@ -89,6 +105,20 @@ pub struct Payment {
     pub time_ms: i64,
 }
 
+/// A merchant-table row: the merchant's processing fee.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Merchant {
+    /// Fee in basis points (1/100 of a percent) of each payment.
+    pub fee_bps: u32,
+}
+
+impl Merchant {
+    /// The fee of a payment of `cents`, rounded down to the cent.
+    pub fn fee(&self, cents: i64) -> i64 {
+        cents * self.fee_bps as i64 / 10_000
+    }
+}
+
 /// One merchant's revenue for one UTC day: the output record's value.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DailyRevenue {
@@ -98,6 +128,8 @@ pub struct DailyRevenue {
     pub day: i64,
     /// Total, in cents.
     pub cents: i64,
+    /// Processing fees of those payments at the merchant's rate, in cents.
+    pub fee_cents: i64,
     /// Payments counted.
     pub payments: u64,
 }
@@ -107,6 +139,8 @@ pub struct DailyRevenue {
 pub struct DayTotal {
     /// Cents so far.
     pub cents: i64,
+    /// Fees so far, in cents.
+    pub fee_cents: i64,
     /// Payments so far.
     pub payments: u64,
 }
@@ -145,17 +179,19 @@ pub fn pipeline(builder: PipelineBuilder, topics: &Topics) -> PipelineBuilder {
     // times) must not move the stream time.
     let spec = TimerSpec::new(TIMER_STORE).stream_time(StreamTime::Advanced).idle_advance(IDLE_CLOSE);
     let timers = Timers::with(&mut builder, spec);
+    let merchants = builder.table::<Merchant, _>(&topics.merchants, Json);
     let revenue = builder.output_topic(&topics.revenue);
-    builder.processor_impl(Close { dedup, daily, timers, revenue })
+    builder.processor_impl(Close { dedup, daily, timers, merchants, revenue })
 }
 
-/// The processor: dedup → daily window, each day closed by the payments that pass its end
-/// or, on a partition that stays idle, by its timer.
+/// The processor: dedup → merchant fee (table join) → daily window, each day closed by the
+/// payments that pass its end or, on a partition that stays idle, by its timer.
 #[derive(Clone)]
 struct Close {
     dedup: Dedup<u64>,
     daily: TumblingWindows<u32, DayTotal>,
     timers: Timers,
+    merchants: Table<Merchant>,
     revenue: Topic,
 }
 
@@ -163,7 +199,9 @@ impl Close {
     fn emit(&self, ctx: &mut Context<'_>, closed: Vec<ClosedWindow<u32, DayTotal>>) -> Result<(), ProcessError> {
         for w in closed {
             let day = w.start_ms / DAY_MS;
-            let value = DailyRevenue { merchant: w.key, day, cents: w.value.cents, payments: w.value.payments };
+            let t = w.value;
+            let value =
+                DailyRevenue { merchant: w.key, day, cents: t.cents, fee_cents: t.fee_cents, payments: t.payments };
             ctx.emit(OutputRecord::to(&self.revenue).key(revenue_key(w.key, day)).encode_value(&Json, &value)?);
         }
         Ok(())
@@ -181,8 +219,11 @@ impl Processor for Close {
                 if !self.dedup.first_seen(ctx, &p.event_id, p.time_ms)? {
                     return Ok(());
                 }
+                // The table is keyed like the payments: by the merchant id, as text.
+                let fee = ctx.table(&self.merchants).get(p.merchant.to_string())?.map_or(0, |m| m.fee(p.amount_cents));
                 let update = self.daily.add(ctx, rec, &p.merchant, p.time_ms, |t| {
                     t.cents += p.amount_cents;
+                    t.fee_cents += fee;
                     t.payments += 1;
                 })?;
                 if let Some(late) = update.late {

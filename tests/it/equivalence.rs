@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use kafka_eos::state::changelog_topic;
 use kafka_eos::{InputRecord, Pipeline, PipelineBuilder};
-use kafka_eos_cli::workloads::financial_close::{self, payment_records, tick_records, Generate};
+use kafka_eos_cli::workloads::financial_close::{self, merchant_records, payment_records, tick_records, Generate};
 use kafka_eos_testkit::admin::{self, ClientExt};
 use kafka_eos_testkit::driver::{TestDriver, TestInput};
 use kafka_eos_testkit::verify::{read_to_end, VerifyConfig};
@@ -43,21 +43,31 @@ type Outputs = Vec<(Option<Vec<u8>>, Option<Vec<u8>>, Vec<(String, Option<Vec<u8
 /// Committed state: (store, partition) -> key -> value.
 type State = BTreeMap<(String, i32), BTreeMap<Vec<u8>, Vec<u8>>>;
 
-/// Runs `build`'s pipeline over `records` on the broker and in the driver, and compares.
+/// The rows of the pipeline's tables, written before the input: (table topic, records).
+type Tables = Vec<(String, Vec<Spec>)>;
+
+/// Runs `build`'s pipeline over `records` (after its `tables`) on the broker and in the
+/// driver, and compares.
 async fn equivalent(
     name: &str,
     input: &str,
     outputs: &[&str],
+    tables: Tables,
     records: Vec<Spec>,
     build: impl Fn(PipelineBuilder) -> PipelineBuilder,
 ) {
     let b = bootstrap();
     let (b2, i, o, n) =
         (b.clone(), input.to_string(), outputs.iter().map(|s| s.to_string()).collect::<Vec<_>>(), records.len());
+    let rows = tables.clone();
     tokio::task::spawn_blocking(move || {
         let client = admin::Client::new(&b2);
         for t in std::iter::once(&i).chain(&o) {
             client.create_topic(t, PARTITIONS, 1)?;
+        }
+        for (topic, records) in rows {
+            client.create_topic_with(&topic, PARTITIONS, 1, &[("cleanup.policy", "compact")])?;
+            client.produce(&topic, records)?;
         }
         client.produce(&i, records)
     })
@@ -82,6 +92,11 @@ async fn equivalent(
 
     // The same records, as the broker stored them, into the driver.
     let mut driver = TestDriver::new(build(Pipeline::builder().application_id(&app))).unwrap().batch_size(Some(50));
+    for (topic, rows) in tables {
+        for (p, key, value) in rows {
+            driver.pipe_table(&topic, TestInput::new().partition(p.unwrap_or(0)).key(key).value(value)).unwrap();
+        }
+    }
     let inputs = read(&b, input, |m| Some(InputRecord::from_message(m))).await;
     let mut by_partition: BTreeMap<i32, Vec<InputRecord>> = BTreeMap::new();
     for r in inputs {
@@ -173,7 +188,8 @@ async fn quickstart_driver_and_broker_agree() {
             (Some((id % 4) as i32), o.customer.clone().into_bytes(), serde_json::to_vec(&o).unwrap())
         })
         .collect();
-    equivalent("quickstart", &input, &[&output], records, |b| quickstart::pipeline(b, &input, &output)).await;
+    equivalent("quickstart", &input, &[&output], Vec::new(), records, |b| quickstart::pipeline(b, &input, &output))
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -182,8 +198,9 @@ async fn financial_close_driver_and_broker_agree() {
     let g = Generate { payments: 2_000, merchants: 40, days: 4, ..Generate::default() };
     let mut records: Vec<Spec> = (0..g.payments).flat_map(|i| payment_records(&g, i, PARTITIONS)).collect();
     records.extend(tick_records(&g, PARTITIONS));
+    let tables = vec![(topics.merchants.clone(), merchant_records(&g, PARTITIONS))];
     let t = topics.clone();
-    equivalent("financial_close", &topics.payments, &[&topics.revenue, &topics.late], records, move |b| {
+    equivalent("financial_close", &topics.payments, &[&topics.revenue, &topics.late], tables, records, move |b| {
         financial_close::pipeline(b, &t)
     })
     .await;
@@ -198,7 +215,8 @@ async fn page_views_driver_and_broker_agree() {
             (None, v.page.clone().into_bytes(), serde_json::to_vec(&v).unwrap())
         })
         .collect();
-    equivalent("page_views", &input, &[&output], records, |b| page_views::pipeline(b, &input, &output)).await;
+    equivalent("page_views", &input, &[&output], Vec::new(), records, |b| page_views::pipeline(b, &input, &output))
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -208,5 +226,6 @@ async fn cdc_upsert_driver_and_broker_agree() {
         .into_iter()
         .map(|(id, c)| (None, id.to_be_bytes().to_vec(), serde_json::to_vec(&c).unwrap()))
         .collect();
-    equivalent("cdc_upsert", &input, &[&output], records, |b| cdc_upsert::pipeline(b, &input, &output)).await;
+    equivalent("cdc_upsert", &input, &[&output], Vec::new(), records, |b| cdc_upsert::pipeline(b, &input, &output))
+        .await;
 }

@@ -27,14 +27,22 @@ impl Close {
     pub(crate) async fn new(name: &str, gen: Generate, guarantee: Guarantee) -> Close {
         let suffix = unique(name);
         let revenue = format!("revenue-{suffix}");
-        let topics = Topics { payments: format!("payments-{suffix}"), late: format!("{revenue}-late"), revenue };
+        // Named as the chaos instance (`kafka-eos chaos instance`) names them, which some
+        // tests run on these topics.
+        let payments = format!("payments-{suffix}");
+        let topics =
+            Topics { late: format!("{revenue}-late"), merchants: format!("{payments}-merchants"), payments, revenue };
         let app = unique(name);
         let c = Close { bootstrap: bootstrap(), topics, app, gen, guarantee };
-        let (b, t) = (c.bootstrap.clone(), c.topics.clone());
-        tokio::task::spawn_blocking(move || t.create(&admin::Client::new(&b), PARTITIONS, 1))
-            .await
-            .unwrap()
-            .expect("topics");
+        let (b, t, g) = (c.bootstrap.clone(), c.topics.clone(), c.gen.clone());
+        tokio::task::spawn_blocking(move || {
+            let admin = admin::Client::new(&b);
+            t.create(&admin, PARTITIONS, 1, &[])?;
+            financial_close::write_merchants(&admin, &t.merchants, PARTITIONS, &g)
+        })
+        .await
+        .unwrap()
+        .expect("topics");
         c
     }
 

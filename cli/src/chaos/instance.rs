@@ -125,6 +125,7 @@ impl InstanceConfig {
             payments: self.input.clone(),
             revenue: self.output.clone(),
             late: format!("{}-late", self.output),
+            merchants: format!("{}-merchants", self.input),
         }
     }
 }

@@ -337,6 +337,21 @@ impl<'a, 'r> Run<'a, 'r> {
             args.extend(["--client-config".to_string(), path.display().to_string()]);
         }
         let close_topics = stateful.then(|| instance.financial_close_topics());
+        if let Some(t) = &close_topics {
+            // The merchant table the pipeline joins, written before any payment.
+            let table = [("min.insync.replicas", min_isr), ("cleanup.policy", "compact")];
+            ctx.client
+                .create_topic_with(&t.merchants, cfg.partitions, rf, &table)
+                .and_then(|()| {
+                    financial_close::write_merchants(
+                        ctx.client,
+                        &t.merchants,
+                        cfg.partitions,
+                        &close_generate(cfg.records),
+                    )
+                })
+                .map_err(|e| format!("writing the merchant table {}: {e}", t.merchants))?;
+        }
         let sink = scenario.sink().map(Server::start).transpose()?;
         if let Some(server) = &sink {
             args.extend(["--sink".to_string(), server.spec()]);

@@ -4,10 +4,10 @@
 //! windows, late payments routed — is in `examples/financial_close/pipeline.rs`, beside the
 //! example that runs it, and compiled here too (`#[path]`) so that the chaos suite and the
 //! benchmarks run the very same code. This module adds what a test of it needs: an input
-//! generator (payments with ~5 % redelivered and ~1 % days late) and [`reconcile`], which
-//! recomputes every merchant-day in batch from the raw payments (each `event_id` once) and
-//! checks, to the cent, that the emitted total plus the late payments equals it — and that
-//! no merchant-day was emitted twice.
+//! generator (payments with ~5 % redelivered and ~1 % days late, and the merchant table) and
+//! [`reconcile`], which recomputes every merchant-day in batch from the raw payments (each
+//! `event_id` once) and the merchant table, and checks, to the cent, that the emitted total
+//! and fees plus the late payments' equal it — and that no merchant-day was emitted twice.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Instant;
@@ -85,6 +85,27 @@ pub fn generate(
 /// A record to produce: (partition, key, value).
 pub type InputRecordSpec = (Option<i32>, Vec<u8>, Vec<u8>);
 
+/// Merchant `m`'s row of the merchant table: a fee of 1.00 % to 3.49 %.
+pub fn merchant(m: u32) -> Merchant {
+    Merchant { fee_bps: 100 + (m * 37) % 250 }
+}
+
+/// The merchant table of `g`'s merchants, keyed and partitioned like their payments.
+pub fn merchant_records(g: &Generate, partitions: i32) -> Vec<InputRecordSpec> {
+    (0..g.merchants)
+        .map(|m| {
+            let value = serde_json::to_vec(&merchant(m)).expect("json");
+            (Some(m as i32 % partitions), m.to_string().into_bytes(), value)
+        })
+        .collect()
+}
+
+/// Writes the merchant table of `g` to `topic` (before the payments: each partition's table
+/// is read to its end before its first payment, so every payment finds its merchant).
+pub fn write_merchants(admin: &admin::Client, topic: &str, partitions: i32, g: &Generate) -> Result<()> {
+    admin.produce(topic, merchant_records(g, partitions))
+}
+
 /// Payment `i` of the sequence `g` describes, as the one or two (redelivered) records that
 /// carry it. Deterministic: the same `g` and `i` always give the same records.
 pub fn payment_records(g: &Generate, i: u64, partitions: i32) -> Vec<InputRecordSpec> {
@@ -124,8 +145,9 @@ fn splitmix(x: u64) -> u64 {
 pub struct Reconciliation {
     /// Merchant-days in the batch recomputation.
     pub merchant_days: usize,
-    /// Merchant-days whose streamed total plus late payments differs from the batch total,
-    /// or that were emitted more than once, or emitted but absent from the input.
+    /// Merchant-days whose streamed total (or fees) plus late payments differs from the
+    /// batch total, or that were emitted more than once, or emitted but absent from the
+    /// input.
     pub mismatches: usize,
     /// Merchant-days emitted more than once (each also counts as a mismatch).
     pub emitted_twice: usize,
@@ -133,6 +155,8 @@ pub struct Reconciliation {
     pub payments: usize,
     /// Their total, in cents.
     pub total_cents: i64,
+    /// Their fees at the merchant table's rates, in cents.
+    pub fee_cents: i64,
     /// Redelivered copies in the input.
     pub input_duplicates: u64,
     /// Payments on the late topic.
@@ -157,40 +181,57 @@ impl std::fmt::Display for Reconciliation {
     }
 }
 
-/// Reads the payments, the revenue and the late payments (read_committed) and compares,
-/// per merchant-day, the batch total of the distinct payments with the emitted total plus
-/// the late payments.
+/// Reads the payments, the merchant table, the revenue and the late payments
+/// (read_committed) and compares, per merchant-day, the batch total and fees of the
+/// distinct payments with the emitted ones plus the late payments'.
 pub fn reconcile(cfg: &VerifyConfig, topics: &Topics) -> Result<Reconciliation> {
     let deadline = Instant::now() + cfg.timeout;
     let day_of = |p: &Payment| (p.merchant, p.time_ms.div_euclid(DAY_MS));
     let mut rec = Reconciliation::default();
-    let mut batch: BTreeMap<(u32, i64), i64> = BTreeMap::new();
+    let mut table: HashMap<u32, Merchant> = HashMap::new();
+    read_to_end(cfg, &topics.merchants, deadline, |m| {
+        use rdkafka::Message;
+        let id = m.key().and_then(|k| std::str::from_utf8(k).ok()?.parse::<u32>().ok());
+        if let (Some(id), Some(Ok(row))) = (id, decode::<Merchant>(m)) {
+            table.insert(id, row);
+        }
+    })?;
+    let amounts = |p: &Payment| (p.amount_cents, table.get(&p.merchant).map_or(0, |m| m.fee(p.amount_cents)));
+    let mut batch: BTreeMap<(u32, i64), (i64, i64)> = BTreeMap::new();
     let mut seen = HashSet::new();
     read_to_end(cfg, &topics.payments, deadline, |m| {
         if let Some(Ok(Event::Payment(p))) = decode::<Event>(m) {
             if seen.insert(p.event_id) {
-                *batch.entry(day_of(&p)).or_default() += p.amount_cents;
+                let e = batch.entry(day_of(&p)).or_default();
+                let (cents, fee) = amounts(&p);
+                e.0 += cents;
+                e.1 += fee;
             } else {
                 rec.input_duplicates += 1;
             }
         }
     })?;
     rec.payments = seen.len();
-    rec.total_cents = batch.values().sum();
-    let mut streamed: HashMap<(u32, i64), (i64, u32)> = HashMap::new();
+    rec.total_cents = batch.values().map(|t| t.0).sum();
+    rec.fee_cents = batch.values().map(|t| t.1).sum();
+    let mut streamed: HashMap<(u32, i64), (i64, i64, u32)> = HashMap::new();
     read_to_end(cfg, &topics.revenue, deadline, |m| {
         if let Some(Ok(r)) = decode::<DailyRevenue>(m) {
             let e = streamed.entry((r.merchant, r.day)).or_default();
             e.0 += r.cents;
-            e.1 += 1;
+            e.1 += r.fee_cents;
+            e.2 += 1;
         }
     })?;
-    let mut late: HashMap<(u32, i64), i64> = HashMap::new();
+    let mut late: HashMap<(u32, i64), (i64, i64)> = HashMap::new();
     let mut late_ids = HashSet::new();
     read_to_end(cfg, &topics.late, deadline, |m| {
         if let Some(Ok(Event::Payment(p))) = decode::<Event>(m) {
             if late_ids.insert(p.event_id) {
-                *late.entry(day_of(&p)).or_default() += p.amount_cents;
+                let e = late.entry(day_of(&p)).or_default();
+                let (cents, fee) = amounts(&p);
+                e.0 += cents;
+                e.1 += fee;
             } else {
                 rec.emitted_twice += 1; // a late payment forwarded twice
                 rec.mismatches += 1;
@@ -203,17 +244,18 @@ pub fn reconcile(cfg: &VerifyConfig, topics: &Topics) -> Result<Reconciliation> 
     keys.sort();
     keys.dedup();
     for k in keys {
-        let want = batch.get(&k).copied().unwrap_or(0);
-        let (cents, times) = streamed.get(&k).copied().unwrap_or((0, 0));
-        let late_cents = late.get(&k).copied().unwrap_or(0);
+        let (want, want_fee) = batch.get(&k).copied().unwrap_or_default();
+        let (cents, fee, times) = streamed.get(&k).copied().unwrap_or_default();
+        let (late_cents, late_fee) = late.get(&k).copied().unwrap_or_default();
         if times > 1 {
             rec.emitted_twice += 1;
         }
-        if times > 1 || cents + late_cents != want {
+        if times > 1 || cents + late_cents != want || fee + late_fee != want_fee {
             rec.mismatches += 1;
             if rec.examples.len() < 5 {
                 rec.examples.push(format!(
-                    "merchant {} day {}: batch {want} cents, streamed {cents} (emitted {times}x) + late {late_cents}",
+                    "merchant {} day {}: batch {want} cents (fees {want_fee}), streamed {cents} (fees {fee}, emitted \
+                     {times}x) + late {late_cents} (fees {late_fee})",
                     k.0, k.1
                 ));
             }

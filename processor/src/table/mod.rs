@@ -71,6 +71,18 @@ use std::sync::Arc;
 
 use crate::codec::{Codec, DecodeError};
 
+/// Reads the tables of input `partitions` from their topics exactly as an assignment
+/// would, then drops them, and returns the number of table records read: what a table read
+/// costs, for benchmarks and capacity planning. Blocks until done or `deadline`.
+pub fn measure_read(
+    cfg: &crate::PipelineConfig,
+    partitions: &[i32],
+    deadline: std::time::Instant,
+) -> crate::Result<u64> {
+    let mut tables = HashMap::new();
+    reader::TableReader::new(cfg)?.bootstrap(cfg, partitions, &mut tables, deadline)
+}
+
 /// A decoded table row, type-erased (the handle knows its type).
 type Row = Arc<dyn Any + Send + Sync>;
 /// Decodes a row's value bytes.
