@@ -1,4 +1,4 @@
-//! What each window kind costs per record in the processing half of a pipeline, without
+//! What each window kind (and the stream–stream join) costs per record in the processing half of a pipeline, without
 //! Kafka: the records go through the test driver (the runtime's own processing, state
 //! overlays, changelog records and commits, with topics kept in memory), so the figures are
 //! CPU per record on top of a keyed running aggregate — not end-to-end throughput, which
@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use kafka_eos::codec::Json;
 use kafka_eos::operators::{
-    Aggregate, HoppingWindows, SessionWindows, SlidingWindows, TumblingWindows, WindowAlign, WindowUpdate,
+    Aggregate, HoppingWindows, SessionWindows, SlidingWindows, StreamJoin, TumblingWindows, WindowAlign, WindowUpdate,
 };
 use kafka_eos::processor::{Context, ProcessError, Processor};
 use kafka_eos::timers::{Timer, Timers};
@@ -99,6 +99,30 @@ fn timer_closed() -> PipelineBuilder {
     b.processor_impl(TimerClosed { w, timers, out })
 }
 
+/// A 10 s stream–stream join on the same input: even offsets are the left side, odd ones
+/// the right (a key then has about 2 records of the other side within the window); every
+/// pair and late record is emitted.
+fn joined() -> PipelineBuilder {
+    let mut b = Pipeline::builder().input_topic("in");
+    let join = StreamJoin::<u64, i64, i64>::new(&mut b, "j", Duration::from_secs(10)).expect("window");
+    let (out, late) = (b.output_topic("out"), b.output_topic("late"));
+    b.processor(move |ctx, rec| {
+        let key: u64 = String::from_utf8_lossy(rec.key.as_deref().unwrap_or_default()).parse()?;
+        let t = rec.timestamp.unwrap_or(0);
+        let u = match rec.offset % 2 {
+            0 => join.left(ctx, &key, t, rec.offset)?,
+            _ => join.right(ctx, &key, t, rec.offset)?,
+        };
+        if let Some(copy) = u.late_record(rec, &late) {
+            ctx.emit(copy);
+        }
+        for p in u.joined {
+            ctx.emit(OutputRecord::to(&out).key(format!("{}/{}/{}", p.key, p.left, p.right)).value("v"));
+        }
+        Ok(())
+    })
+}
+
 fn subjects() -> Vec<Subject> {
     let s = Duration::from_secs;
     fn merge(a: &mut u64, b: u64) {
@@ -137,6 +161,7 @@ fn subjects() -> Vec<Subject> {
             "session gap 10 s",
             subject!(|b| SessionWindows::<u64, u64>::new(&mut b, "w", s(10), "late", merge).expect("shape")),
         ),
+        ("stream join 10 s", Box::new(joined)),
     ]
 }
 

@@ -30,7 +30,7 @@
 //! | `kafka_eos_state_restore_records_total{store}` | counter | changelog records read by restores |
 //! | `kafka_eos_changelog_records_total{store}` | counter | changelog records committed (one per changed key per transaction) |
 //! | `kafka_eos_duplicates_dropped_total{store}` | counter | records dropped by dedup (committed) |
-//! | `kafka_eos_late_records_total{store}` | counter | records routed to a late-records topic by a window (committed) |
+//! | `kafka_eos_late_records_total{store}` | counter | records routed to a late-records topic by a window, or refused by a join (committed) |
 //! | `kafka_eos_window_corrections_total{store}` | counter | window results changed after their window closed: corrections and retracted sessions (committed) |
 
 use std::collections::HashMap;

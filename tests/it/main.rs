@@ -13,6 +13,7 @@ mod equivalence;
 mod failures;
 mod fencing;
 mod interrupt;
+mod joins;
 mod ops;
 mod rebalance;
 mod scale;

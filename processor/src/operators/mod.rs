@@ -1,5 +1,6 @@
 //! Stateful operators built on [state stores](crate::state): deduplication, event-time
-//! windows (tumbling, hopping, sliding, session; see [`window`]'s rules) and keyed running aggregates.
+//! windows (tumbling, hopping, sliding, session; see [`window`]'s rules), keyed running
+//! aggregates and a windowed stream–stream join ([`StreamJoin`]).
 //!
 //! Each operator owns one store, declared on the builder by the operator's constructor
 //! (`Dedup::new(&mut builder, "seen-payments", ttl)`), and is called from the processor
@@ -43,10 +44,12 @@
 
 mod aggregate;
 mod dedup;
+mod join;
 pub mod window;
 
 pub use aggregate::Aggregate;
 pub use dedup::Dedup;
+pub use join::{JoinUpdate, Joined, StreamJoin};
 pub use window::{
     ClosedWindow, HoppingWindows, RetractedWindow, SessionWindows, SlidingWindows, TumblingWindows, WindowAlign,
     WindowError, WindowUpdate, LATE_HEADER,

@@ -123,7 +123,8 @@ pub struct Summary {
     /// Records dropped as duplicates by [`Dedup`](crate::operators::Dedup), committed.
     pub duplicates_dropped: u64,
     /// Records routed to a late-records topic by a window operator
-    /// ([`TumblingWindows`](crate::operators::TumblingWindows) and the other kinds), committed.
+    /// ([`TumblingWindows`](crate::operators::TumblingWindows) and the other kinds), or refused
+    /// as late by a [`StreamJoin`](crate::operators::StreamJoin), committed.
     pub late_records: u64,
     /// Window results changed after their window had closed, committed: corrections (a
     /// late record within the window's retention, see `docs/state.md`) and session results

@@ -154,7 +154,8 @@ pub enum StateError {
 pub(crate) enum Tally {
     /// Records dropped by [`Dedup`](crate::operators::Dedup).
     Duplicate,
-    /// Records routed to a late-records topic by a window operator.
+    /// Records routed to a late-records topic by a window operator, or refused as late by
+    /// a [`StreamJoin`](crate::operators::StreamJoin).
     Late,
     /// Window results changed after their window closed (a late record within the
     /// retention): corrections emitted and session results retracted by a merge.

@@ -48,7 +48,8 @@ pub use sliding::SlidingWindows;
 pub use tumbling::TumblingWindows;
 
 /// The header a late record carries on the late-records topic: the partition's watermark
-/// (milliseconds) when it arrived.
+/// (milliseconds) when it arrived. For a [`StreamJoin`](super::StreamJoin): its stream time
+/// − window − grace, the oldest event time that was still on time.
 pub const LATE_HEADER: &str = "kafka-eos.late-watermark";
 
 /// A window's result: emitted once when the window closes (revision 0), then again for

@@ -1,0 +1,263 @@
+//! The windowed stream–stream join against a real broker: orders and shipments on one input
+//! topic keyed by order id, joined within a window by a pipeline stopped and restarted
+//! mid-run and with injected aborts. The committed pairs equal a batch computation, none
+//! twice, and the late records reach the late topic once each. Both exactly-once modes.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use kafka_eos::operators::StreamJoin;
+use kafka_eos::{Guarantee, OutputRecord, Pipeline, PipelineBuilder, ProcessorErrorPolicy, Summary};
+use kafka_eos_testkit::admin::{self, Client};
+use kafka_eos_testkit::read::read_all;
+
+use crate::common::{bootstrap, spawn, unique};
+
+const PARTITIONS: i32 = 3;
+const ORDERS: u64 = 2_500;
+const T0: i64 = 1_700_000_000_000;
+const WINDOW_MS: i64 = 2_000;
+const GRACE_MS: i64 = 500;
+
+/// An input event: order id, event time, and `None` for the order or `Some(shipment id)`.
+#[derive(Clone, Copy)]
+struct Event {
+    order: u64,
+    t: i64,
+    shipment: Option<u64>,
+}
+
+impl Event {
+    fn partition(&self) -> i32 {
+        (self.order % PARTITIONS as u64) as i32
+    }
+
+    fn value(&self) -> String {
+        match self.shipment {
+            None => format!("order {} {}", self.order, self.t),
+            Some(s) => format!("shipment {} {s} {}", self.order, self.t),
+        }
+    }
+}
+
+/// The input in arrival order: an order every 20 ms with 1 to 3 shipments, some up to a
+/// window before the order (most of those arrive first), some after, some further than the
+/// window; records arrive up to 1.5 s out of order (within window + grace), and 3 % of them
+/// 6 to 10 s late.
+fn events() -> Vec<Event> {
+    let mut seed = 0x5851_f42d_4c95_7f2du64;
+    let mut next = move |n: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n
+    };
+    let (mut out, mut shipments) = (Vec::new(), 0);
+    for order in 0..ORDERS {
+        let t = T0 + order as i64 * 20;
+        out.push(Event { order, t, shipment: None });
+        for _ in 0..1 + next(3) {
+            let offset = match next(10) {
+                0..=2 => -(next(WINDOW_MS as u64 + 1) as i64),
+                3..=6 => next(WINDOW_MS as u64) as i64,
+                7 => WINDOW_MS,
+                _ => WINDOW_MS + 1 + next(3 * WINDOW_MS as u64) as i64,
+            };
+            shipments += 1;
+            out.push(Event { order, t: t + offset, shipment: Some(shipments) });
+        }
+    }
+    let mut arriving: Vec<(i64, Event)> = out
+        .into_iter()
+        .map(|e| {
+            let delay = if next(100) < 3 { 6_000 + next(4_000) } else { next(1_500) };
+            (e.t + delay as i64, e)
+        })
+        .collect();
+    arriving.sort_by_key(|(arrival, _)| *arrival);
+    arriving.into_iter().map(|(_, e)| e).collect()
+}
+
+/// What the committed output must hold — `order/shipment → "t_order t_shipment"` for every
+/// order and shipment within the window, neither late — and the late records' values.
+fn batch(events: &[Event]) -> (BTreeMap<String, String>, Vec<String>) {
+    let (mut stream_time, mut late) = (BTreeMap::<i32, i64>::new(), Vec::new());
+    let (mut orders, mut shipments) = (BTreeMap::new(), Vec::new());
+    for e in events {
+        let max = stream_time.entry(e.partition()).or_insert(i64::MIN);
+        if e.t < max.saturating_sub(WINDOW_MS + GRACE_MS) {
+            late.push(e.value());
+            continue;
+        }
+        *max = (*max).max(e.t);
+        match e.shipment {
+            None => {
+                orders.insert(e.order, e.t);
+            }
+            Some(_) => shipments.push(*e),
+        }
+    }
+    let mut pairs = BTreeMap::new();
+    for s in shipments {
+        if let Some(&t) = orders.get(&s.order).filter(|t| t.abs_diff(s.t) <= WINDOW_MS as u64) {
+            pairs.insert(format!("{}/{}", s.order, s.shipment.unwrap()), format!("{t} {}", s.t));
+        }
+    }
+    late.sort();
+    (pairs, late)
+}
+
+struct Joining {
+    bootstrap: String,
+    input: String,
+    output: String,
+    late: String,
+    app: String,
+    guarantee: Guarantee,
+    /// Records that failed once already (an injected abort each).
+    failed: Arc<Mutex<HashSet<(i32, i64)>>>,
+}
+
+impl Joining {
+    fn pipeline(&self) -> PipelineBuilder {
+        let mut b = Pipeline::builder()
+            .bootstrap_servers(&self.bootstrap)
+            .application_id(&self.app)
+            .input_topic(&self.input)
+            .guarantee(self.guarantee)
+            .handle_signals(false)
+            .max_records_per_transaction(300)
+            .on_processor_error(ProcessorErrorPolicy::retry(1).backoff(Duration::from_millis(1)));
+        let join = StreamJoin::<u64, (), u64>::new(&mut b, "order-shipments", Duration::from_millis(WINDOW_MS as u64))
+            .unwrap()
+            .grace(Duration::from_millis(GRACE_MS as u64));
+        let (out, late) = (b.output_topic(&self.output), b.output_topic(&self.late));
+        let failed = self.failed.clone();
+        b.processor(move |ctx, rec| {
+            if rec.offset % 500 == 150 && failed.lock().unwrap().insert((rec.partition, rec.offset)) {
+                return Err(format!("injected failure at {}", rec.origin()).into());
+            }
+            let text = String::from_utf8(rec.value.clone().unwrap_or_default())?;
+            let fields: Vec<&str> = text.split(' ').collect();
+            let update = match fields[..] {
+                ["order", order, t] => join.left(ctx, &order.parse()?, t.parse()?, ())?,
+                ["shipment", order, shipment, t] => join.right(ctx, &order.parse()?, t.parse()?, shipment.parse()?)?,
+                _ => return Err(format!("bad record {text:?}").into()),
+            };
+            if let Some(record) = update.late_record(rec, &late) {
+                ctx.emit(record);
+            }
+            for pair in update.joined {
+                ctx.emit(
+                    OutputRecord::to(&out)
+                        .key(format!("{}/{}", pair.key, pair.right))
+                        .value(format!("{} {}", pair.left_time_ms, pair.right_time_ms)),
+                );
+            }
+            Ok(())
+        })
+    }
+
+    async fn produce(&self, events: &[Event]) {
+        let records: Vec<_> = events
+            .iter()
+            .map(|e| (Some(e.partition()), e.order.to_string().into_bytes(), e.value().into_bytes()))
+            .collect();
+        let (b, t) = (self.bootstrap.clone(), self.input.clone());
+        tokio::task::spawn_blocking(move || admin::produce(&b, &t, records)).await.unwrap().expect("produce");
+    }
+
+    /// Every committed record of `topic`: (key, value).
+    async fn read(&self, topic: &str) -> Vec<(String, String)> {
+        let (b, topic) = (self.bootstrap.clone(), topic.to_string());
+        let records = tokio::task::spawn_blocking(move || read_all(&Client::new(&b), &topic, Duration::from_secs(60)))
+            .await
+            .unwrap()
+            .expect("read");
+        let text = |b: &Option<Vec<u8>>| String::from_utf8_lossy(b.as_deref().unwrap_or_default()).into_owned();
+        records.iter().map(|r| (text(&r.key), text(&r.value))).collect()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn orders_join_shipments_within_the_window_once_each_across_restarts_and_aborts() {
+    let events = events();
+    let (want, want_late) = batch(&events);
+    let arrival: BTreeMap<(u64, Option<u64>), usize> =
+        events.iter().enumerate().map(|(i, e)| ((e.order, e.shipment), i)).collect();
+    let before_order = want
+        .keys()
+        .filter(|k| {
+            let (order, shipment) = k.split_once('/').unwrap();
+            let (order, shipment) = (order.parse().unwrap(), shipment.parse().unwrap());
+            arrival[&(order, Some(shipment))] < arrival[&(order, None)]
+        })
+        .count();
+    let outside = events
+        .iter()
+        .filter(|e| e.shipment.is_some() && e.t.abs_diff(T0 + e.order as i64 * 20) > WINDOW_MS as u64)
+        .count();
+    println!(
+        "{} pairs ({before_order} with a shipment first), {} late, {outside} shipments outside the window",
+        want.len(),
+        want_late.len()
+    );
+    assert!(want.len() > 3_000 && before_order > 300 && want_late.len() > 100 && outside > 500);
+
+    for guarantee in [Guarantee::ExactlyOnce, Guarantee::ExactlyOncePerConsumer] {
+        let name = unique("join");
+        let j = Joining {
+            bootstrap: bootstrap(),
+            input: format!("{name}-in"),
+            output: format!("{name}-out"),
+            late: format!("{name}-late"),
+            app: name,
+            guarantee,
+            failed: Arc::default(),
+        };
+        let (b, topics) = (j.bootstrap.clone(), [j.input.clone(), j.output.clone(), j.late.clone()]);
+        tokio::task::spawn_blocking(move || topics.iter().try_for_each(|t| admin::create_topic(&b, t, PARTITIONS, 1)))
+            .await
+            .unwrap()
+            .expect("topics");
+        let mut summaries: Vec<Summary> = Vec::new();
+        for part in events.chunks(events.len() / 4 + 1) {
+            let run = spawn(j.pipeline());
+            j.produce(part).await;
+            run.wait_records_in(part.len() as u64 / 3, Duration::from_secs(60)).await;
+            summaries.push(run.stop().await);
+        }
+        let last = spawn(j.pipeline());
+        let (b, g, t) = (j.bootstrap.clone(), j.app.clone(), vec![j.input.clone()]);
+        tokio::task::spawn_blocking(move || admin::wait_for_catch_up(&b, &g, &t, Duration::from_secs(120)))
+            .await
+            .unwrap()
+            .expect("caught up");
+        summaries.push(last.stop().await);
+
+        let mode = guarantee.as_str();
+        let output = j.read(&j.output).await;
+        let got: BTreeMap<String, String> = output.iter().cloned().collect();
+        assert_eq!(got.len(), output.len(), "{mode}: a pair committed twice");
+        let wrong: Vec<_> = want.iter().filter(|(k, v)| got.get(*k) != Some(v)).take(10).collect();
+        let extra: Vec<_> = got.keys().filter(|k| !want.contains_key(*k)).take(10).collect();
+        assert!(wrong.is_empty() && extra.is_empty(), "{mode}: wrong or missing {wrong:?}, extra {extra:?}");
+        let mut late: Vec<String> = j.read(&j.late).await.into_iter().map(|(_, v)| v).collect();
+        late.sort();
+        assert_eq!(late, want_late, "{mode}: the late records, once each");
+        let sum = |f: fn(&Summary) -> u64| summaries.iter().map(f).sum::<u64>();
+        println!(
+            "{mode}: {} aborts, {} restored records, {} late counted",
+            sum(|s| s.transactions_aborted),
+            sum(|s| s.restored_records),
+            sum(|s| s.late_records)
+        );
+        // A producer given up with its commit in doubt drops that batch's counts.
+        if sum(|s| s.producers_fenced) == 0 {
+            assert_eq!(sum(|s| s.late_records), want_late.len() as u64, "{mode}: {summaries:?}");
+        }
+        assert!(sum(|s| s.transactions_aborted) >= 5, "{mode}: injected failures abort");
+        assert!(sum(|s| s.restored_records) > 0, "{mode}: restarts restore the join's buffers");
+    }
+}
