@@ -57,7 +57,7 @@
 //! | [`table`] | a compacted topic read beside the stream, for stream–table joins |
 //! | [`sink`] | sinks outside Kafka (PostgreSQL, Redis): the trait, its guarantees, where the cycle writes them |
 //! | [`timers`] | callbacks at an event time or a wall-clock time, per partition, exactly once |
-//! | [`operators`] | dedup, event-time windows (tumbling, hopping, sliding, session), keyed aggregates, built on stores |
+//! | [`operators`] | dedup, event-time windows (tumbling, hopping, sliding, session), windowed stream–stream joins, keyed aggregates, built on stores |
 //! | [`observe`] | a hook called after every transaction, with its timings and outcome |
 //! | [`health`] | per-partition health (what `/health` serves) |
 //! | [`ops`] | Prometheus `/metrics` and `/health` (feature `ops-server`), tracing set-up (feature `logging`) |
