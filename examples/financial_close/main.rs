@@ -3,20 +3,25 @@
 //! Delivery semantics: **exactly-once** with state. Each payment's effect on its
 //! merchant-day total is committed in the same Kafka transaction as the consumer offset and
 //! the state change (the changelog record), so a crash or a rebalance can neither count a
-//! payment twice nor lose one. Duplicated `event_id`s in the *input* (an upstream retry)
-//! are dropped by a dedup operator; payments for a day already closed go to a late-payments
-//! topic instead of being dropped. Each day's total is emitted once, keyed by
-//! `merchant/day`, so a downstream upsert is idempotent.
+//! payment twice nor lose one. Days are **business days in Europe/Berlin** (the 23-hour
+//! 2026-03-29 is in the generated period). Duplicated `event_id`s in the *input* (an upstream
+//! retry) are dropped by a dedup operator; a payment for a day already closed **corrects**
+//! it (the day is emitted again, revision + 1) within a 3-day retention, and goes to a
+//! late-payments topic past it. Each revision is emitted once, keyed by `merchant/date`, so
+//! a downstream upsert (or a compacted topic) holds the latest figure.
 //!
 //! The pipeline itself is in `pipeline.rs`, beside this file: dedup → merchant fee (a join
-//! with the merchant table, a compacted topic) → daily tumbling window → output (the chaos suite runs the same file, through
+//! with the merchant table, a compacted topic) → Berlin-day tumbling window with
+//! corrections → output (the chaos suite runs the same file, through
 //! `kafka_eos_cli::workloads::financial_close`, which also holds the input generator and the
 //! batch reconciliation used here). This example starts a broker (unless `KAFKA_BOOTSTRAP`
-//! is set), writes 50,000 payments (+5 % duplicates, ~1 % late) to 4 partitions, runs the
-//! pipeline until it has consumed everything and its timers have closed the last day (no
-//! end-of-period heartbeat is written: the idle partitions close it), then recomputes every merchant-day in batch
-//! from the raw payments and the merchant table and compares totals and fees to the cent. Its last line is
-//! `reconciled: <n> merchant-days, 0 mismatches` (exit code 1 on any mismatch).
+//! is set), writes the merchant table and 50,000 payments (+5 % duplicates, ~1 % two days
+//! late, ~0.2 % six days late) to 4 partitions, runs the pipeline until it has consumed
+//! everything and its timers have closed the last day (no end-of-period heartbeat is
+//! written: the idle partitions close it), then recomputes every merchant-day in batch from
+//! the raw payments and the merchant table and compares the latest revision's totals and
+//! fees to the cent. Its last line is
+//! `reconciled: <n> merchant-days (<c> corrected), 0 mismatches` (exit code 1 on any mismatch).
 //!
 //! With `--postgres`, a second, stateless pipeline reads the same payments and posts a
 //! **ledger to PostgreSQL** (a local server the test kit starts; Debian's `postgresql`
@@ -136,7 +141,7 @@ mod ledger {
 
     use kafka_eos::codec::{Codec, Json};
     use kafka_eos::{Guarantee, Pipeline, PipelineBuilder, ProcessError};
-    use kafka_eos_cli::workloads::financial_close::{Event, Reconciliation, DAY_MS};
+    use kafka_eos_cli::workloads::financial_close::{business_days, Event, Reconciliation};
     use kafka_eos_postgres::{row, PostgresSink, TableSpec};
     use kafka_eos_testkit::admin;
     use kafka_eos_testkit::postgres::{Postgres, PostgresConfig};
@@ -144,12 +149,14 @@ mod ledger {
     const TABLE: &str = "CREATE TABLE ledger (
         event_id bigint PRIMARY KEY,
         merchant integer NOT NULL,
-        day      bigint  NOT NULL,
+        day      text    NOT NULL,
         cents    bigint  NOT NULL)";
 
     /// The ledger pipeline: one row per payment, upserted by `event_id`, into the `ledger`
-    /// table of the database `conn` names; ticks make no row.
+    /// table of the database `conn` names, with its business day (the local date in
+    /// Europe/Berlin, as the close has it); ticks make no row.
     pub fn pipeline(mut builder: PipelineBuilder, payments: &str, conn: String) -> PipelineBuilder {
+        let days = business_days();
         let rows = builder.sink(move || {
             let conn = conn.clone();
             // The sink's offsets are kept under the pipeline's name: one row per partition.
@@ -163,7 +170,7 @@ mod ledger {
             .guarantee(Guarantee::AtLeastOnce)
             .processor(move |ctx, r| {
                 if let Event::Payment(p) = Codec::<Event>::decode(&Json, r.value.as_deref().unwrap_or_default())? {
-                    let day = p.time_ms.div_euclid(DAY_MS);
+                    let day = days.label(days.window_of(p.time_ms).0);
                     ctx.sink(&rows, row![p.event_id as i64, p.merchant as i32, day, p.amount_cents]);
                 }
                 Ok::<_, ProcessError>(())
@@ -195,14 +202,15 @@ mod ledger {
                 "postgres",
                 "SELECT count(*) FROM (SELECT merchant, day, sum(cents) FROM ledger GROUP BY merchant, day) d",
             )?;
-            let want = format!("{} {}", rec.payments, rec.total_cents);
-            let exact = totals.trim() == want;
+            // Grouped by business day (the Berlin date each row carries), the ledger must
+            // have the batch's merchant-days.
+            let want = format!("{} {} {}", rec.payments, rec.total_cents, rec.merchant_days);
+            let got = format!("{} {}", totals.trim(), days.trim());
+            let exact = got == want;
             println!(
-                "ledger (postgres): {} records in, {} merchant-days by SQL; payments and cents {} {} the batch \
-                 recomputation ({want})",
+                "ledger (postgres): {} records in; payments, cents and merchant-days (by Berlin day, in SQL) {got} \
+                 {} the batch recomputation ({want})",
                 self.summary.records_in,
-                days.trim(),
-                totals.trim(),
                 if exact { "match" } else { "DO NOT match" }
             );
             Ok(exact)
@@ -223,35 +231,56 @@ mod tests {
     use super::*;
 
     const DAY_MS: i64 = 86_400_000;
+    const H: i64 = 3_600_000;
+    /// 2026-03-29T00:00:00Z. In Europe/Berlin that day runs from 03-28T23:00Z to
+    /// 03-29T22:00Z: 23 hours (clocks go forward at 01:00Z).
+    const MAR_29: i64 = 1_774_742_400_000;
 
     fn topics() -> Topics {
         Topics::with_suffix("test")
     }
 
-    fn payment(event_id: u64, merchant: u32, cents: i64, day: i64) -> TestInput {
-        let p = Payment { event_id, merchant, amount_cents: cents, time_ms: day * DAY_MS + 1_000 };
+    fn paid(event_id: u64, merchant: u32, cents: i64, time_ms: i64) -> TestInput {
+        let p = Payment { event_id, merchant, amount_cents: cents, time_ms };
         TestInput::new().key(merchant.to_string()).encode_value(&Json, &Event::Payment(p)).unwrap()
     }
 
+    fn payment(event_id: u64, merchant: u32, cents: i64, day: i64) -> TestInput {
+        paid(event_id, merchant, cents, day * DAY_MS + 1_000)
+    }
+
     #[test]
-    fn a_day_is_emitted_once_when_it_closes_without_duplicates_and_late_payments() {
+    fn berlin_business_days_close_once_and_late_payments_correct_them() {
         let t = topics();
         let mut driver = TestDriver::new(financial_close::pipeline(Pipeline::builder(), &t)).unwrap();
         let row = TestInput::new().key("7").encode_value(&Json, &Merchant { fee_bps: 250 }).unwrap();
         driver.pipe_table(&t.merchants, row).unwrap();
-        driver.pipe(payment(1, 7, 500, 20_000)).unwrap();
-        driver.pipe(payment(1, 7, 500, 20_000)).unwrap(); // redelivered: dropped
-        driver.pipe(payment(2, 7, 250, 20_000)).unwrap();
-        assert!(driver.output(&t.revenue).is_empty(), "the day is still open");
-        driver.pipe(payment(3, 7, 100, 20_001)).unwrap(); // next day; the watermark lags an hour
-        let tick = Event::Tick { time_ms: 20_002 * DAY_MS + 2 * 3_600_000 }; // past the lateness
-        driver.pipe(TestInput::new().key("tick").encode_value(&Json, &tick).unwrap()).unwrap();
-        driver.pipe(payment(4, 7, 999, 20_000)).unwrap(); // day 20,000 closed: late
+        driver.pipe(paid(1, 7, 500, MAR_29 + 21 * H + H / 2)).unwrap(); // 23:30 CEST
+        driver.pipe(paid(1, 7, 500, MAR_29 + 21 * H + H / 2)).unwrap(); // redelivered: dropped
+        driver.pipe(paid(2, 7, 250, MAR_29 - H / 2)).unwrap(); // 00:30 CET: the same business day
+                                                               // 00:30 CEST on the 30th (still the 29th in UTC); the watermark lags an hour.
+        driver.pipe(paid(3, 7, 100, MAR_29 + 22 * H + H / 2)).unwrap();
+        assert!(driver.output(&t.revenue).is_empty(), "the 29th is still open");
+        driver.pipe(paid(4, 7, 100, MAR_29 + 23 * H + H / 2)).unwrap(); // the watermark passes 22:00Z
+        driver.pipe(paid(5, 7, 40, MAR_29 + 12 * H)).unwrap(); // late, within the retention: a correction
+        let week_later = Event::Tick { time_ms: MAR_29 + 7 * DAY_MS };
+        driver.pipe(TestInput::new().key("tick").encode_value(&Json, &week_later).unwrap()).unwrap();
+        driver.pipe(paid(6, 7, 999, MAR_29 + 12 * H)).unwrap(); // past the retention: late topic
         let days = driver.values::<DailyRevenue>(&t.revenue, &Json).unwrap();
-        let got: Vec<_> = days.iter().map(|d| (d.day, d.cents, d.fee_cents, d.payments)).collect();
-        assert_eq!(got, [(20_000, 750, 12 + 6, 2), (20_001, 100, 2, 1)], "2.5 % fees, rounded down per payment");
+        let got: Vec<_> = days.iter().map(|d| (d.day.as_str(), d.revision, d.cents, d.fee_cents, d.payments)).collect();
+        assert_eq!(
+            got,
+            [
+                ("2026-03-29", 0, 750, 12 + 6, 2),
+                ("2026-03-29", 1, 790, 12 + 6 + 1, 3),
+                ("2026-03-30", 0, 200, 2 + 2, 2)
+            ],
+            "Berlin days, 2.5 % fees rounded down per payment, the correction as revision 1"
+        );
+        assert_eq!(driver.output(&t.revenue)[1].key.as_deref(), Some(&b"7/2026-03-29"[..]), "same key: an upsert");
         assert_eq!(driver.output(&t.late).len(), 1);
-        assert_eq!((driver.stats().duplicates_dropped, driver.stats().late_records), (1, 1));
+        let s = driver.stats();
+        assert_eq!((s.duplicates_dropped, s.late_records, s.window_corrections), (1, 1, 1));
         assert!(driver.store_handle::<u64, ()>(DEDUP_STORE).is_some());
     }
 
@@ -259,14 +288,14 @@ mod tests {
     fn the_ledger_gets_one_row_per_payment_and_none_per_tick() {
         let builder = ledger::pipeline(Pipeline::builder(), "payments", "host=unused".into());
         let mut driver = TestDriver::new(builder).unwrap();
-        driver.pipe(payment(1, 7, 500, 20_000)).unwrap();
+        driver.pipe(paid(1, 7, 500, MAR_29 + 22 * H + H / 2)).unwrap(); // 00:30 CEST on the 30th
         driver.pipe(payment(2, 9, 250, 20_001)).unwrap();
         driver.pipe(TestInput::new().key("tick").encode_value(&Json, &Event::Tick { time_ms: 0 }).unwrap()).unwrap();
         let rows = driver.sink_rows::<kafka_eos_postgres::Row>();
         let got: Vec<_> = rows.iter().map(|r| (r.offset, format!("{:?}", r.row))).collect();
         assert_eq!(got.len(), 2, "{got:?}");
         assert_eq!((got[0].0, got[1].0), (0, 1), "each row carries its input record's offset");
-        assert!(got[0].1.contains("500") && got[0].1.contains("20000"), "{got:?}");
+        assert!(got[0].1.contains("500") && got[0].1.contains("\"2026-03-30\""), "the Berlin date: {got:?}");
     }
 
     #[test]

@@ -8,10 +8,15 @@
 //!
 //! 1. drops repeated `event_id`s with [`Dedup`] (defence in depth: exactly-once processing
 //!    does not remove duplicates that are already in the input);
-//! 2. folds each payment into its merchant's day with daily [`TumblingWindows`] (one hour
-//!    of allowed lateness); a day's total is emitted once, when the partition's watermark
-//!    passes the day's end, keyed by `(merchant, day)` so a downstream upsert is idempotent;
-//! 3. routes payments for a day already closed to the late-payments topic, unchanged;
+//! 2. folds each payment into its merchant's **business day in Europe/Berlin** (calendar
+//!    days from local midnight: 23 hours on the day clocks go forward, 25 on the day they go
+//!    back) with [`TumblingWindows`] on [`business_days`] (one hour of allowed lateness); a
+//!    day's total is emitted when the partition's watermark passes the day's end, keyed by
+//!    `merchant/date` so a downstream upsert is idempotent;
+//! 3. **corrects** a closed day when a payment for it comes late but within
+//!    [`CORRECTION_RETENTION`]: the day is emitted again with the new total and its
+//!    revision + 1 (a reader of the compacted revenue topic always holds the right figure);
+//!    a payment later than that goes to the late-payments topic, unchanged;
 //! 4. closes each day by an event-time [timer](kafka_eos::timers) at its end plus the
 //!    lateness: the payments of later days fire it, and on a partition that receives no
 //!    more payments the idle advance does ([`IDLE_CLOSE`] after its last one) — so the
@@ -27,7 +32,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use kafka_eos::codec::Json;
-use kafka_eos::operators::{ClosedWindow, Dedup, TumblingWindows};
+use kafka_eos::operators::{ClosedWindow, Dedup, TumblingWindows, WindowAlign};
 use kafka_eos::processor::{Context, ProcessError, Processor};
 use kafka_eos::record::{InputRecord, OutputRecord, Topic};
 use kafka_eos::table::Table;
@@ -119,13 +124,16 @@ impl Merchant {
     }
 }
 
-/// One merchant's revenue for one UTC day: the output record's value.
+/// One merchant's revenue for one business day: the output record's value. A corrected
+/// day is emitted again with a higher `revision`; the latest revision is the day's figure.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DailyRevenue {
     /// The merchant.
     pub merchant: u32,
-    /// Days since 1970-01-01 (UTC).
-    pub day: i64,
+    /// The business day: its local date in [`BUSINESS_TIME_ZONE`] (`2026-03-29`).
+    pub day: String,
+    /// 0 when the day closed; 1, 2, ... for each correction by a late payment.
+    pub revision: u32,
     /// Total, in cents.
     pub cents: i64,
     /// Processing fees of those payments at the merchant's rate, in cents.
@@ -145,10 +153,21 @@ pub struct DayTotal {
     pub payments: u64,
 }
 
-/// The output key of a merchant-day.
-pub fn revenue_key(merchant: u32, day: i64) -> String {
+/// The output key of a merchant-day (`day`: the local date).
+pub fn revenue_key(merchant: u32, day: &str) -> String {
     format!("{merchant}/{day}")
 }
+
+/// The time zone of the business days.
+pub const BUSINESS_TIME_ZONE: &str = "Europe/Berlin";
+
+/// The business days: calendar days in [`BUSINESS_TIME_ZONE`].
+pub fn business_days() -> WindowAlign {
+    WindowAlign::days_in(BUSINESS_TIME_ZONE).expect("the time-zone database is compiled in")
+}
+
+/// How long (event time) after its close a day still takes late payments, as corrections.
+pub const CORRECTION_RETENTION: Duration = Duration::from_secs(3 * 86_400);
 
 /// The store names, the dedup TTL and the window lateness.
 pub const DEDUP_STORE: &str = "payment-ids";
@@ -166,22 +185,20 @@ const LATENESS_MS: i64 = 3_600_000;
 /// Adds the financial-close input, stores and stateful processor to `builder`.
 pub fn pipeline(builder: PipelineBuilder, topics: &Topics) -> PipelineBuilder {
     let mut builder = builder.input_topic(&topics.payments);
-    // The TTL outlasts the latest a redelivery can come (late payments are two days behind).
-    let dedup = Dedup::<u64>::new(&mut builder, DEDUP_STORE, Duration::from_secs(3 * 86_400));
-    let daily = TumblingWindows::<u32, DayTotal>::new(
-        &mut builder,
-        WINDOW_STORE,
-        Duration::from_millis(DAY_MS as u64),
-        &topics.late,
-    )
-    .allowed_lateness(Duration::from_millis(LATENESS_MS as u64));
+    // The TTL (event time, against the partition's latest payment) outlasts the latest a
+    // payment, or its redelivered copy, can come: six days behind.
+    let dedup = Dedup::<u64>::new(&mut builder, DEDUP_STORE, Duration::from_secs(8 * 86_400));
+    let days = business_days();
+    let daily = TumblingWindows::<u32, DayTotal>::aligned(&mut builder, WINDOW_STORE, days.clone(), &topics.late)
+        .allowed_lateness(Duration::from_millis(LATENESS_MS as u64))
+        .retention(CORRECTION_RETENTION);
     // The event time is the payment's, in the payload: the record timestamps (produce
     // times) must not move the stream time.
     let spec = TimerSpec::new(TIMER_STORE).stream_time(StreamTime::Advanced).idle_advance(IDLE_CLOSE);
     let timers = Timers::with(&mut builder, spec);
     let merchants = builder.table::<Merchant, _>(&topics.merchants, Json);
     let revenue = builder.output_topic(&topics.revenue);
-    builder.processor_impl(Close { dedup, daily, timers, merchants, revenue })
+    builder.processor_impl(Close { dedup, daily, days, timers, merchants, revenue })
 }
 
 /// The processor: dedup → merchant fee (table join) → daily window, each day closed by the
@@ -190,6 +207,7 @@ pub fn pipeline(builder: PipelineBuilder, topics: &Topics) -> PipelineBuilder {
 struct Close {
     dedup: Dedup<u64>,
     daily: TumblingWindows<u32, DayTotal>,
+    days: WindowAlign,
     timers: Timers,
     merchants: Table<Merchant>,
     revenue: Topic,
@@ -198,11 +216,12 @@ struct Close {
 impl Close {
     fn emit(&self, ctx: &mut Context<'_>, closed: Vec<ClosedWindow<u32, DayTotal>>) -> Result<(), ProcessError> {
         for w in closed {
-            let day = w.start_ms / DAY_MS;
+            let day = self.days.label(w.start_ms);
+            let key = revenue_key(w.key, &day);
             let t = w.value;
-            let value =
-                DailyRevenue { merchant: w.key, day, cents: t.cents, fee_cents: t.fee_cents, payments: t.payments };
-            ctx.emit(OutputRecord::to(&self.revenue).key(revenue_key(w.key, day)).encode_value(&Json, &value)?);
+            let (cents, fee_cents, payments) = (t.cents, t.fee_cents, t.payments);
+            let value = DailyRevenue { merchant: w.key, day, revision: w.revision, cents, fee_cents, payments };
+            ctx.emit(OutputRecord::to(&self.revenue).key(key).encode_value(&Json, &value)?);
         }
         Ok(())
     }
@@ -232,8 +251,11 @@ impl Processor for Close {
                 }
                 // The day closes when the stream time passes its end plus the lateness:
                 // one timer per day (scheduling it again is a no-op).
-                let day = p.time_ms.div_euclid(DAY_MS);
-                self.timers.at_event_time(ctx, (day + 1) * DAY_MS + LATENESS_MS, day as u64)?;
+                // (Not for a correction: its day has closed already.)
+                let close_at = self.days.window_of(p.time_ms).1 + LATENESS_MS;
+                if self.timers.stream_time(ctx)?.is_none_or(|now| now < close_at) {
+                    self.timers.at_event_time(ctx, close_at, close_at as u64)?;
+                }
                 self.timers.advance_stream_time(ctx, p.time_ms)?;
                 update.closed
             }

@@ -4,10 +4,11 @@
 //! windows, late payments routed — is in `examples/financial_close/pipeline.rs`, beside the
 //! example that runs it, and compiled here too (`#[path]`) so that the chaos suite and the
 //! benchmarks run the very same code. This module adds what a test of it needs: an input
-//! generator (payments with ~5 % redelivered and ~1 % days late, and the merchant table) and
-//! [`reconcile`], which recomputes every merchant-day in batch from the raw payments (each
-//! `event_id` once) and the merchant table, and checks, to the cent, that the emitted total
-//! and fees plus the late payments' equal it — and that no merchant-day was emitted twice.
+//! generator (payments with ~5 % redelivered, ~1 % two days late and ~0.2 % six days late,
+//! and the merchant table) and [`reconcile`], which recomputes every business day of every
+//! merchant in batch from the raw payments (each `event_id` once) and the merchant table,
+//! and checks, to the cent, that the latest revision's total and fees plus the late
+//! payments' equal it — and that each revision was emitted once, none missing.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Instant;
@@ -20,8 +21,9 @@ use kafka_eos_testkit::verify::{read_to_end, VerifyConfig};
 mod pipeline;
 pub use pipeline::*;
 
-/// 2026-01-01T00:00:00Z: the first simulated day.
-const EPOCH_MS: i64 = 1_767_225_600_000;
+/// 2026-03-25T00:00:00Z: the first simulated day. The period spans 2026-03-29, the 23-hour
+/// business day in Europe/Berlin (clocks go forward).
+const EPOCH_MS: i64 = 1_774_396_800_000;
 
 /// The shape of the generated input.
 #[derive(Debug, Clone)]
@@ -34,15 +36,27 @@ pub struct Generate {
     pub days: u32,
     /// Share of payments delivered twice.
     pub duplicate_ratio: f64,
-    /// Share of payments whose event time is two days behind the stream.
+    /// Share of payments whose event time is two days behind the stream: their day has
+    /// closed, and is corrected.
     pub late_ratio: f64,
+    /// Share of payments six days behind the stream: past the correction retention, they go
+    /// to the late-payments topic.
+    pub very_late_ratio: f64,
     /// Seed of the generator (same seed, same input).
     pub seed: u64,
 }
 
 impl Default for Generate {
     fn default() -> Self {
-        Generate { payments: 50_000, merchants: 200, days: 10, duplicate_ratio: 0.05, late_ratio: 0.01, seed: 42 }
+        Generate {
+            payments: 50_000,
+            merchants: 200,
+            days: 10,
+            duplicate_ratio: 0.05,
+            late_ratio: 0.01,
+            very_late_ratio: 0.002,
+            seed: 42,
+        }
     }
 }
 
@@ -117,7 +131,10 @@ pub fn payment_records(g: &Generate, i: u64, partitions: i32) -> Vec<InputRecord
     };
     let merchant = (unit() * g.merchants as f64) as u32;
     let mut time_ms = EPOCH_MS + (i as i64 * span_ms) / g.payments.max(1) as i64 + (unit() * 600_000.0) as i64;
-    if unit() < g.late_ratio {
+    let lateness = unit();
+    if lateness < g.very_late_ratio {
+        time_ms -= 6 * DAY_MS;
+    } else if lateness < g.very_late_ratio + g.late_ratio {
         time_ms -= 2 * DAY_MS;
     }
     let p = Payment { event_id: i, merchant, amount_cents: 100 + (unit() * 100_000.0) as i64, time_ms };
@@ -149,8 +166,10 @@ pub struct Reconciliation {
     /// batch total, or that were emitted more than once, or emitted but absent from the
     /// input.
     pub mismatches: usize,
-    /// Merchant-days emitted more than once (each also counts as a mismatch).
+    /// Merchant-day revisions emitted more than once (each also counts as a mismatch).
     pub emitted_twice: usize,
+    /// Merchant-days corrected after their close (emitted with a revision above 0).
+    pub corrected: usize,
     /// Distinct payments in the input.
     pub payments: usize,
     /// Their total, in cents.
@@ -177,7 +196,11 @@ impl std::fmt::Display for Reconciliation {
         for e in &self.examples {
             writeln!(f, "  mismatch: {e}")?;
         }
-        write!(f, "reconciled: {} merchant-days, {} mismatches", self.merchant_days, self.mismatches)
+        write!(
+            f,
+            "reconciled: {} merchant-days ({} corrected), {} mismatches",
+            self.merchant_days, self.corrected, self.mismatches
+        )
     }
 }
 
@@ -186,7 +209,8 @@ impl std::fmt::Display for Reconciliation {
 /// distinct payments with the emitted ones plus the late payments'.
 pub fn reconcile(cfg: &VerifyConfig, topics: &Topics) -> Result<Reconciliation> {
     let deadline = Instant::now() + cfg.timeout;
-    let day_of = |p: &Payment| (p.merchant, p.time_ms.div_euclid(DAY_MS));
+    let days = business_days();
+    let day_of = |p: &Payment| (p.merchant, days.label(days.window_of(p.time_ms).0));
     let mut rec = Reconciliation::default();
     let mut table: HashMap<u32, Merchant> = HashMap::new();
     read_to_end(cfg, &topics.merchants, deadline, |m| {
@@ -197,7 +221,7 @@ pub fn reconcile(cfg: &VerifyConfig, topics: &Topics) -> Result<Reconciliation> 
         }
     })?;
     let amounts = |p: &Payment| (p.amount_cents, table.get(&p.merchant).map_or(0, |m| m.fee(p.amount_cents)));
-    let mut batch: BTreeMap<(u32, i64), (i64, i64)> = BTreeMap::new();
+    let mut batch: BTreeMap<(u32, String), (i64, i64)> = BTreeMap::new();
     let mut seen = HashSet::new();
     read_to_end(cfg, &topics.payments, deadline, |m| {
         if let Some(Ok(Event::Payment(p))) = decode::<Event>(m) {
@@ -214,16 +238,14 @@ pub fn reconcile(cfg: &VerifyConfig, topics: &Topics) -> Result<Reconciliation> 
     rec.payments = seen.len();
     rec.total_cents = batch.values().map(|t| t.0).sum();
     rec.fee_cents = batch.values().map(|t| t.1).sum();
-    let mut streamed: HashMap<(u32, i64), (i64, i64, u32)> = HashMap::new();
+    // Every revision of every merchant-day: the latest is its figure.
+    let mut streamed: HashMap<(u32, String), BTreeMap<u32, Vec<DailyRevenue>>> = HashMap::new();
     read_to_end(cfg, &topics.revenue, deadline, |m| {
         if let Some(Ok(r)) = decode::<DailyRevenue>(m) {
-            let e = streamed.entry((r.merchant, r.day)).or_default();
-            e.0 += r.cents;
-            e.1 += r.fee_cents;
-            e.2 += 1;
+            streamed.entry((r.merchant, r.day.clone())).or_default().entry(r.revision).or_default().push(r);
         }
     })?;
-    let mut late: HashMap<(u32, i64), (i64, i64)> = HashMap::new();
+    let mut late: HashMap<(u32, String), (i64, i64)> = HashMap::new();
     let mut late_ids = HashSet::new();
     read_to_end(cfg, &topics.late, deadline, |m| {
         if let Some(Ok(Event::Payment(p))) = decode::<Event>(m) {
@@ -240,22 +262,33 @@ pub fn reconcile(cfg: &VerifyConfig, topics: &Topics) -> Result<Reconciliation> 
     })?;
     rec.late_payments = late_ids.len();
     rec.merchant_days = batch.len();
-    let mut keys: Vec<(u32, i64)> = batch.keys().chain(streamed.keys()).chain(late.keys()).copied().collect();
+    let mut keys: Vec<(u32, String)> = batch.keys().chain(streamed.keys()).chain(late.keys()).cloned().collect();
     keys.sort();
     keys.dedup();
     for k in keys {
         let (want, want_fee) = batch.get(&k).copied().unwrap_or_default();
-        let (cents, fee, times) = streamed.get(&k).copied().unwrap_or_default();
+        let revisions = streamed.get(&k);
+        // The revisions must be 0, 1, 2, ... each emitted once: a gap is a lost
+        // correction, a repeat a revision committed twice.
+        let twice = revisions.is_some_and(|r| r.values().any(|v| v.len() > 1));
+        let gap = revisions.is_some_and(|r| r.keys().copied().ne(0..r.len() as u32));
+        let latest = revisions.and_then(|r| r.values().next_back()).map(|v| &v[0]);
+        let (cents, fee) = latest.map_or((0, 0), |r| (r.cents, r.fee_cents));
         let (late_cents, late_fee) = late.get(&k).copied().unwrap_or_default();
-        if times > 1 {
+        if twice {
             rec.emitted_twice += 1;
         }
-        if times > 1 || cents + late_cents != want || fee + late_fee != want_fee {
+        if latest.is_some_and(|r| r.revision > 0) {
+            rec.corrected += 1;
+        }
+        if twice || gap || cents + late_cents != want || fee + late_fee != want_fee {
             rec.mismatches += 1;
             if rec.examples.len() < 5 {
+                let emitted: Vec<(u32, usize)> =
+                    revisions.map(|r| r.iter().map(|(rev, v)| (*rev, v.len())).collect()).unwrap_or_default();
                 rec.examples.push(format!(
-                    "merchant {} day {}: batch {want} cents (fees {want_fee}), streamed {cents} (fees {fee}, emitted \
-                     {times}x) + late {late_cents} (fees {late_fee})",
+                    "merchant {} day {}: batch {want} cents (fees {want_fee}), latest revision {cents} (fees {fee}; \
+                     revisions emitted (revision, times) {emitted:?}) + late {late_cents} (fees {late_fee})",
                     k.0, k.1
                 ));
             }

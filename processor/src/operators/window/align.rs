@@ -75,6 +75,25 @@ impl WindowAlign {
         self
     }
 
+    /// The window (start inclusive, end exclusive, ms since the epoch) this grid puts event
+    /// time `t` in, as one step long (a tumbling window): what a processor needs to schedule
+    /// a timer at its window's end, or a batch job to group records as the operator does.
+    pub fn window_of(&self, t: i64) -> (i64, i64) {
+        let start = self.floor(t);
+        (start, self.step(start, 1))
+    }
+
+    /// A name for the window starting at `start_ms`, for output keys: the local date
+    /// (`2026-03-29`) of a calendar day in a time zone (that of its start, minus the
+    /// offset); the start in milliseconds for a fixed grid.
+    pub fn label(&self, start_ms: i64) -> String {
+        match &self.step {
+            Step::Fixed(_) => start_ms.to_string(),
+            #[cfg(feature = "time-zones")]
+            Step::Days(tz) => days::date_of(tz, self.offset_ms, start_ms).to_string(),
+        }
+    }
+
     /// The last boundary at or before `t`.
     pub(super) fn floor(&self, t: i64) -> i64 {
         match &self.step {
@@ -111,7 +130,7 @@ mod days {
     }
 
     /// The local date whose day (starting at local time `offset`) contains `t`, roughly.
-    fn date_of(tz: &TimeZone, offset_ms: i64, t: i64) -> Date {
+    pub(super) fn date_of(tz: &TimeZone, offset_ms: i64, t: i64) -> Date {
         let local = tz.to_datetime(clamp(t));
         local.checked_sub(SignedDuration::from_millis(offset_ms)).unwrap_or(local).date()
     }
@@ -189,6 +208,12 @@ mod tests {
         assert_eq!(a.floor(ms("2024-01-15T23:00:00Z")), ms("2024-01-15T23:00:00Z"));
         assert_eq!(a.floor(ms("2024-01-15T22:59:59.999Z")), ms("2024-01-14T23:00:00Z"));
         assert_eq!(a.step(ms("2024-01-15T23:00:00Z"), -7), ms("2024-01-08T23:00:00Z"));
+        let (start, end) = a.window_of(ms("2024-03-31T12:00:00Z"));
+        assert_eq!((start, end - start), (ms("2024-03-30T23:00:00Z"), 23 * H));
+        assert_eq!(a.label(start), "2024-03-31", "named by its local date");
+        assert_eq!(a.label(ms("2024-10-26T22:00:00Z")), "2024-10-27");
+        let fixed = WindowAlign::fixed(Duration::from_millis(DAY_MS as u64));
+        assert_eq!((fixed.window_of(DAY_MS + 5), fixed.label(DAY_MS)), ((DAY_MS, 2 * DAY_MS), DAY_MS.to_string()));
     }
 
     #[cfg(feature = "time-zones")]
