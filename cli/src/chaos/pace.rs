@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use kafka_eos_testkit::write::Writer;
 
-use crate::workloads::financial_close::{payment_records, tick_records};
+use crate::workloads::financial_close::payment_records;
 
 /// Virtual time, advanced by the input thread, capped by the suite.
 #[derive(Debug, Default)]
@@ -81,7 +81,8 @@ pub(crate) struct InputSpec {
     pub value_size: usize,
     pub duration: Duration,
     /// The financial-close workload's payments instead of the numbered sequence: `records`
-    /// payments (with their redelivered copies), then the closing ticks.
+    /// payments (with their redelivered copies), and no closing heartbeat: the pipeline's
+    /// timers close the last days once the partitions are idle.
     pub payments: Option<crate::workloads::financial_close::Generate>,
 }
 
@@ -146,10 +147,6 @@ fn produce(producer: Writer, spec: &InputSpec, clock: &Clock, stop: &AtomicBool)
             next += 1;
         }
         if next >= spec.records && v >= spec.duration {
-            if let Some(g) = &spec.payments {
-                let ticks = tick_records(g, spec.partitions);
-                sent += producer.send_all(&spec.topic, ticks).map_err(|e| format!("producing a tick: {e}"))?;
-            }
             break;
         }
         std::thread::sleep(Duration::from_millis(10));

@@ -471,7 +471,11 @@ impl<'a, 'r> Run<'a, 'r> {
         if self.fleet.len() == 0 {
             self.fleet.start()?;
         }
-        let caught_up = self.wait_caught_up()?;
+        let mut caught_up = self.wait_caught_up()?;
+        if caught_up && self.close_topics.is_some() {
+            self.mark("group caught up: waiting for the timers to close the last days");
+            caught_up = self.wait_closed()?;
+        }
         self.mark(if caught_up { "group caught up: SIGTERM to every instance" } else { "catch-up timed out" });
         self.fleet.shutdown(STOP_TIMEOUT);
         self.mark("instances stopped");
@@ -488,6 +492,28 @@ impl<'a, 'r> Run<'a, 'r> {
         if let Some(f) = &mut self.timeline {
             let _ = writeln!(f, "{} {what}", utc_time_of_day(wall_ms()));
         }
+    }
+
+    /// Financial close: waits until the revenue topic has not changed for the idle close
+    /// (after which the instances' timers close the days still open, with no heartbeat
+    /// record) plus 3 s; `false` if it keeps changing for 2 minutes.
+    fn wait_closed(&mut self) -> Result<bool, String> {
+        let Some(topics) = self.close_topics.clone() else { return Ok(true) };
+        let quiet = financial_close::IDLE_CLOSE + Duration::from_secs(3);
+        let deadline = Instant::now() + Duration::from_secs(120);
+        let partitions = self.ctx.cfg.partitions;
+        let (mut ends, mut changed) = (Vec::new(), Instant::now());
+        while Instant::now() < deadline {
+            let now = super::sink::end_offsets(self.ctx.client, &topics.revenue, partitions)?;
+            if now != ends {
+                (ends, changed) = (now, Instant::now());
+            } else if changed.elapsed() >= quiet {
+                return Ok(true);
+            }
+            self.pause(Duration::from_millis(500))?;
+        }
+        self.note(format!("the revenue topic {} kept changing for 2 minutes after the catch-up", topics.revenue));
+        Ok(false)
     }
 
     /// Waits until the group has committed all the input; `false` on timeout.
