@@ -223,13 +223,16 @@ impl Processing {
         self.dead.clear();
     }
 
-    /// Closes `partition`'s instance (with its state, read-only) and drops its state:
-    /// the partition was revoked.
-    pub(crate) fn revoke(&mut self, tp: &TopicPartition) {
+    /// Closes `tp`'s instance (with its state, read-only) and drops the partition's state,
+    /// unless `keep_state` (another input's partition of the same number, co-partitioned,
+    /// still uses it): the partition was revoked.
+    pub(crate) fn revoke(&mut self, tp: &TopicPartition, keep_state: bool) {
         self.processors.close(&tp.0, tp.1, self.states.get(&tp.1));
-        self.states.remove(&tp.1);
-        self.tables.remove(&tp.1);
-        self.idle_since.remove(&tp.1);
+        if !keep_state {
+            self.states.remove(&tp.1);
+            self.tables.remove(&tp.1);
+            self.idle_since.remove(&tp.1);
+        }
     }
 
     /// Closes every instance and keeps the state (the pipeline stops).

@@ -1,14 +1,15 @@
-//! The windowed stream–stream join against a real broker: orders and shipments on one input
-//! topic keyed by order id, joined within a window by a pipeline stopped and restarted
-//! mid-run and with injected aborts. The committed pairs equal a batch computation, none
-//! twice, and the late records reach the late topic once each. Both exactly-once modes.
+//! The windowed stream–stream join against a real broker: orders and shipments keyed by order
+//! id — on one input topic, or on two co-partitioned topics — joined within a window by a
+//! pipeline stopped and restarted mid-run and with injected aborts. The committed pairs equal
+//! a batch computation, none twice, and the late records reach the late topic once each.
+//! Both exactly-once modes.
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use kafka_eos::operators::StreamJoin;
-use kafka_eos::{Guarantee, OutputRecord, Pipeline, PipelineBuilder, ProcessorErrorPolicy, Summary};
+use kafka_eos::{Guarantee, OutputRecord, Pipeline, PipelineBuilder, ProcessorErrorPolicy, Rebalancing, Summary};
 use kafka_eos_testkit::admin::{self, Client};
 use kafka_eos_testkit::read::read_all;
 
@@ -19,6 +20,9 @@ const ORDERS: u64 = 2_500;
 const T0: i64 = 1_700_000_000_000;
 const WINDOW_MS: i64 = 2_000;
 const GRACE_MS: i64 = 500;
+/// With two topics, which side's records come first is up to the consumer's fetches: a grace
+/// longer than any disorder makes the result independent of it (nothing is late).
+const TWO_TOPIC_GRACE_MS: i64 = 3_600_000;
 
 /// An input event: order id, event time, and `None` for the order or `Some(shipment id)`.
 #[derive(Clone, Copy)]
@@ -81,12 +85,12 @@ fn events() -> Vec<Event> {
 
 /// What the committed output must hold — `order/shipment → "t_order t_shipment"` for every
 /// order and shipment within the window, neither late — and the late records' values.
-fn batch(events: &[Event]) -> (BTreeMap<String, String>, Vec<String>) {
+fn batch(events: &[Event], grace_ms: i64) -> (BTreeMap<String, String>, Vec<String>) {
     let (mut stream_time, mut late) = (BTreeMap::<i32, i64>::new(), Vec::new());
     let (mut orders, mut shipments) = (BTreeMap::new(), Vec::new());
     for e in events {
         let max = stream_time.entry(e.partition()).or_insert(i64::MIN);
-        if e.t < max.saturating_sub(WINDOW_MS + GRACE_MS) {
+        if e.t < max.saturating_sub(WINDOW_MS + grace_ms) {
             late.push(e.value());
             continue;
         }
@@ -111,6 +115,8 @@ fn batch(events: &[Event]) -> (BTreeMap<String, String>, Vec<String>) {
 struct Joining {
     bootstrap: String,
     input: String,
+    /// The shipments' own topic (co-partitioned with `input`, the orders'), if not `input`.
+    shipments: Option<String>,
     output: String,
     late: String,
     app: String,
@@ -129,9 +135,13 @@ impl Joining {
             .handle_signals(false)
             .max_records_per_transaction(300)
             .on_processor_error(ProcessorErrorPolicy::retry(1).backoff(Duration::from_millis(1)));
+        if let Some(shipments) = &self.shipments {
+            // Partition n of both topics on one instance: the range assignor.
+            b = b.input_topic(shipments).rebalancing(Rebalancing::Eager);
+        }
         let join = StreamJoin::<u64, (), u64>::new(&mut b, "order-shipments", Duration::from_millis(WINDOW_MS as u64))
             .unwrap()
-            .grace(Duration::from_millis(GRACE_MS as u64));
+            .grace(Duration::from_millis(self.grace_ms() as u64));
         let (out, late) = (b.output_topic(&self.output), b.output_topic(&self.late));
         let failed = self.failed.clone();
         b.processor(move |ctx, rec| {
@@ -159,13 +169,45 @@ impl Joining {
         })
     }
 
+    fn grace_ms(&self) -> i64 {
+        if self.shipments.is_some() {
+            TWO_TOPIC_GRACE_MS
+        } else {
+            GRACE_MS
+        }
+    }
+
     async fn produce(&self, events: &[Event]) {
-        let records: Vec<_> = events
-            .iter()
-            .map(|e| (Some(e.partition()), e.order.to_string().into_bytes(), e.value().into_bytes()))
-            .collect();
-        let (b, t) = (self.bootstrap.clone(), self.input.clone());
-        tokio::task::spawn_blocking(move || admin::produce(&b, &t, records)).await.unwrap().expect("produce");
+        let record = |e: &Event| (Some(e.partition()), e.order.to_string().into_bytes(), e.value().into_bytes());
+        // One topic: in arrival order. Two: each side in its order, to its topic.
+        let writes = match &self.shipments {
+            None => vec![(self.input.clone(), events.iter().map(record).collect::<Vec<_>>())],
+            Some(shipments) => {
+                let (orders, shipped): (Vec<&Event>, Vec<&Event>) = events.iter().partition(|e| e.shipment.is_none());
+                vec![
+                    (self.input.clone(), orders.into_iter().map(record).collect()),
+                    (shipments.clone(), shipped.into_iter().map(record).collect()),
+                ]
+            }
+        };
+        let b = self.bootstrap.clone();
+        tokio::task::spawn_blocking(move || {
+            writes.into_iter().try_for_each(|(t, records)| admin::produce(&b, &t, records))
+        })
+        .await
+        .unwrap()
+        .expect("produce");
+    }
+
+    /// Waits until the group has committed every input record.
+    async fn caught_up(&self) {
+        let mut t = vec![self.input.clone()];
+        t.extend(self.shipments.clone());
+        let (b, g) = (self.bootstrap.clone(), self.app.clone());
+        tokio::task::spawn_blocking(move || admin::wait_for_catch_up(&b, &g, &t, Duration::from_secs(120)))
+            .await
+            .unwrap()
+            .expect("caught up");
     }
 
     /// Every committed record of `topic`: (key, value).
@@ -182,8 +224,19 @@ impl Joining {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn orders_join_shipments_within_the_window_once_each_across_restarts_and_aborts() {
+    join_across_restarts_and_aborts(false).await;
+}
+
+/// Orders and shipments on two topics: partition n of both in one task (one transactional.id
+/// in per-partition mode), their join state shared.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn orders_and_shipments_on_two_co_partitioned_topics_join_once_each_across_restarts_and_aborts() {
+    join_across_restarts_and_aborts(true).await;
+}
+
+async fn join_across_restarts_and_aborts(two_topics: bool) {
     let events = events();
-    let (want, want_late) = batch(&events);
+    let (want, want_late) = batch(&events, if two_topics { TWO_TOPIC_GRACE_MS } else { GRACE_MS });
     let arrival: BTreeMap<(u64, Option<u64>), usize> =
         events.iter().enumerate().map(|(i, e)| ((e.order, e.shipment), i)).collect();
     let before_order = want
@@ -203,40 +256,58 @@ async fn orders_join_shipments_within_the_window_once_each_across_restarts_and_a
         want.len(),
         want_late.len()
     );
-    assert!(want.len() > 3_000 && before_order > 300 && want_late.len() > 100 && outside > 500);
+    assert!(want.len() > 3_000 && before_order > 300 && outside > 500);
+    assert!(if two_topics { want_late.is_empty() } else { want_late.len() > 100 });
 
     for guarantee in [Guarantee::ExactlyOnce, Guarantee::ExactlyOncePerConsumer] {
         let name = unique("join");
         let j = Joining {
             bootstrap: bootstrap(),
             input: format!("{name}-in"),
+            shipments: two_topics.then(|| format!("{name}-shipments")),
             output: format!("{name}-out"),
             late: format!("{name}-late"),
             app: name,
             guarantee,
             failed: Arc::default(),
         };
-        let (b, topics) = (j.bootstrap.clone(), [j.input.clone(), j.output.clone(), j.late.clone()]);
+        let mut topics = vec![j.input.clone(), j.output.clone(), j.late.clone()];
+        topics.extend(j.shipments.clone());
+        let b = j.bootstrap.clone();
         tokio::task::spawn_blocking(move || topics.iter().try_for_each(|t| admin::create_topic(&b, t, PARTITIONS, 1)))
             .await
             .unwrap()
             .expect("topics");
         let mut summaries: Vec<Summary> = Vec::new();
-        for part in events.chunks(events.len() / 4 + 1) {
+        for (i, part) in events.chunks(events.len() / 4 + 1).enumerate() {
             let run = spawn(j.pipeline());
+            // Two topics: a second instance joins for one part, so the group's (eager,
+            // range) rebalances split the partitions, each n of both topics together.
+            let second = (two_topics && i == 1).then(|| spawn(j.pipeline()));
+            if let Some(second) = &second {
+                let deadline = std::time::Instant::now() + Duration::from_secs(60);
+                while second.handle.health().partitions.is_empty() || run.handle.health().partitions.len() == 6 {
+                    assert!(std::time::Instant::now() < deadline, "the second instance got no partitions");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
             j.produce(part).await;
-            run.wait_records_in(part.len() as u64 / 3, Duration::from_secs(60)).await;
+            match second {
+                None => run.wait_records_in(part.len() as u64 / 3, Duration::from_secs(60)).await,
+                Some(second) => {
+                    j.caught_up().await;
+                    let s = second.stop().await;
+                    assert!(s.records_in > 0, "the second instance processed its partitions");
+                    summaries.push(s);
+                }
+            }
             summaries.push(run.stop().await);
         }
         let last = spawn(j.pipeline());
-        let (b, g, t) = (j.bootstrap.clone(), j.app.clone(), vec![j.input.clone()]);
-        tokio::task::spawn_blocking(move || admin::wait_for_catch_up(&b, &g, &t, Duration::from_secs(120)))
-            .await
-            .unwrap()
-            .expect("caught up");
+        j.caught_up().await;
         summaries.push(last.stop().await);
 
-        let mode = guarantee.as_str();
+        let mode = format!("{}{}", guarantee.as_str(), if two_topics { ", two topics" } else { "" });
         let output = j.read(&j.output).await;
         let got: BTreeMap<String, String> = output.iter().cloned().collect();
         assert_eq!(got.len(), output.len(), "{mode}: a pair committed twice");
@@ -260,4 +331,29 @@ async fn orders_join_shipments_within_the_window_once_each_across_restarts_and_a
         assert!(sum(|s| s.transactions_aborted) >= 5, "{mode}: injected failures abort");
         assert!(sum(|s| s.restored_records) > 0, "{mode}: restarts restore the join's buffers");
     }
+}
+
+/// Co-partitioned inputs must have the same partition count: start-up refuses others,
+/// naming the counts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stateful_inputs_with_different_partition_counts_are_refused_at_start() {
+    let name = unique("join-layout");
+    let (b, orders, shipments) = (bootstrap(), format!("{name}-orders"), format!("{name}-shipments"));
+    let (b2, o, s) = (b.clone(), orders.clone(), shipments.clone());
+    tokio::task::spawn_blocking(move || {
+        admin::create_topic(&b2, &o, 3, 1).and_then(|()| admin::create_topic(&b2, &s, 2, 1))
+    })
+    .await
+    .unwrap()
+    .expect("topics");
+    let mut builder = Pipeline::builder()
+        .bootstrap_servers(&b)
+        .application_id(&name)
+        .input_topic(&orders)
+        .input_topic(&shipments)
+        .rebalancing(Rebalancing::Eager)
+        .handle_signals(false);
+    let _join = StreamJoin::<u64, (), u64>::new(&mut builder, "j", Duration::from_secs(1)).unwrap();
+    let err = crate::common::run_expecting_error(builder.processor(|_, _| Ok(()))).await.to_string();
+    assert!(err.contains("co-partitioned") && err.contains("2)"), "{err}");
 }

@@ -44,9 +44,19 @@ fn rejects_what_would_break_the_guarantee() {
     let mut v0 = base();
     v0.store_spec(StoreSpec::<u8, u8>::new("s").version(0));
     assert!(err(v0).contains("schema version 0"));
+    // Co-partitioned inputs share partition n's state: only a range assignor keeps them on
+    // one instance.
     let mut two_inputs = base().input_topic("in2");
     two_inputs.store::<u8, u8>("s");
-    assert!(err(two_inputs).contains("exactly one input topic"));
+    assert!(err(two_inputs).contains("Rebalancing::Eager"));
+    let mut eager = base().input_topic("in2").rebalancing(crate::Rebalancing::Eager);
+    eager.store::<u8, u8>("s");
+    assert!(eager.build().unwrap().config().co_partitioned());
+    let mut range = base().input_topic("in2").rebalancing(crate::Rebalancing::Consumer);
+    range = range.consumer_property("group.remote.assignor", "range");
+    range.store::<u8, u8>("s");
+    assert!(range.build().is_ok());
+    assert!(!base().input_topic("in2").build().unwrap().config().co_partitioned(), "stateless: per partition");
     // at-least-once does not care about the transaction timeout
     assert!(base().guarantee(Guarantee::AtLeastOnce).transaction_timeout(Duration::from_millis(50)).build().is_ok());
 }

@@ -301,6 +301,22 @@ impl PipelineConfig {
         format!("{}:{}:{}", self.application_id, topic, partition)
     }
 
+    /// Whether input partition *n* of every input topic is one unit of state: a stateful
+    /// pipeline (stores or timers) over several input topics, e.g. the two sides of a
+    /// stream–stream join. One task then owns them together (per-partition mode: one
+    /// producer and transactional.id for partition *n* of all inputs; otherwise one worker),
+    /// and validation has required a range assignor, which puts them on one instance.
+    pub(crate) fn co_partitioned(&self) -> bool {
+        self.input_topics.len() > 1 && (!self.stores.is_empty() || self.timers.is_some())
+    }
+
+    /// What groups input partitions into one per-partition task: the partition itself, or,
+    /// [co-partitioned](Self::co_partitioned), its number under the first input topic.
+    pub(crate) fn task_of(&self, topic: &str, partition: i32) -> (String, i32) {
+        let topic = if self.co_partitioned() { &self.input_topics[0] } else { topic };
+        (topic.to_string(), partition)
+    }
+
     /// The transactional.id of this instance in [`Guarantee::ExactlyOncePerConsumer`]:
     /// `<application-id>:<instance-id>` (unambiguous for the reason given on
     /// [`partition_transactional_id`](Self::partition_transactional_id)).

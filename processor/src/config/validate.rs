@@ -104,13 +104,24 @@ impl PipelineBuilder {
                 return cfg_err(format!("the dead-letter topic {t:?} cannot also be an input topic"));
             }
         }
-        if !self.stores.is_empty() {
-            if self.input_topics.len() != 1 {
+        let stateful = !self.stores.is_empty() || !self.timers.is_empty();
+        if stateful && self.input_topics.len() > 1 {
+            // Co-partitioned inputs: input partition n of every topic shares the state of
+            // partition n, so one member must own all of them, which only the range
+            // assignors guarantee (a sticky or uniform one may split them).
+            let range = rebalancing == Rebalancing::Eager
+                || (rebalancing == Rebalancing::Consumer && c.get("group.remote.assignor") == Some("range"));
+            if !range {
                 return cfg_err(format!(
-                    "state stores need exactly one input topic (changelog partition n belongs to input partition n), not {:?}",
+                    "a stateful pipeline over several input topics {:?} needs every input partition n on the same \
+                     instance (they share partition n's state): use Rebalancing::Eager (the range assignor), or \
+                     Rebalancing::Consumer with consumer property group.remote.assignor=range; Rebalancing::{rebalancing:?} \
+                     may assign them apart",
                     self.input_topics
                 ));
             }
+        }
+        if !self.stores.is_empty() {
             let mut names = std::collections::HashSet::new();
             for s in &self.stores {
                 if s.name.is_empty() || !s.name.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c)) {

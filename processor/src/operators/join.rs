@@ -18,10 +18,12 @@ use crate::{Context, PipelineBuilder};
 /// The processor tells the sides apart and calls [`left`](Self::left) or
 /// [`right`](Self::right); each call buffers the record and returns the pairs it completes
 /// in [`JoinUpdate::joined`] (by the buffered partner's event time). Both sides must reach
-/// the same input partition (co-partitioned by the join key), since state is per partition:
-/// today a pipeline with stores reads exactly one input topic, so both sides come from that
-/// one topic, keyed by the join key, and the processor tells them apart by their content;
-/// joining two topics waits for co-partitioned multi-topic tasks.
+/// the same input partition number (co-partitioned by the join key), since state is per
+/// partition: either one input topic carrying both, told apart by their content, or two input
+/// topics with the same partition count, keyed alike, told apart by
+/// [`Context::topic`](crate::Context::topic) — a stateful pipeline over several input topics
+/// owns partition *n* of all of them in one task, and needs a range assignor
+/// ([`Rebalancing::Eager`](crate::Rebalancing::Eager)) to keep them on one instance.
 ///
 /// **Time** is event time, given by the caller. The partition's *stream time* is the largest
 /// event time this operator has seen in it (both sides). A record is **late** when it is

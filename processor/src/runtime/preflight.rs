@@ -90,6 +90,15 @@ pub(crate) fn preflight(cfg: &PipelineConfig) -> Result<()> {
         return Err(Error::UnknownTopics { topics: missing, servers: cfg.bootstrap_servers.clone() });
     }
     let partitions = |t: &str| md.topics().iter().find(|mt| mt.name() == t).map_or(0, |mt| mt.partitions().len());
+    if cfg.co_partitioned() {
+        let counts: Vec<(&str, usize)> = cfg.input_topics.iter().map(|t| (t.as_str(), partitions(t))).collect();
+        if counts.iter().any(|(_, n)| *n != counts[0].1) {
+            return Err(Error::Config(format!(
+                "the input topics of a stateful pipeline must be co-partitioned (the same partition count, keyed \
+                 alike): input partition n of each shares partition n's state, but they have {counts:?} partitions"
+            )));
+        }
+    }
     for table in &cfg.tables {
         for input in &cfg.input_topics {
             if partitions(&table.topic) != partitions(input) {

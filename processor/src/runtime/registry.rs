@@ -116,11 +116,37 @@ pub(super) fn queue_capacity(cfg: &PipelineConfig) -> usize {
     cfg.max_records_per_transaction.clamp(100, 10_000)
 }
 
-/// Starts the task of one input partition (per-partition mode): its own transactional.id,
-/// labelled `topic-partition`.
-pub(super) fn spawn_partition_task(shared: &Arc<Shared>, id: u64, tp: &TopicPartition) -> Result<(TaskHandle, Ready)> {
-    let txn_id = shared.cfg.partition_transactional_id(&tp.0, tp.1);
-    spawn_task(shared, id, Some(txn_id), vec![tp.clone()], format!("{}-{}", tp.0, tp.1))
+/// Starts the task of one input partition (per-partition mode) — or of partition *n* of
+/// every input topic of a [co-partitioned](crate::PipelineConfig::co_partitioned) pipeline,
+/// `tps` — with its own transactional.id, labelled `topic-partition`.
+pub(super) fn spawn_partition_task(
+    shared: &Arc<Shared>,
+    id: u64,
+    tps: &[TopicPartition],
+) -> Result<(TaskHandle, Ready)> {
+    let (topic, partition) = shared.cfg.task_of(&tps[0].0, tps[0].1);
+    let txn_id = shared.cfg.partition_transactional_id(&topic, partition);
+    let topics: Vec<&str> = tps.iter().map(|tp| tp.0.as_str()).collect();
+    spawn_task(shared, id, Some(txn_id), tps.to_vec(), format!("{}-{partition}", topics.join("+")))
+}
+
+/// `partitions` grouped by the per-partition task that owns them (see
+/// [`task_of`](crate::PipelineConfig::task_of)), in order.
+pub(super) fn by_task(cfg: &PipelineConfig, partitions: Vec<TopicPartition>) -> Vec<Vec<TopicPartition>> {
+    let mut groups: std::collections::BTreeMap<(String, i32), Vec<TopicPartition>> = Default::default();
+    for tp in partitions {
+        groups.entry(cfg.task_of(&tp.0, tp.1)).or_default().push(tp);
+    }
+    groups.into_values().collect()
+}
+
+impl Registry {
+    /// The task already owning a partition that `tp` shares its task with (co-partitioned
+    /// inputs), if any.
+    pub(super) fn task_sharing(&self, cfg: &PipelineConfig, tp: &TopicPartition) -> Option<u64> {
+        let key = cfg.task_of(&tp.0, tp.1);
+        self.routes.iter().find(|(other, _)| cfg.task_of(&other.0, other.1) == key).map(|(_, id)| *id)
+    }
 }
 
 /// Starts a task thread; its producer is initialised on that thread and `Ready` says when.

@@ -310,15 +310,21 @@ impl Task {
                     for tp in &partitions {
                         self.owned.remove(tp);
                         self.unanchored.remove(tp);
-                        self.processing.revoke(tp);
                     }
-                    self.release_tables(&partitions);
+                    // Partition n's state and tables go with its last input (co-partitioned
+                    // inputs share them).
+                    let gone: Vec<TopicPartition> =
+                        partitions.iter().filter(|tp| !self.owned.iter().any(|o| o.1 == tp.1)).cloned().collect();
+                    for tp in &partitions {
+                        self.processing.revoke(tp, !gone.contains(tp));
+                    }
+                    self.release_tables(&gone);
                     self.release(&partitions);
                     // Before the reply: once it is sent the consumer thread may set the
                     // next revocation's interrupt, which must not be cleared here.
                     self.interrupt.clear_revocation();
                     let _ = reply.send(RevokeReply { acked_offsets });
-                    if per_partition {
+                    if per_partition && self.owned.is_empty() {
                         return;
                     }
                 }

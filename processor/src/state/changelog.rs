@@ -89,17 +89,18 @@ pub(crate) fn restore(
         .create_with_context(QuietEof)
         .map_err(|e| Error::Config(format!("state restore consumer: {}", crate::config::client_error(&e))))?;
     let timeout = |what: String, last: String| Error::TaskTimeout { what, timeout: cfg.task_timeout, last };
-    let input_topic = &cfg.input_topics[0];
-
+    // Every input topic's partitions: co-partitioned inputs share partition n's state, and
+    // a previous owner's transaction may have carried the offsets of any of them.
     let mut input = TopicPartitionList::new();
-    for p in partitions {
-        let _ = input.add_partition(input_topic, *p);
+    for topic in &cfg.input_topics {
+        for p in partitions {
+            let _ = input.add_partition(topic, *p);
+        }
     }
     stable_committed_offsets(&consumer, &input, deadline).map_err(|e| {
+        let topics = &cfg.input_topics;
         timeout(
-            format!(
-                "fetching the stable committed offsets of {input_topic} {partitions:?} before restoring their state"
-            ),
+            format!("fetching the stable committed offsets of {topics:?} {partitions:?} before restoring their state"),
             e.to_string(),
         )
     })?;

@@ -57,7 +57,14 @@
 //! without moving the checkpoint (behind again, and re-applying changelog records the data
 //! already has is harmless: each sets a key to an absolute value).
 //!
-//! Stores need a single input topic: changelog partition *n* belongs to input partition *n*.
+//! Changelog partition *n* belongs to input partition *n*. A stateful pipeline over several
+//! input topics treats them as **co-partitioned**: partition *n* of every input shares one
+//! state (a stream–stream join of two topics), owned by one task — in per-partition mode one
+//! producer and transactional.id (`<app>:<first input topic>:<n>`) for all of them — and the
+//! topics must have the same partition count (checked at start-up). Validation requires a
+//! range assignor ([`Rebalancing::Eager`](crate::Rebalancing::Eager), or the consumer
+//! protocol with `group.remote.assignor=range`), the only ones that keep partition *n* of
+//! every input on one instance.
 
 pub mod backend;
 pub(crate) mod changelog;

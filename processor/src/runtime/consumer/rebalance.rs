@@ -13,7 +13,9 @@ use rdkafka::{Offset, TopicPartitionList};
 use super::Rebalancer;
 use crate::config::Guarantee;
 use crate::error::Error;
-use crate::runtime::registry::{retry_later, send_bounded, spawn_partition_task, to_tpl, wait_ready, Ready, Unstarted};
+use crate::runtime::registry::{
+    by_task, retry_later, send_bounded, spawn_partition_task, to_tpl, wait_ready, Ready, Unstarted,
+};
 use crate::runtime::task::{Resume, RevokeReply, TaskMsg};
 use crate::runtime::TopicPartition;
 
@@ -27,33 +29,48 @@ impl Rebalancer {
         let deadline = Instant::now() + shared.cfg.task_timeout;
         if shared.cfg.guarantee == Guarantee::ExactlyOnce {
             let mut pending = Vec::new();
-            for tp in partitions {
+            for group in by_task(&shared.cfg, partitions) {
+                // Co-partitioned inputs: partition n of another input may be running
+                // already (an incremental protocol assigns in steps): its task takes it.
+                let sharing = self.registry().task_sharing(&shared.cfg, &group[0]);
+                if let Some(id) = sharing {
+                    if let Err(e) = self.hand_over(id, group, deadline) {
+                        return self.set_fatal(e);
+                    }
+                    continue;
+                }
                 let id = self.registry().next_id();
-                match spawn_partition_task(shared, id, &tp) {
-                    Ok((handle, ready)) => pending.push((id, tp, handle, ready)),
+                match spawn_partition_task(shared, id, &group) {
+                    Ok((handle, ready)) => pending.push((id, group, handle, ready)),
                     Err(e) => return self.set_fatal(e),
                 }
             }
-            for (id, tp, handle, ready) in pending {
+            for (id, group, handle, ready) in pending {
                 match wait_ready(ready, deadline) {
                     Ok(resume) => {
                         self.resume_at(resume);
                         let mut reg = self.registry();
-                        reg.routes.insert(tp, id);
+                        for tp in group {
+                            reg.routes.insert(tp, id);
+                        }
                         reg.tasks.insert(id, handle);
                     }
                     Err(e) if retry_later(&e) => {
                         // One partition's trouble must not stop the others: paused once
                         // assigned, retried from the loop (`start_unstarted`).
-                        tracing::warn!(partition = ?tp, error = %e, "the partition's producer cannot be initialised; retrying it while the others run");
-                        self.registry().unstarted.insert(tp, Unstarted::new(e.to_string()));
+                        tracing::warn!(partitions = ?group, error = %e, "the partition's producer cannot be initialised; retrying it while the others run");
+                        let mut reg = self.registry();
+                        for tp in group {
+                            reg.unstarted.insert(tp, Unstarted::new(e.to_string()));
+                        }
                     }
                     Err(e) => self.set_fatal(e),
                 }
             }
         } else {
             // Each new partition goes to the worker with the fewest, and stays there while
-            // assigned: under incremental rebalancing the others keep theirs.
+            // assigned: under incremental rebalancing the others keep theirs. Co-partitioned
+            // inputs' partition n go to one worker together (they share its state).
             let mut reg = self.registry();
             let mut load: BTreeMap<u64, usize> = reg.tasks.keys().map(|id| (*id, 0)).collect();
             if load.is_empty() {
@@ -64,10 +81,13 @@ impl Rebalancer {
                 *load.entry(*id).or_default() += 1;
             }
             let mut shares: BTreeMap<u64, Vec<TopicPartition>> = BTreeMap::new();
-            for tp in partitions {
-                let (&id, n) = load.iter_mut().min_by_key(|(id, n)| (**n, **id)).expect("not empty");
-                *n += 1;
-                shares.entry(id).or_default().push(tp);
+            for group in by_task(&shared.cfg, partitions) {
+                let id = match reg.task_sharing(&shared.cfg, &group[0]) {
+                    Some(id) => id,
+                    None => *load.iter().min_by_key(|(id, n)| (**n, **id)).expect("not empty").0,
+                };
+                *load.entry(id).or_default() += group.len();
+                shares.entry(id).or_default().extend(group);
             }
             let mut replies = Vec::new();
             for (id, share) in shares {
@@ -94,6 +114,26 @@ impl Rebalancer {
                 }
             }
         }
+    }
+
+    /// Hands `partitions` to the running per-partition task `id`, which owns their
+    /// co-partitioned siblings already, and waits for its claim.
+    fn hand_over(&self, id: u64, partitions: Vec<TopicPartition>, deadline: Instant) -> Result<(), Error> {
+        let (reply, claimed) = sync_channel(1);
+        let ready = {
+            let mut reg = self.registry();
+            let msg = TaskMsg::Assign { partitions: partitions.clone(), reply };
+            let Some(task) = reg.tasks.get(&id).filter(|h| send_bounded(&h.tx, msg, deadline)) else {
+                return Err(Error::Internal(format!("the task of {partitions:?} did not accept them")));
+            };
+            let ready = Ready::new(claimed, task);
+            for tp in partitions {
+                reg.routes.insert(tp, id);
+            }
+            ready
+        };
+        self.resume_at(wait_ready(ready, deadline)?);
+        Ok(())
     }
 
     fn on_revoke(&self, consumer: &BaseConsumer<Self>, partitions: Vec<TopicPartition>, lost: bool) {
@@ -163,8 +203,12 @@ impl Rebalancer {
             match reply {
                 Some(r) => {
                     acked.extend(r.acked_offsets);
-                    if per_partition {
-                        if let Some(h) = self.registry().tasks.remove(&id) {
+                    // A per-partition task ends with its last partition (co-partitioned
+                    // inputs may keep some).
+                    let mut reg = self.registry();
+                    if per_partition && !reg.owns_partitions(id) {
+                        if let Some(h) = reg.tasks.remove(&id) {
+                            drop(reg);
                             let _ = h.join.join();
                         }
                     }

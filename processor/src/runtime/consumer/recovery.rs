@@ -11,7 +11,7 @@ use rdkafka::{Offset, TopicPartitionList};
 
 use super::Rebalancer;
 use crate::error::Error;
-use crate::runtime::registry::{send_bounded, spawn_partition_task, to_tpl, wait_ready, Registry};
+use crate::runtime::registry::{by_task, send_bounded, spawn_partition_task, to_tpl, wait_ready, Registry};
 use crate::runtime::task::TaskMsg;
 use crate::runtime::TopicPartition;
 
@@ -75,47 +75,59 @@ impl Rebalancer {
     /// any record, then resumed. A partition still failing after the task timeout stops
     /// the pipeline, with the last error.
     pub(super) fn start_unstarted(&self, consumer: &BaseConsumer<Self>) {
+        let cfg = &self.shared.cfg;
+        // Due partitions, with their co-partitioned siblings (one task starts for them all).
         let due: Vec<TopicPartition> = {
             let reg = self.registry();
             let now = Instant::now();
-            reg.unstarted.iter().filter(|(_, u)| u.next <= now).map(|(tp, _)| tp.clone()).collect()
+            let tasks: std::collections::HashSet<(String, i32)> =
+                reg.unstarted.iter().filter(|(_, u)| u.next <= now).map(|(tp, _)| cfg.task_of(&tp.0, tp.1)).collect();
+            reg.unstarted.keys().filter(|tp| tasks.contains(&cfg.task_of(&tp.0, tp.1))).cloned().collect()
         };
-        let cfg = &self.shared.cfg;
-        for tp in due {
+        for group in by_task(cfg, due) {
             let id = self.registry().next_id();
-            let started = spawn_partition_task(&self.shared, id, &tp)
+            let started = spawn_partition_task(&self.shared, id, &group)
                 .and_then(|(handle, ready)| wait_ready(ready, Instant::now() + cfg.task_timeout).map(|_| handle));
             let result = started.map_err(|e| e.to_string()).and_then(|handle| {
-                seek_to_committed(consumer, std::slice::from_ref(&tp))?;
+                seek_to_committed(consumer, &group)?;
                 Ok(handle)
             });
             let mut reg = self.registry();
-            if !reg.unstarted.contains_key(&tp) {
+            if group.iter().any(|tp| !reg.unstarted.contains_key(tp)) {
                 continue; // revoked meanwhile (the task, if any, ends with its inbox)
             }
             match result {
                 Ok(handle) => {
-                    reg.unstarted.remove(&tp);
-                    reg.routes.insert(tp.clone(), id);
+                    let mut resume = Vec::new();
+                    for tp in &group {
+                        reg.unstarted.remove(tp);
+                        reg.routes.insert(tp.clone(), id);
+                        if reg.paused.remove(tp) {
+                            resume.push((tp.clone(), 0));
+                        }
+                    }
                     reg.tasks.insert(id, handle);
-                    let resume = reg.paused.remove(&tp);
                     drop(reg);
-                    tracing::info!(partition = ?tp, "the partition's task started after all");
-                    if resume {
-                        if let Err(e) = consumer.resume(&to_tpl(&[(tp, 0)])) {
+                    tracing::info!(partitions = ?group, "the partition's task started after all");
+                    if !resume.is_empty() {
+                        if let Err(e) = consumer.resume(&to_tpl(&resume)) {
                             tracing::warn!(error = %e, "resuming a started partition failed");
                         }
                     }
                 }
                 Err(last) => {
-                    let u = reg.unstarted.get_mut(&tp).expect("checked above");
+                    let u = reg.unstarted.get_mut(&group[0]).expect("checked above");
                     if u.since.elapsed() >= cfg.task_timeout {
-                        let what = format!("starting the task of {}-{}", tp.0, tp.1);
+                        let what = format!("starting the task of {group:?}");
                         drop(reg);
                         return self.set_fatal(Error::TaskTimeout { what, timeout: cfg.task_timeout, last });
                     }
-                    tracing::warn!(partition = ?tp, error = %last, "the partition's task still cannot start; retrying");
-                    u.failed_again(last);
+                    tracing::warn!(partitions = ?group, error = %last, "the partition's task still cannot start; retrying");
+                    for tp in &group {
+                        if let Some(u) = reg.unstarted.get_mut(tp) {
+                            u.failed_again(last.clone());
+                        }
+                    }
                 }
             }
         }

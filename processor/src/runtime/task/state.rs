@@ -30,6 +30,7 @@ impl Task {
         let mut partitions: Vec<i32> =
             self.owned.iter().map(|tp| tp.1).filter(|p| self.processing.needs_restore(*p)).collect();
         partitions.sort_unstable();
+        partitions.dedup(); // co-partitioned inputs share partition n's state
         if !partitions.is_empty() {
             let (states, records) = changelog::restore(&cfg, &partitions, deadline)?;
             self.shared.shutdown.stats().restored_records.add(records);
