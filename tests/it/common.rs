@@ -1,7 +1,8 @@
 //! Shared fixtures: the broker, unique names, running pipelines in the background.
 
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use kafka_eos::{
@@ -234,4 +235,32 @@ pub fn noop(bootstrap: &str, app: &str, topic: &str) -> PipelineBuilder {
 /// Runs a pipeline that must fail, returning its error.
 pub async fn run_expecting_error(builder: PipelineBuilder) -> Error {
     builder.build().expect("valid pipeline").run().await.expect_err("the pipeline must fail")
+}
+
+/// A pipeline over `input` for the replay tests: processor errors retried once, at once, so
+/// that each [`FailOnce`] failure aborts its batch and replays it.
+pub fn replaying(bootstrap: &str, app: &str, input: &str, guarantee: Guarantee, max_records: usize) -> PipelineBuilder {
+    Pipeline::builder()
+        .bootstrap_servers(bootstrap)
+        .application_id(app)
+        .input_topic(input)
+        .guarantee(guarantee)
+        .handle_signals(false)
+        .max_records_per_transaction(max_records)
+        .on_processor_error(kafka_eos::ProcessorErrorPolicy::retry(1).backoff(Duration::from_millis(1)))
+}
+
+/// Fails chosen records once each (an injected processor error: the batch aborts and is
+/// replayed), remembered across restarts of the pipeline.
+#[derive(Clone, Default)]
+pub struct FailOnce(Arc<Mutex<HashSet<(String, i32, i64)>>>);
+
+impl FailOnce {
+    /// `Err` the first time `rec` comes with `chosen`.
+    pub fn check(&self, rec: &InputRecord, chosen: bool) -> Result<(), ProcessError> {
+        if chosen && self.0.lock().unwrap().insert((rec.topic.clone(), rec.partition, rec.offset)) {
+            return Err(format!("injected failure at {}", rec.origin()).into());
+        }
+        Ok(())
+    }
 }

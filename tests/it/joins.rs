@@ -4,16 +4,15 @@
 //! a batch computation, none twice, and the late records reach the late topic once each.
 //! Both exactly-once modes.
 
-use std::collections::{BTreeMap, HashSet};
-use std::sync::{Arc, Mutex};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use kafka_eos::operators::StreamJoin;
-use kafka_eos::{Guarantee, OutputRecord, Pipeline, PipelineBuilder, ProcessorErrorPolicy, Rebalancing, Summary};
+use kafka_eos::{Guarantee, OutputRecord, Pipeline, PipelineBuilder, Rebalancing, Summary};
 use kafka_eos_testkit::admin::{self, Client};
 use kafka_eos_testkit::read::read_all;
 
-use crate::common::{bootstrap, spawn, unique};
+use crate::common::{bootstrap, replaying, spawn, unique, FailOnce};
 
 const PARTITIONS: i32 = 3;
 const ORDERS: u64 = 2_500;
@@ -122,19 +121,12 @@ struct Joining {
     app: String,
     guarantee: Guarantee,
     /// Records that failed once already (an injected abort each).
-    failed: Arc<Mutex<HashSet<(i32, i64)>>>,
+    failed: FailOnce,
 }
 
 impl Joining {
     fn pipeline(&self) -> PipelineBuilder {
-        let mut b = Pipeline::builder()
-            .bootstrap_servers(&self.bootstrap)
-            .application_id(&self.app)
-            .input_topic(&self.input)
-            .guarantee(self.guarantee)
-            .handle_signals(false)
-            .max_records_per_transaction(300)
-            .on_processor_error(ProcessorErrorPolicy::retry(1).backoff(Duration::from_millis(1)));
+        let mut b = replaying(&self.bootstrap, &self.app, &self.input, self.guarantee, 300);
         if let Some(shipments) = &self.shipments {
             // Partition n of both topics on one instance: the range assignor.
             b = b.input_topic(shipments).rebalancing(Rebalancing::Eager);
@@ -145,9 +137,7 @@ impl Joining {
         let (out, late) = (b.output_topic(&self.output), b.output_topic(&self.late));
         let failed = self.failed.clone();
         b.processor(move |ctx, rec| {
-            if rec.offset % 500 == 150 && failed.lock().unwrap().insert((rec.partition, rec.offset)) {
-                return Err(format!("injected failure at {}", rec.origin()).into());
-            }
+            failed.check(rec, rec.offset % 500 == 150)?;
             let text = String::from_utf8(rec.value.clone().unwrap_or_default())?;
             let fields: Vec<&str> = text.split(' ').collect();
             let update = match fields[..] {
@@ -269,7 +259,7 @@ async fn join_across_restarts_and_aborts(two_topics: bool) {
             late: format!("{name}-late"),
             app: name,
             guarantee,
-            failed: Arc::default(),
+            failed: FailOnce::default(),
         };
         let mut topics = vec![j.input.clone(), j.output.clone(), j.late.clone()];
         topics.extend(j.shipments.clone());

@@ -5,19 +5,18 @@
 //! failures replay batches: every payment is joined exactly once, with the merchant row it
 //! must have seen.
 
-use std::collections::{BTreeMap, HashSet};
-use std::sync::{Arc, Mutex};
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use kafka_eos::codec::Json;
-use kafka_eos::{Guarantee, OutputRecord, Pipeline, PipelineBuilder, ProcessorErrorPolicy, Summary};
+use kafka_eos::{Guarantee, OutputRecord, Pipeline, PipelineBuilder, Summary};
 use kafka_eos_testkit::admin;
 use kafka_eos_testkit::verify::{read_to_end, VerifyConfig};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::ClientConfig;
 use rdkafka::Message;
 
-use crate::common::{bootstrap, run_expecting_error, spawn, unique};
+use crate::common::{bootstrap, replaying, run_expecting_error, spawn, unique, FailOnce};
 
 const PARTITIONS: i32 = 3;
 const MERCHANTS: u32 = 30;
@@ -38,8 +37,8 @@ struct Join {
     output: String,
     app: String,
     guarantee: Guarantee,
-    /// Records that failed once already (an injected failure each).
-    failed: Arc<Mutex<HashSet<(i32, i64)>>>,
+    /// Records that failed once already (an injected abort each).
+    failed: FailOnce,
 }
 
 impl Join {
@@ -52,7 +51,7 @@ impl Join {
             output: format!("{name}-out"),
             app: name,
             guarantee,
-            failed: Arc::default(),
+            failed: FailOnce::default(),
         };
         let (b, p, m, o) = (j.bootstrap.clone(), j.payments.clone(), j.merchants.clone(), j.output.clone());
         tokio::task::spawn_blocking(move || {
@@ -69,21 +68,12 @@ impl Join {
     /// Payment value `id`, keyed by its merchant: output `id` -> the merchant's country,
     /// or `none`. Every 97th record fails once (a replay).
     fn pipeline(&self) -> PipelineBuilder {
-        let mut b = Pipeline::builder()
-            .bootstrap_servers(&self.bootstrap)
-            .application_id(&self.app)
-            .input_topic(&self.payments)
-            .guarantee(self.guarantee)
-            .handle_signals(false)
-            .max_records_per_transaction(100)
-            .on_processor_error(ProcessorErrorPolicy::retry(1).backoff(Duration::from_millis(1)));
+        let mut b = replaying(&self.bootstrap, &self.app, &self.payments, self.guarantee, 100);
         let merchants = b.table::<Merchant, _>(&self.merchants, Json);
         let out = b.output_topic(&self.output);
         let failed = self.failed.clone();
         b.processor(move |ctx, rec| {
-            if rec.offset % 97 == 13 && failed.lock().unwrap().insert((rec.partition, rec.offset)) {
-                return Err(format!("injected failure at {}", rec.origin()).into());
-            }
+            failed.check(rec, rec.offset % 97 == 13)?;
             let key = rec.key.clone().unwrap_or_default();
             let country = ctx.table(&merchants).get(&key)?.map_or("none".to_string(), |m| m.country.clone());
             let id = rec.value.clone().unwrap_or_default();

@@ -3,17 +3,16 @@
 //! output (read as a compacted topic would keep it) equals a batch computation over all
 //! input records, each revision committed once.
 
-use std::collections::{BTreeMap, HashSet};
-use std::sync::{Arc, Mutex};
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use kafka_eos::operators::{HoppingWindows, SessionWindows, SlidingWindows, WindowUpdate};
-use kafka_eos::{Guarantee, OutputRecord, Pipeline, PipelineBuilder, ProcessorErrorPolicy, Summary};
+use kafka_eos::{Guarantee, OutputRecord, PipelineBuilder, Summary};
 use kafka_eos_testkit::admin;
 use kafka_eos_testkit::verify::{read_to_end, VerifyConfig};
 use rdkafka::Message;
 
-use crate::common::{bootstrap, spawn, unique};
+use crate::common::{bootstrap, replaying, spawn, unique, FailOnce};
 
 const PARTITIONS: i32 = 3;
 const USERS: u64 = 12;
@@ -90,19 +89,12 @@ struct Windowed {
     late: String,
     app: String,
     /// Records that failed once already (an injected abort each).
-    failed: Arc<Mutex<HashSet<(i32, i64)>>>,
+    failed: FailOnce,
 }
 
 impl Windowed {
     fn pipeline(&self) -> PipelineBuilder {
-        let mut b = Pipeline::builder()
-            .bootstrap_servers(&self.bootstrap)
-            .application_id(&self.app)
-            .input_topic(&self.input)
-            .guarantee(Guarantee::ExactlyOnce)
-            .handle_signals(false)
-            .max_records_per_transaction(300)
-            .on_processor_error(ProcessorErrorPolicy::retry(1).backoff(Duration::from_millis(1)));
+        let mut b = replaying(&self.bootstrap, &self.app, &self.input, Guarantee::ExactlyOnce, 300);
         let (size, advance) = (Duration::from_millis(HOP_SIZE_MS as u64), Duration::from_millis(HOP_ADVANCE_MS as u64));
         let hop =
             HoppingWindows::<u64, u64>::new(&mut b, "hop", size, advance, &self.late).unwrap().retention(RETENTION);
@@ -117,9 +109,7 @@ impl Windowed {
         let out = b.output_topic(&self.output);
         let failed = self.failed.clone();
         b.processor(move |ctx, rec| {
-            if rec.offset % 1_000 == 300 && failed.lock().unwrap().insert((rec.partition, rec.offset)) {
-                return Err(format!("injected failure at {}", rec.origin()).into());
-            }
+            failed.check(rec, rec.offset % 1_000 == 300)?;
             let text = String::from_utf8(rec.value.clone().unwrap_or_default())?;
             let fields: Vec<i64> = text.split(' ').map(str::parse).collect::<Result<_, _>>()?;
             let updates = match fields[..] {
@@ -209,7 +199,7 @@ async fn hopping_session_and_sliding_totals_with_corrections_match_the_batch_acr
         output: format!("{name}-out"),
         late: format!("{name}-late"),
         app: name,
-        failed: Arc::default(),
+        failed: FailOnce::default(),
     };
     let (b, topics) = (w.bootstrap.clone(), [w.input.clone(), w.output.clone(), w.late.clone()]);
     tokio::task::spawn_blocking(move || topics.iter().try_for_each(|t| admin::create_topic(&b, t, PARTITIONS, 1)))
