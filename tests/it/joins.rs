@@ -116,6 +116,8 @@ struct Joining {
     input: String,
     /// The shipments' own topic (co-partitioned with `input`, the orders'), if not `input`.
     shipments: Option<String>,
+    /// The group protocol with two topics (a range assignor either way).
+    protocol: Rebalancing,
     output: String,
     late: String,
     app: String,
@@ -128,8 +130,11 @@ impl Joining {
     fn pipeline(&self) -> PipelineBuilder {
         let mut b = replaying(&self.bootstrap, &self.app, &self.input, self.guarantee, 300);
         if let Some(shipments) = &self.shipments {
-            // Partition n of both topics on one instance: the range assignor.
-            b = b.input_topic(shipments).rebalancing(Rebalancing::Eager);
+            // Partition n of both topics on one instance: a range assignor.
+            b = b.input_topic(shipments).rebalancing(self.protocol);
+            if self.protocol == Rebalancing::Consumer {
+                b = b.consumer_property("group.remote.assignor", "range");
+            }
         }
         let join = StreamJoin::<u64, (), u64>::new(&mut b, "order-shipments", Duration::from_millis(WINDOW_MS as u64))
             .unwrap()
@@ -214,17 +219,27 @@ impl Joining {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn orders_join_shipments_within_the_window_once_each_across_restarts_and_aborts() {
-    join_across_restarts_and_aborts(false).await;
+    join_across_restarts_and_aborts(None).await;
 }
 
 /// Orders and shipments on two topics: partition n of both in one task (one transactional.id
 /// in per-partition mode), their join state shared.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn orders_and_shipments_on_two_co_partitioned_topics_join_once_each_across_restarts_and_aborts() {
-    join_across_restarts_and_aborts(true).await;
+    join_across_restarts_and_aborts(Some(Rebalancing::Eager)).await;
 }
 
-async fn join_across_restarts_and_aborts(two_topics: bool) {
+/// The same on the KIP-848 consumer protocol with the broker's range assignor (per-partition
+/// mode: the per-consumer mode accepts only eager rebalancing).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_co_partitioned_topics_join_on_the_consumer_protocol_with_the_range_assignor() {
+    join_across_restarts_and_aborts(Some(Rebalancing::Consumer)).await;
+}
+
+/// `two_topics`: the group protocol of a two-topic run; `None`: one topic.
+async fn join_across_restarts_and_aborts(two_topics: Option<Rebalancing>) {
+    let protocol = two_topics.unwrap_or(Rebalancing::Eager);
+    let two_topics = two_topics.is_some();
     let events = events();
     let (want, want_late) = batch(&events, if two_topics { TWO_TOPIC_GRACE_MS } else { GRACE_MS });
     let arrival: BTreeMap<(u64, Option<u64>), usize> =
@@ -249,12 +264,17 @@ async fn join_across_restarts_and_aborts(two_topics: bool) {
     assert!(want.len() > 3_000 && before_order > 300 && outside > 500);
     assert!(if two_topics { want_late.is_empty() } else { want_late.len() > 100 });
 
-    for guarantee in [Guarantee::ExactlyOnce, Guarantee::ExactlyOncePerConsumer] {
+    let guarantees: &[Guarantee] = match protocol {
+        Rebalancing::Consumer => &[Guarantee::ExactlyOnce],
+        _ => &[Guarantee::ExactlyOnce, Guarantee::ExactlyOncePerConsumer],
+    };
+    for &guarantee in guarantees {
         let name = unique("join");
         let j = Joining {
             bootstrap: bootstrap(),
             input: format!("{name}-in"),
             shipments: two_topics.then(|| format!("{name}-shipments")),
+            protocol,
             output: format!("{name}-out"),
             late: format!("{name}-late"),
             app: name,
@@ -297,7 +317,11 @@ async fn join_across_restarts_and_aborts(two_topics: bool) {
         j.caught_up().await;
         summaries.push(last.stop().await);
 
-        let mode = format!("{}{}", guarantee.as_str(), if two_topics { ", two topics" } else { "" });
+        let mode = format!(
+            "{}{}",
+            guarantee.as_str(),
+            if two_topics { format!(", two topics, {protocol:?}") } else { String::new() }
+        );
         let output = j.read(&j.output).await;
         let got: BTreeMap<String, String> = output.iter().cloned().collect();
         assert_eq!(got.len(), output.len(), "{mode}: a pair committed twice");
