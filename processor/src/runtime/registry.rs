@@ -144,6 +144,9 @@ impl Registry {
     /// The task already owning a partition that `tp` shares its task with (co-partitioned
     /// inputs), if any.
     pub(super) fn task_sharing(&self, cfg: &PipelineConfig, tp: &TopicPartition) -> Option<u64> {
+        if !cfg.co_partitioned() {
+            return None; // each partition is its own task: no scan of every route
+        }
         let key = cfg.task_of(&tp.0, tp.1);
         self.routes.iter().find(|(other, _)| cfg.task_of(&other.0, other.1) == key).map(|(_, id)| *id)
     }
