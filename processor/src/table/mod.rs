@@ -50,7 +50,7 @@
 //!   after an abort (or a crash) looks up the table again and may see a newer row than the
 //!   aborted attempt did: only the committed attempt is ever visible, with the row it saw.
 //! - **Restore.** The table is rebuilt from its topic on every assignment; that costs a
-//!   read of the table partition (about 1 s per few hundred thousand rows here, see
+//!   read of the table partition (about 145,000 rows a second on the 2-core test machine, see
 //!   `docs/state.md`) and memory for its live rows, decoded once per update. It needs no
 //!   changelog: the topic is its own.
 //! - **Bad rows.** A row whose value the codec cannot decode is kept as the decode error:
