@@ -31,10 +31,11 @@ use super::sink::Server;
 
 mod act;
 mod checks;
+mod wait;
 use crate::workloads::financial_close;
 use kafka_eos::config::Properties;
 use kafka_eos::{Guarantee, Summary};
-use kafka_eos_testkit::admin::{self, ClientExt};
+use kafka_eos_testkit::admin;
 use kafka_eos_testkit::broker::{ClusterConfig, LocalCluster};
 
 /// Consumer `session.timeout.ms` of every instance: the broker's minimum by default, so a
@@ -492,49 +493,6 @@ impl<'a, 'r> Run<'a, 'r> {
         if let Some(f) = &mut self.timeline {
             let _ = writeln!(f, "{} {what}", utc_time_of_day(wall_ms()));
         }
-    }
-
-    /// Financial close: waits until the revenue topic has not changed for the idle close
-    /// (after which the instances' timers close the days still open, with no heartbeat
-    /// record) plus 3 s; `false` if it keeps changing for 2 minutes.
-    fn wait_closed(&mut self) -> Result<bool, String> {
-        let Some(topics) = self.close_topics.clone() else { return Ok(true) };
-        let quiet = financial_close::IDLE_CLOSE + Duration::from_secs(3);
-        let deadline = Instant::now() + Duration::from_secs(120);
-        let partitions = self.ctx.cfg.partitions;
-        let (mut ends, mut changed) = (Vec::new(), Instant::now());
-        while Instant::now() < deadline {
-            let now = super::sink::end_offsets(self.ctx.client, &topics.revenue, partitions)?;
-            if now != ends {
-                (ends, changed) = (now, Instant::now());
-            } else if changed.elapsed() >= quiet {
-                return Ok(true);
-            }
-            self.pause(Duration::from_millis(500))?;
-        }
-        self.note(format!("the revenue topic {} kept changing for 2 minutes after the catch-up", topics.revenue));
-        Ok(false)
-    }
-
-    /// Waits until the group has committed all the input; `false` on timeout.
-    fn wait_caught_up(&mut self) -> Result<bool, String> {
-        let timeout = Duration::from_secs(300).max(Duration::from_millis(self.ctx.cfg.records / 2));
-        let (started, deadline) = (Instant::now(), Instant::now() + timeout);
-        let topics = vec![self.input_topic.clone()];
-        let mut last = String::new();
-        while Instant::now() < deadline {
-            match self.ctx.client.group_lag(&self.app, &topics) {
-                Ok(0) => {
-                    tracing::info!(elapsed = ?started.elapsed(), "group caught up");
-                    return Ok(true);
-                }
-                Ok(lag) => last = format!("lag {lag}"),
-                Err(e) => last = e.to_string(),
-            }
-            self.pause(Duration::from_millis(500))?;
-        }
-        self.note(format!("the group did not catch up within {timeout:?} ({last})"));
-        Ok(false)
     }
 }
 

@@ -168,6 +168,9 @@ pub struct Reconciliation {
     pub mismatches: usize,
     /// Merchant-day revisions emitted more than once (each also counts as a mismatch).
     pub emitted_twice: usize,
+    /// Merchant-days with payments in the window that were never emitted (not closed yet,
+    /// or lost; each also counts as a mismatch).
+    pub unclosed: usize,
     /// Merchant-days corrected after their close (emitted with a revision above 0).
     pub corrected: usize,
     /// Distinct payments in the input.
@@ -200,7 +203,11 @@ impl std::fmt::Display for Reconciliation {
             f,
             "reconciled: {} merchant-days ({} corrected), {} mismatches",
             self.merchant_days, self.corrected, self.mismatches
-        )
+        )?;
+        if self.unclosed > 0 {
+            write!(f, " ({} merchant-days never emitted)", self.unclosed)?;
+        }
+        Ok(())
     }
 }
 
@@ -277,6 +284,9 @@ pub fn reconcile(cfg: &VerifyConfig, topics: &Topics) -> Result<Reconciliation> 
         let (late_cents, late_fee) = late.get(&k).copied().unwrap_or_default();
         if twice {
             rec.emitted_twice += 1;
+        }
+        if latest.is_none() && batch.contains_key(&k) && late_cents != want {
+            rec.unclosed += 1;
         }
         if latest.is_some_and(|r| r.revision > 0) {
             rec.corrected += 1;
