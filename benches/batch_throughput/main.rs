@@ -23,7 +23,8 @@
 //!   same copy incrementing a count per input key in a state store (one changelog record
 //!   per input record, the most a store writes), followed by a restore of every partition's
 //!   store from its changelog, for the restore rate;
-//! - the peers (full mode, or `--peers`): Kafka Streams with `exactly_once_v2`, and Kafka's
+//! - the peers (full mode, or `--peers`): Kafka Streams with `exactly_once_v2` — of the
+//!   broker's release (4.1.1) and of the newest (4.4.0), at the base interval — and Kafka's
 //!   `TransactionalMessageCopier` on the 1-partition input;
 //! - the physical reference, in every mode unless `--no-peers`: Kafka's `ProducerPerformance`
 //!   writing as many records of the same size to as many partitions (acks=all,
@@ -64,6 +65,9 @@ const COPIER_TXN_SIZE: u32 = 1_000;
 
 const STREAMS: &str = "kafka-streams-eos-v2";
 const STREAMS_TV0: &str = "kafka-streams-eos-v2-tv0";
+/// Kafka Streams of the newest release, beside the broker's ([`STREAMS`]), on the same broker.
+const STREAMS_NEWEST: &str = "kafka-streams-4.4.0-eos-v2";
+const STREAMS_NEWEST_VERSION: &str = "4.4.0";
 const COPIER: &str = "transactional-message-copier";
 const PRODUCER_PERF: &str = "producer-performance";
 /// Quick mode: one configuration, long enough windows to be stable, repeated.
@@ -108,6 +112,13 @@ fn main() {
     };
     let peers = tools.as_ref().filter(|_| args.with_peers());
     let tv = peers.and_then(|p| p.transaction_version(&bootstrap));
+    let newest = peers.and_then(|_| match Peers::prepare_version(STREAMS_NEWEST_VERSION) {
+        Ok(p) => Some(p),
+        Err(e) => {
+            eprintln!("Kafka Streams {STREAMS_NEWEST_VERSION} is skipped: {e}");
+            None
+        }
+    });
 
     // The matrix, in the order each repetition runs it.
     let mut configs = Vec::new();
@@ -122,6 +133,10 @@ fn main() {
         }
         if peers.is_some() {
             configs.push(Config { partitions: p, subject: STREAMS.into(), interval_ms: Some(BASE_INTERVAL_MS) });
+            if newest.is_some() {
+                let subject = STREAMS_NEWEST.into();
+                configs.push(Config { partitions: p, subject, interval_ms: Some(BASE_INTERVAL_MS) });
+            }
             if p == 1 {
                 configs.push(Config { partitions: p, subject: COPIER.into(), interval_ms: None });
             }
@@ -192,7 +207,8 @@ fn main() {
                     c.interval_ms.map(|m| format!(" / {m} ms")).unwrap_or_default()
                 ),
             );
-            if let Some(r) = run_one(&rt, &inputs[&c.partitions], c, tools.as_ref()) {
+            let tools = if c.subject == STREAMS_NEWEST { newest.as_ref() } else { tools.as_ref() };
+            if let Some(r) = run_one(&rt, &inputs[&c.partitions], c, tools) {
                 runs.push((rep, c.clone(), r));
             }
             bar.inc(1);
@@ -296,7 +312,7 @@ fn is_ours(subject: &str) -> bool {
 fn run_one(rt: &tokio::runtime::Runtime, input: &Input, c: &Config, peers: Option<&Peers>) -> Option<CopyResult> {
     let output = unique_name(&format!("tp-out-{}", c.partitions));
     let result = match c.subject.as_str() {
-        STREAMS | STREAMS_TV0 => peers.expect("peers configured").streams(
+        STREAMS | STREAMS_TV0 | STREAMS_NEWEST => peers.expect("peers configured").streams(
             input,
             &output,
             "exactly_once_v2",

@@ -6,7 +6,10 @@ use kafka_eos_cli::bench::{fmt_opt, median, table, CopyResult, Subject};
 
 use crate::common::plot::{log_x_chart, Legend, Series};
 use crate::common::Args;
-use crate::{mib, Config, BASE_INTERVAL_MS, COPIER, PRODUCER_PERF, STREAMS, STREAMS_TV0, SWEEP_PARTITIONS, VALUE_SIZE};
+use crate::{
+    mib, Config, BASE_INTERVAL_MS, COPIER, PRODUCER_PERF, STREAMS, STREAMS_NEWEST, STREAMS_TV0, SWEEP_PARTITIONS,
+    VALUE_SIZE,
+};
 
 /// The medians of one configuration over its repetitions.
 pub struct Agg {
@@ -164,6 +167,7 @@ fn order(subject: &str) -> usize {
         "exactly-once+state",
         "exactly-once-per-consumer",
         STREAMS,
+        STREAMS_NEWEST,
         STREAMS_TV0,
         COPIER,
     ]
@@ -193,7 +197,7 @@ pub fn summary(agg: &[Agg]) -> serde_json::Value {
     let of_reference = |s: &str, i: Option<u64>| find(agg, s, p, i).map(|a| a.of_reference).filter(|x| x.is_finite());
     let reference = find(agg, PRODUCER_PERF, p, None).map(|a| a.rps);
     let mut cpu = serde_json::Map::new();
-    for s in ["ceiling", "at-least-once", "exactly-once", "exactly-once-per-consumer", STREAMS] {
+    for s in ["ceiling", "at-least-once", "exactly-once", "exactly-once-per-consumer", STREAMS, STREAMS_NEWEST] {
         let interval = if s == "ceiling" { None } else { at };
         if let Some(a) = find(agg, s, p, interval) {
             let finite = |x: f64| x.is_finite().then_some(x);
@@ -249,17 +253,20 @@ the cost of state (one changelog record per input record), same {p} partitions a
         v.dedup();
         v
     };
-    if agg.iter().any(|a| a.config.subject == STREAMS) {
+    for streams in [STREAMS, STREAMS_NEWEST] {
+        if !agg.iter().any(|a| a.config.subject == streams) {
+            continue;
+        }
         println!(
-            "\nours / Kafka Streams EOS-v2 at {BASE_INTERVAL_MS} ms (goal: throughput >= 1 at lower CPU per record):"
+            "\nours / {streams} at {BASE_INTERVAL_MS} ms (goal: throughput >= 1.5 at <= 0.5 of its CPU per record):"
         );
         for &p in &partitions {
             for ours in ["exactly-once", "exactly-once-per-consumer"] {
-                let (Some(o), Some(s)) = (find(agg, ours, p, at), find(agg, STREAMS, p, at)) else { continue };
+                let (Some(o), Some(s)) = (find(agg, ours, p, at), find(agg, streams, p, at)) else { continue };
                 let t = o.rps / s.rps;
                 let c = o.cpu / s.cpu;
                 println!("  {p:>2} partitions, {ours:<26} throughput x{t:.2}, CPU per record x{c:.2}");
-                vs_streams.push(serde_json::json!({"partitions": p, "subject": ours, "throughput_ratio": t, "cpu_per_record_ratio": c}));
+                vs_streams.push(serde_json::json!({"peer": streams, "partitions": p, "subject": ours, "throughput_ratio": t, "cpu_per_record_ratio": c}));
             }
         }
     }
@@ -285,7 +292,7 @@ fn pct(x: Option<f64>) -> String {
 
 pub fn plots(args: &Args, agg: &[Agg]) {
     let dir = args.plot_dir();
-    let subjects = ["ceiling", "at-least-once", "exactly-once", "exactly-once-per-consumer", STREAMS];
+    let subjects = ["ceiling", "at-least-once", "exactly-once", "exactly-once-per-consumer", STREAMS, STREAMS_NEWEST];
     // Throughput vs commit interval at SWEEP_PARTITIONS; the ceiling has no interval, so it
     // is drawn flat across the range.
     let intervals: Vec<u64> = {

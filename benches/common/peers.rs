@@ -7,10 +7,12 @@
 //!   partition, as Kafka's system tests run it.
 //!
 //! Their jars come from Maven Central once, like the broker's (`kafka_eos_testkit::broker::install`):
-//! `benches/streams/pom.xml` is copied into `<cache>/kafka-peers-<version>/` and Maven
-//! copies its runtime classpath into `libs/` next to it; a marker file written last makes
-//! an interrupted fetch start over. `CopyApp.java` is compiled with `javac` into
-//! `target/bench-peers/classes` at every run (a second or two).
+//! `benches/streams/pom.xml`, with the Kafka version of the peers (the broker's,
+//! [`KAFKA_VERSION`], or another: [`Peers::prepare_version`] runs Kafka Streams 4.4.0 beside
+//! the 4.1.1 broker), is written into `<cache>/kafka-peers-<version>/` and Maven copies its
+//! runtime classpath into `libs/` next to it; a marker file written last makes an
+//! interrupted fetch start over. `CopyApp.java` is compiled with `javac` into
+//! `target/bench-peers/classes-<version>` at every run (a second or two).
 //!
 //! A peer is a separate process: its CPU comes from `/proc/<pid>/stat` and its peak RSS
 //! from `/proc/<pid>/status`, and its progress from its consumer group's committed offsets,
@@ -25,7 +27,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use kafka_eos_cli::bench::{peak_rss, CopyResult, CpuSource, Input, Progress, Verified};
-use kafka_eos_testkit::broker::{cache_dir, copy_dependencies, KAFKA_VERSION};
+use kafka_eos_testkit::broker::{cache_dir, copy_dependencies, log4j_version, KAFKA_VERSION};
 use kafka_eos_testkit::process::{self, SpawnMode};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
@@ -37,6 +39,8 @@ pub const PRODUCER_PERF_MIN_RECORDS: u64 = 1_000_000;
 
 /// Ready-to-run peers: the classpath and the compiled Streams application.
 pub struct Peers {
+    /// The Kafka release of the jars (Kafka Streams, kafka-tools).
+    pub version: String,
     java: PathBuf,
     libs: PathBuf,
     classes: PathBuf,
@@ -53,15 +57,21 @@ fn jdk_tool(name: &str) -> PathBuf {
 }
 
 impl Peers {
-    /// Fetches the jars (once) and compiles `CopyApp.java`.
+    /// Fetches the jars of the broker's Kafka release (once) and compiles `CopyApp.java`.
     pub fn prepare() -> Res<Peers> {
-        let dir = cache_dir().join(format!("kafka-peers-{KAFKA_VERSION}"));
+        Peers::prepare_version(KAFKA_VERSION)
+    }
+
+    /// The same with the jars of Kafka `version` (a client release talks to older and newer
+    /// brokers alike).
+    pub fn prepare_version(version: &str) -> Res<Peers> {
+        let dir = cache_dir().join(format!("kafka-peers-{version}"));
         let libs = dir.join("libs");
         if !dir.join(".complete").is_file() {
-            fetch(&dir)?;
+            fetch(&dir, version)?;
         }
         let out = results_dir().parent().unwrap_or(Path::new(".")).join("bench-peers");
-        let classes = out.join("classes");
+        let classes = out.join(format!("classes-{version}"));
         fs::create_dir_all(&classes).map_err(|e| format!("creating {}: {e}", classes.display()))?;
         let src = workspace_dir().join("benches/streams/CopyApp.java");
         let status = Command::new(jdk_tool("javac"))
@@ -77,7 +87,7 @@ impl Peers {
         }
         let logs = out.join("logs");
         fs::create_dir_all(&logs).map_err(|e| format!("creating {}: {e}", logs.display()))?;
-        Ok(Peers { java: jdk_tool("java"), libs, classes, logs })
+        Ok(Peers { version: version.to_string(), java: jdk_tool("java"), libs, classes, logs })
     }
 
     fn classpath(&self) -> String {
@@ -397,16 +407,31 @@ impl LagPoller {
 }
 
 /// Copies the peers' runtime classpath into `<dir>/libs` with Maven.
-fn fetch(dir: &Path) -> Res<()> {
+fn fetch(dir: &Path, version: &str) -> Res<()> {
     fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
-    let pom = dir.join("pom.xml");
-    fs::copy(workspace_dir().join("benches/streams/pom.xml"), &pom).map_err(|e| format!("copying the pom: {e}"))?;
+    let template = workspace_dir().join("benches/streams/pom.xml");
+    let pom = fs::read_to_string(&template).map_err(|e| format!("reading {}: {e}", template.display()))?;
+    // The template names the broker's release; the peers' version and its log4j generation
+    // replace them.
+    let pom = pom
+        .replace(
+            &format!("<kafka.version>{KAFKA_VERSION}</kafka.version>"),
+            &format!("<kafka.version>{version}</kafka.version>"),
+        )
+        .replace(
+            &format!("<log4j.version>{}</log4j.version>", log4j_version(KAFKA_VERSION)),
+            &format!("<log4j.version>{}</log4j.version>", log4j_version(version)),
+        );
+    if !pom.contains(&format!("<kafka.version>{version}</kafka.version>")) {
+        return Err(format!("{} does not name Kafka {KAFKA_VERSION} in <kafka.version>", template.display()));
+    }
+    fs::write(dir.join("pom.xml"), pom).map_err(|e| format!("writing the pom: {e}"))?;
     let partial = dir.join("libs.partial");
     let libs = dir.join("libs");
     for stale in [&partial, &libs] {
         let _ = fs::remove_dir_all(stale);
     }
-    eprintln!("fetching Kafka Streams and kafka-tools {KAFKA_VERSION} with Maven into {} (one time)", dir.display());
+    eprintln!("fetching Kafka Streams and kafka-tools {version} with Maven into {} (one time)", dir.display());
     let out = copy_dependencies(dir, &partial)
         .map_err(|e| format!("running mvn (Maven is needed once to fetch the peers' jars): {e}"))?;
     if !out.status.success() {
@@ -416,7 +441,7 @@ fn fetch(dir: &Path) -> Res<()> {
             String::from_utf8_lossy(&out.stderr)
         ));
     }
-    if !partial.join(format!("kafka-streams-{KAFKA_VERSION}.jar")).is_file() {
+    if !partial.join(format!("kafka-streams-{version}.jar")).is_file() {
         return Err("Maven succeeded but kafka-streams is missing".into());
     }
     fs::rename(&partial, &libs).map_err(|e| format!("renaming {}: {e}", partial.display()))?;

@@ -284,6 +284,41 @@ mod tests {
         assert!(driver.store_handle::<u64, ()>(DEDUP_STORE).is_some());
     }
 
+    /// The chaos suite found it (2026-12-01): a broker outage left partitions without a
+    /// payment for longer than the idle timeout in the middle of the period; the idle
+    /// advance moved their stream time to the wall clock (months past the payments'
+    /// event time), and the days opened after that never got a closing timer, so the last
+    /// one was never emitted. Every day must close, and each day's latest revision must
+    /// hold all of its payments.
+    #[test]
+    fn an_idle_advance_in_the_middle_of_the_period_leaves_no_day_open() {
+        let t = topics();
+        let mut driver = TestDriver::new(financial_close::pipeline(Pipeline::builder(), &t)).unwrap();
+        let row = TestInput::new().key("7").encode_value(&Json, &Merchant { fee_bps: 100 }).unwrap();
+        driver.pipe_table(&t.merchants, row).unwrap();
+        // The wall clock runs eight months after the payments' event time (a replay).
+        driver.set_time(MAR_29 + 240 * DAY_MS);
+        driver.pipe(paid(1, 7, 1_000, MAR_29 + 10 * H)).unwrap();
+        driver.advance_wall_clock(financial_close::IDLE_CLOSE + Duration::from_secs(1)).unwrap(); // the outage
+        driver.pipe(paid(2, 7, 2_000, MAR_29 + 11 * H)).unwrap(); // same day, after its close
+        driver.pipe(paid(3, 7, 4_000, MAR_29 + DAY_MS + 10 * H)).unwrap(); // the next days
+        driver.pipe(paid(4, 7, 8_000, MAR_29 + DAY_MS + 11 * H)).unwrap();
+        driver.pipe(paid(5, 7, 16_000, MAR_29 + 2 * DAY_MS + 10 * H)).unwrap(); // the last day
+        driver.advance_wall_clock(financial_close::IDLE_CLOSE + Duration::from_secs(1)).unwrap(); // the end
+        let days = driver.values::<DailyRevenue>(&t.revenue, &Json).unwrap();
+        let mut latest = std::collections::BTreeMap::new();
+        for d in &days {
+            latest.insert(d.day.clone(), (d.revision, d.cents));
+        }
+        let got: Vec<_> = latest.iter().map(|(day, (_, cents))| (day.as_str(), *cents)).collect();
+        assert_eq!(
+            got,
+            [("2026-03-29", 3_000), ("2026-03-30", 12_000), ("2026-03-31", 16_000)],
+            "every day emitted, with all its payments (revisions: {days:?})"
+        );
+        assert!(driver.output(&t.late).is_empty(), "nothing was late by the days' own close");
+    }
+
     #[test]
     fn the_ledger_gets_one_row_per_payment_and_none_per_tick() {
         let builder = ledger::pipeline(Pipeline::builder(), "payments", "host=unused".into());

@@ -250,10 +250,15 @@ impl Processor for Close {
                     return Ok(());
                 }
                 // The day closes when the stream time passes its end plus the lateness:
-                // one timer per day (scheduling it again is a no-op).
-                // (Not for a correction: its day has closed already.)
-                let close_at = self.days.window_of(p.time_ms).1 + LATENESS_MS;
-                if self.timers.stream_time(ctx)?.is_none_or(|now| now < close_at) {
+                // one timer per day (scheduling it again is a no-op). Not for a
+                // correction (the update re-emits the payment's own day): it has closed.
+                // Whatever the stream time: an idle advance may have moved it past the day
+                // already (to the wall clock, months ahead of a replay's payments), and a
+                // day opened then still needs its timer, which then fires right after this
+                // payment and closes it; without one it would stay open for good.
+                let (start, end) = self.days.window_of(p.time_ms);
+                if !update.closed.iter().any(|w| w.key == p.merchant && w.start_ms == start) {
+                    let close_at = end + LATENESS_MS;
                     self.timers.at_event_time(ctx, close_at, close_at as u64)?;
                 }
                 self.timers.advance_stream_time(ctx, p.time_ms)?;

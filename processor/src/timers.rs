@@ -60,6 +60,15 @@
 //! about one timeout after midnight, without heartbeat records. A record that does come
 //! later is late, and the operators' lateness rules apply to it.
 //!
+//! The wall clock, not the records, then sets the stream time: for a replay or a backfill
+//! (event times months behind the clock) a gap of one timeout in the middle of the input —
+//! a broker outage will do — moves the stream time past every window still to come. Schedule
+//! a window's closing timer whenever a record opens the window, *whatever the stream time*:
+//! a timer already due fires right after that record and closes it (later records of it
+//! are then corrections or late). A processor that skips the timer because "the stream time
+//! is past it already" leaves those windows open for good (the chaos suite's
+//! `financial-close` found exactly that in our own example).
+//!
 //! # Exactly once
 //! Timers and the stream time live in a store of their own (with its changelog): scheduling
 //! one, and its firing (it is deleted as it fires), commit with the transaction that did it.

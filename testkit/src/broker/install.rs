@@ -13,17 +13,20 @@ use super::BrokerError;
 /// filled in by [`pom`].
 const POM: &str = include_str!("pom.xml");
 
-/// The embedded pom for one Kafka version.
-///
-/// log4j2 (and its slf4j 1.x binding, which no Kafka pom declares) must be the generation the
-/// release itself depends on: 2.24.x up to Kafka 4.1, 2.25.x from 4.2 (4.4.0 brings 2.25.5;
-/// all of them keep slf4j-api 1.7.36).
-fn pom(version: &str) -> String {
-    let log4j = match version.split('.').take(2).collect::<Vec<_>>()[..] {
+/// The log4j2 version to put beside Kafka `version`'s jars (the broker's, and the benchmark
+/// peers'): log4j2 and its slf4j 1.x binding, which no Kafka pom declares, must be the
+/// generation the release itself depends on: 2.24.x up to Kafka 4.1, 2.25.x from 4.2
+/// (4.4.0 brings 2.25.5; all of them keep slf4j-api 1.7.36).
+pub fn log4j_version(version: &str) -> &'static str {
+    match version.split('.').take(2).collect::<Vec<_>>()[..] {
         ["4", "0" | "1"] => "2.24.3",
         _ => "2.25.5",
-    };
-    POM.replace("@KAFKA_VERSION@", version).replace("@LOG4J_VERSION@", log4j)
+    }
+}
+
+/// The embedded pom for one Kafka version (see [`log4j_version`]).
+fn pom(version: &str) -> String {
+    POM.replace("@KAFKA_VERSION@", version).replace("@LOG4J_VERSION@", log4j_version(version))
 }
 
 /// Checks that `version` looks like a Kafka release (`4.1.1`, `4.4.0`, `4.2.0-rc1`): it names a

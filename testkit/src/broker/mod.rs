@@ -105,7 +105,7 @@ pub use cluster::LocalCluster;
 pub use coordinator::{coordinator_partition, find_coordinator, java_string_hash, CoordinatorKind};
 pub use detached::{start_detached, status_detached, stop_detached, STATE_FILE};
 pub use features::finalized_features;
-pub use install::{cache_dir, copy_dependencies, install};
+pub use install::{cache_dir, copy_dependencies, install, log4j_version};
 pub use proxy::{FaultProxy, OnRequest};
 
 /// The Apache Kafka version the harness runs by default (see [`ClusterConfig::kafka_version`]).
