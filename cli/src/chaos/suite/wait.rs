@@ -23,7 +23,10 @@ impl Run<'_, '_> {
         loop {
             let rec = financial_close::reconcile(&vc, &topics).map_err(|e| format!("reconciliation: {e}"))?;
             if rec.unclosed == 0 && rec.merchant_days > 0 {
-                self.note(format!("every merchant-day closed {:.1} s after the catch-up", started.elapsed().as_secs_f64()));
+                self.note(format!(
+                    "every merchant-day closed {:.1} s after the catch-up",
+                    started.elapsed().as_secs_f64()
+                ));
                 self.pause(Duration::from_secs(3))?;
                 return Ok(true);
             }
