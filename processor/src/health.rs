@@ -160,7 +160,7 @@ impl Health {
                 let uncommitted = if dispatched < 0 { 0 } else { (dispatched - committed.max(0)).max(0) };
                 let stalled_ms = if uncommitted > 0 { last_commit_age_ms.unwrap_or(now_ms) } else { 0 };
                 PartitionHealth {
-                    topic: topic.clone(),
+                    topic: topic.to_string(),
                     partition: *partition,
                     last_commit_age_ms,
                     uncommitted_records: uncommitted,

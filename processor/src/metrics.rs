@@ -168,8 +168,8 @@ pub(crate) fn producer_fenced(pipeline: &str) {
     counter!("kafka_eos_producers_fenced_total", "pipeline" => pipeline.to_string()).increment(1);
 }
 
-pub(crate) fn consumer_lag(pipeline: &str, tp: &TopicPartition, lag: i64) {
-    gauge!("kafka_eos_consumer_lag", "pipeline" => pipeline.to_string(), "partition" => partition_label(tp))
+pub(crate) fn consumer_lag(pipeline: &str, topic: &str, partition: i32, lag: i64) {
+    gauge!("kafka_eos_consumer_lag", "pipeline" => pipeline.to_string(), "partition" => format!("{topic}-{partition}"))
         .set(lag as f64);
 }
 

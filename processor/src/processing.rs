@@ -18,7 +18,7 @@ use tokio::runtime::Handle;
 use crate::config::{Exhausted, PipelineConfig};
 use crate::error::{BoxError, Error};
 use crate::processor::driver::{Instances, ProcessorFactory};
-use crate::record::{InputRecord, OutputRecord};
+use crate::record::{InputRecord, OutputRecord, Topic};
 use crate::runtime::TopicPartition;
 use crate::sink::erased::AnyRow;
 use crate::sink::{PartitionRange, SinkRow};
@@ -57,7 +57,7 @@ pub(crate) struct Processing {
     sink_rows: Vec<SinkRow<AnyRow>>,
     /// Pipelines with [timers](crate::timers): each partition's topic and when its last
     /// record was processed (or its state restored), for timers that fire without a record.
-    idle_since: HashMap<i32, (String, SystemTime)>,
+    idle_since: HashMap<i32, (Topic, SystemTime)>,
     /// The wall clock, if not the machine's (the test driver's simulated clock).
     clock: Option<SystemTime>,
 }
@@ -100,7 +100,6 @@ impl Processing {
         let now = self.now();
         BatchWork {
             sink_rows: &mut self.sink_rows,
-            topic: None,
             cfg: &self.cfg,
             rt: &self.rt,
             dead: &self.dead,
@@ -269,13 +268,13 @@ pub(crate) struct BatchWork<'a> {
     states: &'a mut HashMap<i32, PartitionState>,
     tables: &'a HashMap<i32, PartitionTables>,
     processors: &'a mut Instances,
-    /// Outputs per input partition (dead-letter copies included), for the reports.
+    /// Outputs per input partition (dead-letter copies included), for the reports. Keyed
+    /// by the records' own [`Topic`]s: counting a record clones a reference count, not its
+    /// topic's name.
     pub(crate) outputs_per_partition: HashMap<TopicPartition, u64>,
     sink_rows: &'a mut Vec<SinkRow<AnyRow>>,
-    /// The last record's topic, shared by its sink rows (one allocation per topic change).
-    topic: Option<crate::record::Topic>,
     /// See [`Processing::idle_since`].
-    idle_since: &'a mut HashMap<i32, (String, SystemTime)>,
+    idle_since: &'a mut HashMap<i32, (Topic, SystemTime)>,
     /// The wall clock of this attempt (timers).
     now: SystemTime,
 }
@@ -324,12 +323,9 @@ impl Work for BatchWork<'_> {
                 }
                 let mut rows = self.processors.take_rows();
                 if rows.len() > 0 {
-                    let topic = match &self.topic {
-                        Some(t) if t.as_str() == r.topic => t.clone(),
-                        _ => self.topic.insert(crate::record::Topic::new(&r.topic)).clone(),
-                    };
+                    // The record's own topic, shared by its rows: no allocation.
                     self.sink_rows.extend(rows.by_ref().map(|row| SinkRow {
-                        topic: topic.clone(),
+                        topic: r.topic.clone(),
                         partition: r.partition,
                         offset: r.offset,
                         row,
@@ -349,7 +345,7 @@ impl Work for BatchWork<'_> {
         self.processors.clear();
         let cfg = self.cfg;
         let Some(timers) = &cfg.timers else { return Ok(&[]) };
-        let mut partitions: Vec<(i32, String, SystemTime)> =
+        let mut partitions: Vec<(i32, Topic, SystemTime)> =
             self.idle_since.iter().map(|(p, (t, at))| (*p, t.clone(), *at)).collect();
         partitions.sort_unstable_by_key(|(p, _, _)| *p);
         for (partition, topic, last) in partitions {
@@ -404,13 +400,13 @@ fn dead_letter(cfg: &PipelineConfig, dead: &HashMap<String, (String, u32)>, r: &
 pub(crate) fn partition_ranges(batch: &[InputRecord]) -> Vec<PartitionRange> {
     let mut ranges: Vec<PartitionRange> = Vec::new();
     for r in batch {
-        match ranges.iter_mut().find(|x| x.partition == r.partition && x.topic.as_str() == r.topic) {
+        match ranges.iter_mut().find(|x| x.partition == r.partition && x.topic == r.topic) {
             Some(x) => {
                 x.first_offset = x.first_offset.min(r.offset);
                 x.next_offset = x.next_offset.max(r.offset + 1);
             }
             None => ranges.push(PartitionRange {
-                topic: crate::record::Topic::new(&r.topic),
+                topic: r.topic.clone(),
                 partition: r.partition,
                 first_offset: r.offset,
                 next_offset: r.offset + 1,

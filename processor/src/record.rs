@@ -6,10 +6,11 @@
 //! what a rewind would do). An [`OutputRecord`] names its topic and, optionally, its
 //! partition; without one, Kafka's default partitioner picks by key.
 //!
-//! Output topics are [`Topic`]s: a shared name (`Arc<str>`), declared once with
-//! [`PipelineBuilder::output_topic`](crate::PipelineBuilder::output_topic) and cloned into
-//! every record for the price of a reference count, so producing allocates no topic name
-//! per record.
+//! Topic names are [`Topic`]s: a shared name (`Arc<str>`) cloned into every record for the
+//! price of a reference count. Output topics are declared once with
+//! [`PipelineBuilder::output_topic`](crate::PipelineBuilder::output_topic), so producing
+//! allocates no topic name per record; an input record's [`topic`](InputRecord::topic) is
+//! the runtime's one `Topic` per input topic, so consuming allocates none either.
 
 use std::sync::Arc;
 
@@ -29,8 +30,11 @@ pub type Header = (String, Option<Vec<u8>>);
 /// One consumed record, owned.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InputRecord {
-    /// Topic it was read from.
-    pub topic: String,
+    /// Topic it was read from. A [`Topic`] (a shared `Arc<str>`), not a `String`: the
+    /// runtime hands every record of an input topic the same name, so consuming allocates no
+    /// topic name per record. It reads like a `&str` (`&*rec.topic`, `rec.topic.as_str()`,
+    /// `rec.topic == "orders"`).
+    pub topic: Topic,
     /// Partition it was read from.
     pub partition: i32,
     /// Its offset in that partition.
@@ -47,14 +51,22 @@ pub struct InputRecord {
 
 impl InputRecord {
     /// An owned copy of a message as rdkafka delivers it (for readers outside the runtime,
-    /// such as the test kit's).
+    /// such as the test kit's). Allocates the topic name; the runtime reuses one [`Topic`]
+    /// per input topic instead.
     pub fn from_message(m: &BorrowedMessage<'_>) -> InputRecord {
+        InputRecord::from_message_in(m, Topic::new(m.topic()))
+    }
+
+    /// [`from_message`](Self::from_message) with the message's topic already made: `topic`
+    /// must name `m.topic()`.
+    pub(crate) fn from_message_in(m: &BorrowedMessage<'_>, topic: Topic) -> InputRecord {
+        debug_assert_eq!(topic, m.topic());
         let headers = m
             .headers()
             .map(|hs| hs.iter().map(|h| (h.key.to_string(), h.value.map(<[u8]>::to_vec))).collect())
             .unwrap_or_default();
         InputRecord {
-            topic: m.topic().to_string(),
+            topic,
             partition: m.partition(),
             offset: m.offset(),
             timestamp: m.timestamp().to_millis(),
@@ -80,7 +92,7 @@ impl InputRecord {
     /// for tests and examples (`InputRecord { value: .., ..InputRecord::test("t", 0, 0) }`).
     pub fn test(topic: &str, partition: i32, offset: i64) -> InputRecord {
         InputRecord {
-            topic: topic.to_string(),
+            topic: Topic::new(topic),
             partition,
             offset,
             timestamp: None,
@@ -115,7 +127,22 @@ pub fn parse_origin(value: &[u8]) -> Option<(String, i32, i64)> {
     Some((topic, partition, offset))
 }
 
-/// The name of a topic records are written to: cheap to clone (a shared `Arc<str>`).
+/// The name of a topic records are read from or written to: cheap to clone (a shared
+/// `Arc<str>`).
+///
+/// It compares, hashes and orders like its `str` (and borrows as one), so a map keyed by
+/// `Topic` is looked up with a `&str`:
+///
+/// ```
+/// use std::collections::HashMap;
+/// use kafka_eos::{InputRecord, Topic};
+/// let rec = InputRecord::test("orders", 0, 7);
+/// assert_eq!(rec.topic, "orders");
+/// assert_eq!(rec.topic.as_str(), "orders");
+/// let mut seen: HashMap<Topic, u64> = HashMap::new();
+/// *seen.entry(rec.topic.clone()).or_default() += 1; // a reference count, no allocation
+/// assert_eq!(seen.get("orders"), Some(&1));
+/// ```
 ///
 /// Declare the pipeline's fixed output topics with
 /// [`PipelineBuilder::output_topic`](crate::PipelineBuilder::output_topic), which lists them
@@ -123,6 +150,8 @@ pub fn parse_origin(value: &[u8]) -> Option<(String, i32, i64)> {
 /// start-up). A topic chosen per record (routing by content) may be made with
 /// [`Topic::new`] or from a `&str`/`String`: that allocates once per conversion, so keep
 /// such topics in the processor rather than converting per record.
+// The derived `Hash`, `Eq` and `Ord` are those of the `str` (`Arc<str>` delegates to it),
+// as `Borrow<str>` requires.
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Topic(Arc<str>);
 
@@ -147,6 +176,12 @@ impl std::ops::Deref for Topic {
 
 impl AsRef<str> for Topic {
     fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::borrow::Borrow<str> for Topic {
+    fn borrow(&self) -> &str {
         &self.0
     }
 }
@@ -196,6 +231,36 @@ impl PartialEq<str> for Topic {
 impl PartialEq<&str> for Topic {
     fn eq(&self, other: &&str) -> bool {
         &*self.0 == *other
+    }
+}
+
+impl PartialEq<String> for Topic {
+    fn eq(&self, other: &String) -> bool {
+        *self.0 == **other
+    }
+}
+
+impl PartialEq<Topic> for str {
+    fn eq(&self, other: &Topic) -> bool {
+        self == &*other.0
+    }
+}
+
+impl PartialEq<Topic> for &str {
+    fn eq(&self, other: &Topic) -> bool {
+        *self == &*other.0
+    }
+}
+
+impl PartialEq<Topic> for String {
+    fn eq(&self, other: &Topic) -> bool {
+        **self == *other.0
+    }
+}
+
+impl From<Topic> for String {
+    fn from(t: Topic) -> String {
+        t.0.to_string()
     }
 }
 
@@ -325,5 +390,24 @@ mod tests {
         assert_eq!((out.key, out.value, out.timestamp), (input.key.clone(), input.value.clone(), Some(7)));
         assert_eq!(out.headers, vec![("h".to_string(), Some(b"1".to_vec()))]);
         assert!(Arc::ptr_eq(&out.topic.0, &topic.0), "no new topic name per record");
+    }
+
+    #[test]
+    fn topics_hash_compare_and_order_like_their_str() {
+        use std::hash::BuildHasher;
+        let hasher = std::collections::hash_map::RandomState::new();
+        let t = Topic::new("orders.v1");
+        assert_eq!(hasher.hash_one(&t), hasher.hash_one("orders.v1"));
+        assert_eq!(hasher.hash_one((t.clone(), 3)), hasher.hash_one(("orders.v1", 3)));
+        let name = String::from("orders.v1");
+        assert_eq!(t, "orders.v1");
+        assert_eq!("orders.v1", t);
+        assert_eq!(t, name);
+        assert_eq!(name, t);
+        assert_eq!(*"orders.v1", t);
+        assert!(Topic::new("a") < Topic::new("b") && Topic::new("a").cmp(&Topic::new("ab")) == "a".cmp("ab"));
+        let set: std::collections::HashSet<Topic> = [t.clone()].into();
+        assert!(set.contains("orders.v1") && !set.contains("orders"));
+        assert_eq!(String::from(t), "orders.v1");
     }
 }

@@ -134,7 +134,7 @@ impl Engine {
                 .and_then(|()| backend.write_checkpointed(batch, None))
                 .map_err(|source| StateError::Backend { store: spec.name.to_string(), partition, source })?;
         }
-        let topic = cfg.input_topics[0].clone();
+        let topic = crate::record::Topic::new(&cfg.input_topics[0]);
         self.processing.restored([state]);
         self.processing.restored_partition(&(topic, partition));
         Ok(read)

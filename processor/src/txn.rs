@@ -424,17 +424,26 @@ impl From<StepError> for CycleError {
 
 /// The next offset to consume for every partition present in `batch`.
 pub(crate) fn next_offsets(batch: &[InputRecord]) -> TopicPartitionList {
-    let mut next: std::collections::BTreeMap<(&str, i32), i64> = Default::default();
-    for r in batch {
-        let e = next.entry((r.topic.as_str(), r.partition)).or_insert(0);
-        *e = (*e).max(r.offset + 1);
-    }
+    let next = next_offset_per_partition(batch);
     let mut tpl = TopicPartitionList::with_capacity(next.len());
     for ((topic, partition), offset) in next {
         // Offsets are valid for any partition we just read from: add cannot fail.
         let _ = tpl.add_partition_offset(topic, partition, Offset::Offset(offset));
     }
     tpl
+}
+
+/// [`next_offsets`] as a map, ordered by topic and partition, whose keys borrow the
+/// records' [`Topic`](crate::record::Topic)s (cloning one is a reference count).
+pub(crate) fn next_offset_per_partition(
+    batch: &[InputRecord],
+) -> std::collections::BTreeMap<(&crate::record::Topic, i32), i64> {
+    let mut next: std::collections::BTreeMap<(&crate::record::Topic, i32), i64> = Default::default();
+    for r in batch {
+        let e = next.entry((&r.topic, r.partition)).or_insert(0);
+        *e = (*e).max(r.offset + 1);
+    }
+    next
 }
 
 /// What a cycle runs: the processing of each record, then the batch's state changes.

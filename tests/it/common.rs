@@ -253,7 +253,7 @@ pub fn replaying(bootstrap: &str, app: &str, input: &str, guarantee: Guarantee, 
 /// Fails chosen records once each (an injected processor error: the batch aborts and is
 /// replayed), remembered across restarts of the pipeline.
 #[derive(Clone, Default)]
-pub struct FailOnce(Arc<Mutex<HashSet<(String, i32, i64)>>>);
+pub struct FailOnce(Arc<Mutex<HashSet<(kafka_eos::Topic, i32, i64)>>>);
 
 impl FailOnce {
     /// `Err` the first time `rec` comes with `chosen`.

@@ -40,11 +40,12 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::message::Message;
 use rdkafka::ClientContext;
 
 use crate::config::{Guarantee, PipelineConfig};
 use crate::error::{Error, Result};
-use crate::record::InputRecord;
+use crate::record::{InputRecord, Topic};
 use crate::runtime::registry::{
     queue_capacity, send_bounded, spawn_task, to_tpl, wait_ready_unless, Registry, TaskHandle,
 };
@@ -58,6 +59,7 @@ mod recovery;
 pub(crate) fn run(shared: Arc<Shared>, control: Receiver<Control>) -> Result<()> {
     let cfg = shared.cfg.clone();
     let handler = Rebalancer {
+        topics: cfg.input_topics.iter().map(Topic::new).collect(),
         shared: shared.clone(),
         resume: Mutex::new(Vec::new()),
         registry: Mutex::new(Registry::default()),
@@ -141,7 +143,10 @@ pub(crate) fn run(shared: Arc<Shared>, control: Receiver<Control>) -> Result<()>
         consumer.context().drain_pending(&consumer);
         consumer.context().start_unstarted(&consumer);
         match consumer.poll(POLL_INTERVAL) {
-            Some(Ok(m)) => consumer.context().dispatch(&consumer, InputRecord::from_message(&m)),
+            Some(Ok(m)) => {
+                let ctx = consumer.context();
+                ctx.dispatch(&consumer, InputRecord::from_message_in(&m, ctx.topic(m.topic())))
+            }
             Some(Err(e)) => {
                 if let Some((code, reason)) = consumer.client().fatal_error() {
                     fatal = Some(consumer_failed(&cfg, code, reason));
@@ -238,6 +243,9 @@ struct Rebalancer {
     /// assignment in [`ConsumerContext::rebalance`] before librdkafka fetches anything.
     resume: Mutex<Resume>,
     shared: Arc<Shared>,
+    /// The input topics' names, made once: every record and assigned partition of a topic
+    /// shares its name ([`topic`](Self::topic)), so that routing a record allocates none.
+    topics: Vec<Topic>,
     registry: Mutex<Registry>,
     fatal: Mutex<Option<Error>>,
     /// Set when shutting down: bounds every wait from then on.
@@ -245,6 +253,15 @@ struct Rebalancer {
 }
 
 impl Rebalancer {
+    /// The shared name of input topic `name` (a reference count; a topic the pipeline does
+    /// not list, which the consumer does not deliver, is allocated).
+    fn topic(&self, name: &str) -> Topic {
+        match self.topics.iter().find(|t| t.as_str() == name) {
+            Some(t) => t.clone(),
+            None => Topic::new(name),
+        }
+    }
+
     fn registry(&self) -> MutexGuard<'_, Registry> {
         self.registry.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -264,7 +281,7 @@ impl Rebalancer {
     /// dropped only when its partition has no task (revoked): never while a later record of
     /// the same partition could still be committed.
     fn dispatch(&self, consumer: &BaseConsumer<Self>, record: InputRecord) {
-        let tp = (record.topic.clone(), record.partition);
+        let tp = (record.topic.clone(), record.partition); // a reference count: no allocation
         self.shared.shutdown.health_state().dispatched(&tp, record.offset);
         let mut reg = self.registry();
         let Some(tx) = reg.routes.get(&tp).and_then(|id| reg.tasks.get(id)).map(|t| t.tx.clone()) else {
@@ -363,7 +380,7 @@ impl ClientContext for Rebalancer {
         for (topic, t) in &stats.topics {
             for (p, s) in &t.partitions {
                 if *p >= 0 && s.consumer_lag >= 0 {
-                    crate::metrics::consumer_lag(app, &(topic.clone(), *p), s.consumer_lag);
+                    crate::metrics::consumer_lag(app, topic, *p, s.consumer_lag);
                 }
             }
         }

@@ -41,8 +41,10 @@ use crate::health::{Health, HealthReport};
 use crate::observe::TransactionHook;
 use crate::processor::driver::ProcessorFactory;
 
-/// `(topic, partition)`.
-pub(crate) type TopicPartition = (String, i32);
+/// `(topic, partition)`. The topic is a [`Topic`](crate::record::Topic), so that keying a
+/// map by a record's partition clones a reference count, not the name (the consumer thread
+/// and the tasks do so per record).
+pub(crate) type TopicPartition = (crate::record::Topic, i32);
 
 /// What a task tells the consumer thread.
 pub(crate) enum Control {

@@ -50,7 +50,9 @@ use crate::runtime::interrupt::{Deadline, Interrupt};
 use crate::runtime::slots::Slots;
 use crate::runtime::{Control, Shared, TopicPartition};
 use crate::sink::SinkGuarantee;
-use crate::txn::{next_offsets, run_cycle, CommitTo, CycleError, CycleStats, SinkStep, Step, StepError, TxnProducer};
+use crate::txn::{
+    next_offset_per_partition, run_cycle, CommitTo, CycleError, CycleStats, SinkStep, Step, StepError, TxnProducer,
+};
 
 mod failed;
 mod report;
@@ -537,11 +539,8 @@ impl Task {
         s.records_out.add(stats.outputs);
         s.transactions_committed.inc();
         s.dead_lettered.add(self.processing.dead_lettered().count() as u64);
-        let offsets: Vec<_> = next_offsets(batch)
-            .elements()
-            .iter()
-            .filter_map(|e| e.offset().to_raw().map(|o| ((e.topic().to_string(), e.partition()), o)))
-            .collect();
+        let offsets: Vec<(TopicPartition, i64)> =
+            next_offset_per_partition(batch).into_iter().map(|((t, p), o)| ((t.clone(), p), o)).collect();
         for (tp, next) in &offsets {
             self.shared.shutdown.health_state().committed(tp, *next);
         }

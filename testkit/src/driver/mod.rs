@@ -81,7 +81,7 @@ use kafka_eos::codec::{Codec, DecodeError};
 use kafka_eos::config::PipelineConfig;
 use kafka_eos::state::{Store, StoreRef};
 use kafka_eos::testing::{AfterFailure, ChangelogEntry, Engine, Failure, Snapshot};
-use kafka_eos::{Error, Exhausted, Guarantee, InputRecord, PipelineBuilder};
+use kafka_eos::{Error, Exhausted, Guarantee, InputRecord, PipelineBuilder, Topic};
 
 pub use record::{TestInput, TestRecord};
 pub use replay::{check_replay_safe, ReplayCheck, ReplayReport, ReplayViolation};
@@ -132,7 +132,8 @@ pub struct TestDriver {
     /// Taken on drop, to shut down in the background (a test may drop the driver inside an
     /// async context, where a blocking shutdown panics).
     rt: Option<tokio::runtime::Runtime>,
-    input_topic: String,
+    /// Made once: every piped record shares it, as the runtime's records do.
+    input_topic: Topic,
     next_offset: BTreeMap<i32, i64>,
     /// Piped, not yet committed, in pipe order.
     pending: Vec<InputRecord>,
@@ -161,7 +162,7 @@ impl TestDriver {
             .build()
             .map_err(|e| Error::Internal(format!("test driver runtime: {e}")))?;
         let engine = Engine::new(builder, rt.handle().clone())?;
-        let input_topic = engine.config().input_topics[0].clone();
+        let input_topic = Topic::new(&engine.config().input_topics[0]);
         Ok(TestDriver {
             engine,
             rt: Some(rt),

@@ -263,7 +263,7 @@ impl ConsumerContext for Rebalancer {
     /// every other partition keeps its task.
     fn rebalance(&self, consumer: &BaseConsumer<Self>, err: RDKafkaRespErr, tpl: &mut TopicPartitionList) {
         let tps = |tpl: &TopicPartitionList| -> Vec<TopicPartition> {
-            tpl.elements().iter().map(|e| (e.topic().to_string(), e.partition())).collect()
+            tpl.elements().iter().map(|e| (self.topic(e.topic()), e.partition())).collect()
         };
         let incremental = matches!(consumer.rebalance_protocol(), RebalanceProtocol::Cooperative);
         let result = match err {
@@ -275,7 +275,7 @@ impl ConsumerContext for Rebalancer {
                     std::mem::take(&mut *self.resume.lock().unwrap_or_else(|p| p.into_inner()))
                 {
                     if let Err(e) = tpl.set_partition_offset(&topic, partition, Offset::Offset(offset)) {
-                        tracing::warn!(topic, partition, offset, error = %e, "cannot set the sink's resume offset");
+                        tracing::warn!(%topic, partition, offset, error = %e, "cannot set the sink's resume offset");
                     }
                 }
                 let applied = if incremental { consumer.incremental_assign(tpl) } else { consumer.assign(tpl) };

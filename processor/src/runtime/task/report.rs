@@ -36,7 +36,7 @@ impl Task {
                 let mut dead: HashMap<TopicPartition, u64> = HashMap::new();
                 for origin in self.processing.dead_lettered() {
                     if let Some((t, p, _)) = crate::record::parse_origin(origin.as_bytes()) {
-                        *dead.entry((t, p)).or_default() += 1;
+                        *dead.entry((t.into(), p)).or_default() += 1;
                     }
                 }
                 for (tp, n) in &inputs {

@@ -189,7 +189,7 @@ pub(super) fn anchors(
     }
     crate::processing::partition_ranges(batch)
         .into_iter()
-        .filter(|r| unanchored.contains(&(r.topic.to_string(), r.partition)))
+        .filter(|r| unanchored.contains(&(r.topic.clone(), r.partition)))
         .map(|r| PartitionRange { next_offset: r.first_offset, ..r })
         .collect()
 }
