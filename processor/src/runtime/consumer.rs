@@ -46,6 +46,7 @@ use rdkafka::ClientContext;
 use crate::config::{Guarantee, PipelineConfig};
 use crate::error::{Error, Result};
 use crate::record::{InputRecord, Topic};
+use crate::runtime::pending::Sent;
 use crate::runtime::registry::{
     queue_capacity, send_bounded, spawn_task, to_tpl, wait_ready_unless, Registry, TaskHandle,
 };
@@ -288,11 +289,10 @@ impl Rebalancer {
             tracing::trace!(record = %record.origin(), "no task for this partition (revoked): not routed");
             return;
         };
-        if let Some(queue) = reg.pending.get_mut(&tp) {
-            queue.push_back(record);
+        if reg.pending.contains(&tp) {
             // Pausing makes librdkafka drop what it prefetched and fetch it again on resume,
-            // so only pause once a full queue's worth waits here.
-            if queue.len() >= queue_capacity(&self.shared.cfg) && reg.paused.insert(tp.clone()) {
+            // so the bound is generous (see `pending`).
+            if reg.pending.push(&tp, record, queue_capacity(&self.shared.cfg)) && reg.paused.insert(tp.clone()) {
                 drop(reg);
                 tracing::debug!(partition = ?tp, "task queue full: partition paused");
                 if let Err(e) = consumer.pause(&to_tpl(&[(tp, 0)])) {
@@ -304,7 +304,7 @@ impl Rebalancer {
         match tx.try_send(TaskMsg::Record(record)) {
             Ok(()) => {}
             Err(TrySendError::Full(TaskMsg::Record(r))) => {
-                reg.pending.entry(tp).or_default().push_back(r);
+                reg.pending.push(&tp, r, queue_capacity(&self.shared.cfg));
             }
             Err(_) => {
                 drop(reg);
@@ -320,27 +320,16 @@ impl Rebalancer {
         if reg.pending.is_empty() {
             return;
         }
-        let mut resumed = Vec::new();
         let Registry { pending, routes, tasks, .. } = &mut *reg;
-        for (tp, queue) in pending.iter_mut() {
-            let Some(task) = routes.get(tp).and_then(|id| tasks.get(id)) else { continue };
-            while let Some(r) = queue.pop_front() {
-                match task.tx.try_send(TaskMsg::Record(r)) {
-                    Ok(()) => {}
-                    Err(TrySendError::Full(TaskMsg::Record(r))) => {
-                        queue.push_front(r);
-                        break;
-                    }
-                    Err(_) => break,
-                }
+        let emptied = pending.drain(|tp, r| {
+            let Some(task) = routes.get(tp).and_then(|id| tasks.get(id)) else { return Sent::Full(r) };
+            match task.tx.try_send(TaskMsg::Record(r)) {
+                Ok(()) => Sent::Taken,
+                Err(TrySendError::Full(TaskMsg::Record(r))) => Sent::Full(r),
+                Err(_) => Sent::Gone,
             }
-            if queue.is_empty() {
-                resumed.push((tp.clone(), 0));
-            }
-        }
-        for (tp, _) in &resumed {
-            reg.pending.remove(tp);
-        }
+        });
+        let mut resumed: Vec<(crate::runtime::TopicPartition, i64)> = emptied.into_iter().map(|tp| (tp, 0)).collect();
         resumed.retain(|(tp, _)| reg.paused.remove(tp));
         drop(reg);
         if !resumed.is_empty() {

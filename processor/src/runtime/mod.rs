@@ -24,6 +24,7 @@
 
 pub(crate) mod consumer;
 pub(crate) mod interrupt;
+mod pending;
 pub(crate) mod preflight;
 pub(crate) mod reconcile;
 mod registry;

@@ -2,7 +2,7 @@
 //! inboxes, and the records waiting for room in them. Owned by the consumer thread's
 //! [`Rebalancer`](super::consumer); tasks never touch it.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, HashSet};
 use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -12,8 +12,8 @@ use rdkafka::{Offset, TopicPartitionList};
 
 use crate::config::PipelineConfig;
 use crate::error::{Error, Result};
-use crate::record::InputRecord;
 use crate::runtime::interrupt::Interrupt;
+use crate::runtime::pending::Pending;
 use crate::runtime::task::{Resume, Task, TaskMsg};
 use crate::runtime::{Shared, TopicPartition};
 
@@ -39,12 +39,12 @@ pub(super) struct Registry {
     pub(super) routes: HashMap<TopicPartition, u64>,
     pub(super) tasks: HashMap<u64, TaskHandle>,
     /// Records waiting for room in their task's queue, per partition.
-    pub(super) pending: HashMap<TopicPartition, VecDeque<InputRecord>>,
+    pub(super) pending: Pending,
     /// Assigned partitions whose task could not start (its producer failed to initialise):
     /// paused, routed nowhere, retried from the consumer thread's loop.
     pub(super) unstarted: HashMap<TopicPartition, Unstarted>,
-    /// Partitions paused because their pending queue grew to a queue's capacity, or because
-    /// they are unstarted.
+    /// Partitions paused because their pending queue grew past its bound (see
+    /// [`pending`](super::pending)), or because they are unstarted.
     pub(super) paused: HashSet<TopicPartition>,
     pub(super) next: u64,
 }
@@ -109,9 +109,8 @@ impl Ready {
     }
 }
 
-/// Records a task's queue holds: a transaction's worth, within reason. A partition is paused
-/// once as many again wait in the consumer thread, which bounds memory per partition to about
-/// three transactions' worth plus librdkafka's prefetch.
+/// Records a task's queue holds: a transaction's worth, within reason. Past it, records wait
+/// in the consumer thread, up to the bound of [`pending`](super::pending).
 pub(super) fn queue_capacity(cfg: &PipelineConfig) -> usize {
     cfg.max_records_per_transaction.clamp(100, 10_000)
 }
