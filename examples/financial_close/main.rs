@@ -249,12 +249,18 @@ mod tests {
         paid(event_id, merchant, cents, day * DAY_MS + 1_000)
     }
 
+    /// The pipeline in a test driver, merchant 7 in its table at `fee_bps`.
+    fn driver_with_merchant_7(t: &Topics, fee_bps: u32) -> TestDriver {
+        let mut driver = TestDriver::new(financial_close::pipeline(Pipeline::builder(), t)).unwrap();
+        let row = TestInput::new().key("7").encode_value(&Json, &Merchant { fee_bps }).unwrap();
+        driver.pipe_table(&t.merchants, row).unwrap();
+        driver
+    }
+
     #[test]
     fn berlin_business_days_close_once_and_late_payments_correct_them() {
         let t = topics();
-        let mut driver = TestDriver::new(financial_close::pipeline(Pipeline::builder(), &t)).unwrap();
-        let row = TestInput::new().key("7").encode_value(&Json, &Merchant { fee_bps: 250 }).unwrap();
-        driver.pipe_table(&t.merchants, row).unwrap();
+        let mut driver = driver_with_merchant_7(&t, 250);
         driver.pipe(paid(1, 7, 500, MAR_29 + 21 * H + H / 2)).unwrap(); // 23:30 CEST
         driver.pipe(paid(1, 7, 500, MAR_29 + 21 * H + H / 2)).unwrap(); // redelivered: dropped
         driver.pipe(paid(2, 7, 250, MAR_29 - H / 2)).unwrap(); // 00:30 CET: the same business day
@@ -293,9 +299,7 @@ mod tests {
     #[test]
     fn an_idle_advance_in_the_middle_of_the_period_leaves_no_day_open() {
         let t = topics();
-        let mut driver = TestDriver::new(financial_close::pipeline(Pipeline::builder(), &t)).unwrap();
-        let row = TestInput::new().key("7").encode_value(&Json, &Merchant { fee_bps: 100 }).unwrap();
-        driver.pipe_table(&t.merchants, row).unwrap();
+        let mut driver = driver_with_merchant_7(&t, 100);
         // The wall clock runs eight months after the payments' event time (a replay).
         driver.set_time(MAR_29 + 240 * DAY_MS);
         driver.pipe(paid(1, 7, 1_000, MAR_29 + 10 * H)).unwrap();

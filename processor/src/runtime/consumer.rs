@@ -277,8 +277,9 @@ impl Rebalancer {
     }
 
     /// Routes a record to its partition's task. When the task's queue is full the record
-    /// waits in this partition's pending queue and the partition is paused (backpressure
-    /// without blocking this thread, which must keep polling to run rebalances). A record is
+    /// waits in this partition's pending queue, and past that queue's bound the partition is
+    /// paused (backpressure without blocking this thread, which must keep polling to run
+    /// rebalances; see [`pending`](super::pending)). A record is
     /// dropped only when its partition has no task (revoked): never while a later record of
     /// the same partition could still be committed.
     fn dispatch(&self, consumer: &BaseConsumer<Self>, record: InputRecord) {
@@ -289,26 +290,27 @@ impl Rebalancer {
             tracing::trace!(record = %record.origin(), "no task for this partition (revoked): not routed");
             return;
         };
-        if reg.pending.contains(&tp) {
-            // Pausing makes librdkafka drop what it prefetched and fetch it again on resume,
-            // so the bound is generous (see `pending`).
-            if reg.pending.push(&tp, record, queue_capacity(&self.shared.cfg)) && reg.paused.insert(tp.clone()) {
-                drop(reg);
-                tracing::debug!(partition = ?tp, "task queue full: partition paused");
-                if let Err(e) = consumer.pause(&to_tpl(&[(tp, 0)])) {
-                    tracing::warn!(error = %e, "pausing a partition failed; its records wait in memory");
+        // Behind the partition's waiting records if it has any; else straight to the task.
+        let record = if reg.pending.contains(&tp) {
+            record
+        } else {
+            match tx.try_send(TaskMsg::Record(record)) {
+                Ok(()) => return,
+                Err(TrySendError::Full(TaskMsg::Record(r))) => r,
+                Err(_) => {
+                    drop(reg);
+                    self.set_fatal(Error::Internal("a partition task exited while its partition was assigned".into()));
+                    return;
                 }
             }
-            return;
-        }
-        match tx.try_send(TaskMsg::Record(record)) {
-            Ok(()) => {}
-            Err(TrySendError::Full(TaskMsg::Record(r))) => {
-                reg.pending.push(&tp, r, queue_capacity(&self.shared.cfg));
-            }
-            Err(_) => {
-                drop(reg);
-                self.set_fatal(Error::Internal("a partition task exited while its partition was assigned".into()));
+        };
+        // Pausing makes librdkafka drop what it prefetched and fetch it again on resume, so
+        // the bound is generous (see `pending`).
+        if reg.pending.push(&tp, record, queue_capacity(&self.shared.cfg)) && reg.paused.insert(tp.clone()) {
+            drop(reg);
+            tracing::debug!(partition = ?tp, "task queue full: partition paused");
+            if let Err(e) = consumer.pause(&to_tpl(&[(tp, 0)])) {
+                tracing::warn!(error = %e, "pausing a partition failed; its records wait in memory");
             }
         }
     }
