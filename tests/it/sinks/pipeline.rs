@@ -4,6 +4,8 @@
 //!   the database's offsets decide where partitions resume — a second pipeline under a new
 //!   consumer group (no Kafka offsets at all) processes only what the first one left — and
 //!   the server SIGKILLed and restarted mid-run loses and doubles nothing.
+//! - PostgreSQL, a partition whose task starts late (its first start failed): it resumes
+//!   where the database says, not where the group's committed offset is.
 //! - Redis: with dedup, a full replay of the input changes no counter; without dedup the
 //!   same replay doubles every counter (the drift the dedup step removes).
 
@@ -125,6 +127,64 @@ async fn pg_pipeline_resumes_from_the_database_and_survives_a_server_crash() {
     assert_eq!(s1.records_in, RECORDS / 2);
     assert_eq!(s2.records_in, RECORDS / 2, "run 2 resumes where the stored offsets say");
     assert_eq!(calls2.load(Ordering::Relaxed), RECORDS / 2, "no record processed twice");
+}
+
+/// The chaos suite's postgres-sink failure (CI, 2026-12-01: 21 rows missing, every stored
+/// offset at its partition's end). An exactly-once sink is written after the Kafka commit, so
+/// the group's committed offset can be ahead of the database's: here partition 0's is at its
+/// end, the database's at 0. The first start of partition 0's task fails (as when PostgreSQL
+/// is down), so the task is retried from the consumer thread; it used to seek the partition
+/// to the group's committed offset and skip every row. Partition 1 starts at once, from
+/// the database's offset.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pg_a_partition_whose_task_starts_late_resumes_from_the_database() {
+    const PER_PARTITION: u64 = 300;
+    let pg =
+        tokio::task::spawn_blocking(|| Postgres::start(PostgresConfig::default()).expect("PostgreSQL")).await.unwrap();
+    psql(&pg, "CREATE TABLE ledger (payment_id text PRIMARY KEY, merchant text NOT NULL, cents bigint NOT NULL)");
+    let conn = pg.connection_string("postgres");
+    let t = topics("pg-late", 2, 2 * PER_PARTITION, 20).await;
+    let (app, group) = (unique("pg-late"), unique("ledger-late"));
+
+    // The database: both partitions resume at 0. The group: partition 0 at its end.
+    let mut sink =
+        PostgresSink::connect(&conn, group.clone(), &TableSpec::new("ledger", &["payment_id"])).await.expect("sink");
+    let tps: Vec<_> = (0..2).map(|p| kafka_eos_postgres::TopicPartition::new(t.input.as_str(), p)).collect();
+    sink.claim(&tps).await.expect("claim");
+    sink.write_batch(&[], &[(tps[0].clone(), 0), (tps[1].clone(), 0)]).await.expect("store offsets");
+    let (b, a, input) = (t.bootstrap.clone(), app.clone(), t.input.clone());
+    tokio::task::spawn_blocking(move || {
+        use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+        let consumer: BaseConsumer =
+            rdkafka::ClientConfig::new().set("bootstrap.servers", &b).set("group.id", &a).create().expect("consumer");
+        let mut tpl = rdkafka::TopicPartitionList::new();
+        tpl.add_partition_offset(&input, 0, rdkafka::Offset::Offset(PER_PARTITION as i64)).expect("offset");
+        consumer.commit(&tpl, CommitMode::Sync).expect("commit the group's offset");
+    })
+    .await
+    .unwrap();
+
+    let run = spawn(
+        ledger_pipeline(&t, &app, &conn, &group, Arc::new(AtomicU64::new(0)))
+            .guarantee(Guarantee::ExactlyOnce)
+            .inject_init_failures(0, 1),
+    );
+    let rows_of = |p: i32| {
+        let n = psql(&pg, &format!("SELECT count(*) FROM ledger WHERE merchant = 'm-{p}'"));
+        n.trim().parse::<u64>().expect("count")
+    };
+    let until = std::time::Instant::now() + Duration::from_secs(90);
+    while (rows_of(0), rows_of(1)) != (PER_PARTITION, PER_PARTITION) && std::time::Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let summary = run.stop().await;
+    let (rows, distinct, wrong) = ledger_check(&pg);
+    println!("partition 0 started late: {} rows, partition 1: {} rows ({summary:?})", rows_of(0), rows_of(1));
+    assert_eq!(rows_of(1), PER_PARTITION, "partition 1 resumed from the database's offset");
+    assert_eq!(rows_of(0), PER_PARTITION, "partition 0, started late, resumed from the database's offset too");
+    assert_eq!((rows, distinct, wrong), (2 * PER_PARTITION, 2 * PER_PARTITION, 0));
+    let stored = psql(&pg, &format!("SELECT sum(next_offset) FROM kafka_eos_offsets WHERE group_id = '{group}'"));
+    assert_eq!(stored.trim(), (2 * PER_PARTITION).to_string(), "the stored offsets are the partitions' ends");
 }
 
 /// Page views counted in Redis: hash `<ns>:views`, field `page-<offset % 10>`, +1 per record.
