@@ -21,6 +21,10 @@
 //!
 //! The first [`WARMUP`] transactions of every subject are left out (connection set-up,
 //! coordinator lookup); the rest go into HDR histograms (microsecond precision).
+//!
+//! `-- --broker-breakdown` runs only the 100-record cell, longer, on a broker that logs
+//! every request, and splits each commit step into the broker's time and ours
+//! (`kafka_eos_cli::bench::broker_log`).
 
 mod common;
 
@@ -28,12 +32,15 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::plot::{log_x_chart, Legend, Series};
-use common::{bar, broker, init_tracing, runtime, step, write_results, Args};
+use common::{bar, broker, broker_with, init_tracing, runtime, step, write_results, Args};
 use hdrhistogram::Histogram;
 use kafka_eos::config::Properties;
 use kafka_eos::observe::{Outcome, TransactionEvent};
 use kafka_eos::Guarantee;
-use kafka_eos_cli::bench::{copy, delete_topics, fmt_opt, table, unique_name, CopyOptions, Input, Subject, Tuning};
+use kafka_eos_cli::bench::{
+    broker_log, copy, delete_topics, fmt_opt, table, unique_name, CopyOptions, Input, Subject, Tuning,
+};
+use kafka_eos_testkit::broker::{Cluster, ClusterConfig};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Header, Message, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
@@ -69,6 +76,8 @@ struct Latencies {
     /// inside its commit).
     await_acks: Histogram<u64>,
     seen: usize,
+    /// Every commit step in ms, in commit order, warm-up included (for `--broker-breakdown`).
+    in_order: Vec<f64>,
 }
 
 impl Latencies {
@@ -78,11 +87,13 @@ impl Latencies {
             total: Histogram::new_with_bounds(1, 600_000_000, 3).expect("histogram bounds"),
             await_acks: Histogram::new_with_bounds(1, 600_000_000, 3).expect("histogram bounds"),
             seen: 0,
+            in_order: Vec::new(),
         }
     }
 
     fn record(&mut self, commit: Duration, total: Duration, await_acks: Option<Duration>) {
         self.seen += 1;
+        self.in_order.push(commit.as_secs_f64() * 1000.0);
         if self.seen > WARMUP {
             let us = |d: Duration| (d.as_micros() as u64).clamp(1, 600_000_000);
             let _ = self.commit.record(us(commit));
@@ -102,17 +113,34 @@ fn main() {
     let args = Args::parse();
     init_tracing();
     let started = Instant::now();
-    let cluster = broker();
+    let breakdown = args.broker_breakdown;
+    let cluster = if breakdown {
+        let (logger, level) = broker_log::LOGGER;
+        broker_with(ClusterConfig { log_levels: vec![(logger.into(), level.into())], ..ClusterConfig::default() })
+    } else {
+        broker()
+    };
+    let log_path = match &cluster {
+        Cluster::Local(local) => local.node_ids().first().and_then(|n| local.log_path(*n)),
+        Cluster::External { .. } => None,
+    };
+    if breakdown && log_path.is_none() {
+        fail("--broker-breakdown reads the local broker's log: unset KAFKA_BOOTSTRAP");
+    }
     let bootstrap = cluster.bootstrap_servers();
     let rt = runtime();
 
-    let sizes: Vec<(usize, usize)> = if args.quick {
-        vec![(1, 20), (100, 20), (1_000, 8)]
-    } else {
-        vec![(1, 150), (10, 150), (100, 150), (1_000, 60), (10_000, 15)]
+    let sizes: Vec<(usize, usize)> = match (breakdown, args.quick) {
+        (true, _) => vec![(100, 1_000)],
+        (false, true) => vec![(1, 20), (100, 20), (1_000, 8)],
+        (false, false) => vec![(1, 150), (10, 150), (100, 150), (1_000, 60), (10_000, 15)],
     };
-    let value_sizes = [100usize, 1024];
-    let subjects = [Who::Ours(Guarantee::ExactlyOnce), Who::Ours(Guarantee::ExactlyOncePerConsumer), Who::Naive];
+    let value_sizes: &[usize] = if breakdown { &[100] } else { &[100, 1024] };
+    let subjects: &[Who] = if breakdown {
+        &[Who::Ours(Guarantee::ExactlyOnce), Who::Ours(Guarantee::ExactlyOncePerConsumer)]
+    } else {
+        &[Who::Ours(Guarantee::ExactlyOnce), Who::Ours(Guarantee::ExactlyOncePerConsumer), Who::Naive]
+    };
     println!(
         "commit_latency ({} mode) on {bootstrap}: transaction sizes {:?}, values {:?} B",
         args.mode(),
@@ -124,15 +152,16 @@ fn main() {
     let mut rows = Vec::new();
     let mut json = Vec::new();
     let mut cdfs: Vec<Cdf> = Vec::new();
-    for &value_size in &value_sizes {
+    for &value_size in value_sizes {
         for &(n, txns) in &sizes {
             let records = ((WARMUP + txns) * n) as u64;
             let topic = unique_name(&format!("lat-in-{n}x{value_size}"));
             let input = Input::create(&bootstrap, &topic, 1, 1, records, value_size, Properties::default())
                 .unwrap_or_else(|e| fail(&format!("producing the input {topic}: {e}")));
             let mut topics = vec![topic];
-            for &who in &subjects {
+            for &who in subjects {
                 step(&bar, format!("{} / {n} records x {value_size} B x {txns} transactions", who.name()));
+                let mut broker_log = log_path.as_deref().filter(|_| breakdown).map(broker_log::Cursor::at_end);
                 let output = unique_name(&format!("lat-out-{n}"));
                 topics.push(output.clone());
                 let lat = Arc::new(Mutex::new(Latencies::new()));
@@ -168,6 +197,15 @@ fn main() {
                     fail(&format!("{} at {n} records: {e}", who.name()));
                 }
                 let l = lat.lock().unwrap_or_else(|p| p.into_inner());
+                if let Some(cursor) = broker_log.as_mut() {
+                    match cursor.read_new() {
+                        Ok(requests) => {
+                            let steps = broker_log::longest(broker_log::commit_steps(&requests));
+                            broker_log::report(who.name(), &l.in_order, &steps, WARMUP);
+                        }
+                        Err(e) => fail(&format!("reading the broker's log: {e}")),
+                    }
+                }
                 let (c, t) = (&l.commit, &l.total);
                 let txn_per_s = if t.mean() > 0.0 { 1e6 / t.mean() } else { 0.0 };
                 rows.push(vec![
@@ -236,7 +274,7 @@ fn main() {
     summary(&json);
 
     let dir = args.plot_dir();
-    for who in subjects {
+    for &who in subjects {
         let series: Vec<Series> = cdfs
             .iter()
             .filter(|(w, _, _)| *w == who)

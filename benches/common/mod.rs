@@ -33,7 +33,7 @@ pub struct Args {
     pub reps: Option<usize>,
     /// Where to write the plots (SVG); default `docs/img` in an unnarrowed full run, and
     /// `target/bench-results/img` in quick mode or a narrowed run (`--partitions`,
-    /// `--subjects`, `--intervals`, `--records`), so that neither CI nor an experiment
+    /// `--subjects`, `--intervals`, `--records`, `--broker-breakdown`), so that neither CI nor an experiment
     /// overwrites the docs' plots.
     #[arg(long)]
     pub plots: Option<PathBuf>,
@@ -55,6 +55,11 @@ pub struct Args {
     /// running on this machine (a local cluster started by the bench is measured anyway).
     #[arg(long)]
     pub broker_pid: Option<u32>,
+    /// commit_latency: only 1,000 transactions of 100 records x 100 B for our two modes, on a
+    /// local broker logging every request (`kafka.request.logger` at DEBUG), and the commit
+    /// step split into the broker's time and ours (see `kafka_eos_cli::bench::broker_log`).
+    #[arg(long)]
+    pub broker_breakdown: bool,
     /// Set by `cargo bench`; ignored.
     #[arg(long, hide = true)]
     pub bench: bool,
@@ -91,7 +96,8 @@ impl Args {
             let narrowed = !self.partitions.is_empty()
                 || !self.subjects.is_empty()
                 || !self.intervals.is_empty()
-                || self.records.is_some();
+                || self.records.is_some()
+                || self.broker_breakdown;
             if self.quick || narrowed {
                 results_dir().join("img")
             } else {
@@ -137,7 +143,12 @@ pub fn broker_pids(cluster: &Cluster, args: &Args) -> Vec<u32> {
 /// The broker: `KAFKA_BOOTSTRAP`, or a local one-node cluster that dies with this process.
 /// The heap is raised to 1 GiB so the broker's GC does not throttle the copies.
 pub fn broker() -> Cluster {
-    let cfg = ClusterConfig { heap_mb: 1024, ..ClusterConfig::default() };
+    broker_with(ClusterConfig::default())
+}
+
+/// [`broker`] with the other settings of `cfg` (the heap is still raised).
+pub fn broker_with(cfg: ClusterConfig) -> Cluster {
+    let cfg = ClusterConfig { heap_mb: 1024, ..cfg };
     Cluster::from_env_or_start(cfg).unwrap_or_else(|e| {
         eprintln!("cannot start the benchmark broker: {e}");
         std::process::exit(2)

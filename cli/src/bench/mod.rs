@@ -1,5 +1,5 @@
 //! Measuring what each guarantee costs: the one implementation behind `cargo bench`
-//! (`benches/batch_throughput.rs`, `benches/commit_latency.rs`) and `kafka-eos bench`.
+//! (`benches/batch_throughput/`, `benches/commit_latency.rs`) and `kafka-eos bench`.
 //!
 //! # What is measured
 //!
@@ -45,6 +45,7 @@
 //! in a fault-free run copies exactly, though it promises nothing), at-least-once for
 //! [`Guarantee::AtLeastOnce`].
 
+pub mod broker_log;
 mod copy;
 mod measure;
 mod table;

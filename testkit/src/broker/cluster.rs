@@ -150,6 +150,7 @@ impl LocalCluster {
         }
         let kafka_version = cfg.resolved_kafka_version()?;
         let transaction_version = cfg.resolved_transaction_version()?;
+        let log4j = props::log4j2_yaml(&cfg.resolved_log_levels()?);
         let java = java()?;
         let libs = install(&kafka_version)?;
         remove_stale_temp_dirs();
@@ -218,7 +219,7 @@ impl LocalCluster {
                 "starting a local Kafka cluster"
             );
             let result = cluster
-                .write_and_format(&cfg.extra_properties, cfg.sasl.as_ref(), transaction_version)
+                .write_and_format(&cfg.extra_properties, cfg.sasl.as_ref(), transaction_version, &log4j)
                 .and_then(|()| cluster.nodes.iter().try_for_each(|n| cluster.spawn_node(n)))
                 .and_then(|()| on_spawned(&cluster))
                 .and_then(|()| cluster.wait_ready(cfg.ready_timeout));

@@ -11,12 +11,13 @@ use super::{LocalCluster, NodeSpec, TAIL_LINES};
 impl LocalCluster {
     /// Writes every node's config and formats its storage (all nodes in parallel), creating the
     /// SCRAM credentials of `sasl`'s users in the metadata log and finalizing
-    /// `transaction.version` when it is given.
+    /// `transaction.version` when it is given; `log4j` is every node's log4j2 config.
     pub(super) fn write_and_format(
         &self,
         extra: &[(String, String)],
         sasl: Option<&SaslConfig>,
         transaction_version: Option<u8>,
+        log4j: &str,
     ) -> Result<(), BrokerError> {
         let specs: Vec<NodeSpec> = self.nodes.iter().map(|n| n.spec.clone()).collect();
         for spec in &specs {
@@ -27,8 +28,7 @@ impl LocalCluster {
             let path = spec.properties_path();
             fs::write(&path, text).map_err(|e| BrokerError::io(format!("writing {}", path.display()), e))?;
             let path = spec.log4j_path();
-            fs::write(&path, props::LOG4J2_YAML)
-                .map_err(|e| BrokerError::io(format!("writing {}", path.display()), e))?;
+            fs::write(&path, log4j).map_err(|e| BrokerError::io(format!("writing {}", path.display()), e))?;
         }
 
         let cluster_id = props::random_kafka_id();

@@ -23,6 +23,9 @@
 //!   formatted (`StorageTool format --feature transaction.version=N`); level 2 is the KIP-890
 //!   protocol, 0 the classic one. [`LocalCluster::finalized_features`] reads it back.
 //!
+//! Broker logger levels: [`ClusterConfig::log_levels`], else `KAFKA_EOS_BROKER_LOG_LEVELS`
+//! ([`LOG_LEVELS_ENV`]); each node logs to its `kafka.log` ([`LocalCluster::log_path`]).
+//!
 //! # Where the broker comes from
 //!
 //! There is no Docker and no tarball download: [`install()`] writes a pom-only Maven project (the
@@ -120,6 +123,11 @@ pub const KAFKA_VERSION_ENV: &str = "KAFKA_EOS_KAFKA_VERSION";
 /// whose [`ClusterConfig::transaction_version`] is `None`.
 pub const TRANSACTION_VERSION_ENV: &str = "KAFKA_EOS_TRANSACTION_VERSION";
 
+/// Environment variable giving broker logger levels for clusters whose
+/// [`ClusterConfig::log_levels`] is empty: `logger=LEVEL` pairs separated by commas, e.g.
+/// `KAFKA_EOS_BROKER_LOG_LEVELS=kafka.request.logger=DEBUG` (every request's timings).
+pub const LOG_LEVELS_ENV: &str = "KAFKA_EOS_BROKER_LOG_LEVELS";
+
 /// How long a graceful stop waits after SIGTERM before it sends SIGKILL.
 ///
 /// 30 s is plenty for a healthy node (a few seconds of controlled shutdown). It bounds the
@@ -187,6 +195,13 @@ pub struct ClusterConfig {
     /// which is the level of the release's latest production metadata version: **2** on every
     /// Kafka 4.x (level 2 needs metadata version 4.0-IV2).
     pub transaction_version: Option<u8>,
+    /// Broker logger levels, `(logger, level)`, over the harness's own (INFO, with
+    /// `kafka.request.logger` and `state.change.logger` at WARN). Default empty: the
+    /// environment variable `KAFKA_EOS_BROKER_LOG_LEVELS` when set, else none. E.g.
+    /// `("kafka.request.logger", "DEBUG")` logs every request with its time in the broker
+    /// (`totalTimeMs`, and its queue, local, remote and send parts) — the way to tell a
+    /// client's latency from the broker's; it costs broker CPU on every request.
+    pub log_levels: Vec<(String, String)>,
 }
 
 /// A `SASL_PLAINTEXT` listener on every node of a [`LocalCluster`], on its own port.
@@ -249,6 +264,7 @@ impl Default for ClusterConfig {
             fault_proxy: false,
             kafka_version: None,
             transaction_version: None,
+            log_levels: Vec::new(),
         }
     }
 }
@@ -284,6 +300,37 @@ impl ClusterConfig {
             0..=2 => Ok(Some(level)),
             _ => Err(BrokerError::InvalidConfig(format!("transaction.version must be 0, 1 or 2, got {level}"))),
         }
+    }
+}
+
+impl ClusterConfig {
+    /// The logger levels to apply: [`ClusterConfig::log_levels`], else
+    /// `KAFKA_EOS_BROKER_LOG_LEVELS`. Fails on a malformed pair or an unknown level.
+    pub fn resolved_log_levels(&self) -> Result<Vec<(String, String)>, BrokerError> {
+        let pairs = match (self.log_levels.is_empty(), env_setting(LOG_LEVELS_ENV)) {
+            (false, _) | (true, None) => self.log_levels.clone(),
+            (true, Some(text)) => text
+                .split(',')
+                .filter(|p| !p.trim().is_empty())
+                .map(|p| match p.split_once('=') {
+                    Some((logger, level)) => Ok((logger.trim().to_string(), level.trim().to_string())),
+                    None => Err(BrokerError::InvalidConfig(format!(
+                        "{LOG_LEVELS_ENV}: {p:?} is not logger=LEVEL (e.g. kafka.request.logger=DEBUG)"
+                    ))),
+                })
+                .collect::<Result<_, _>>()?,
+        };
+        for (logger, level) in &pairs {
+            let name_ok = !logger.is_empty()
+                && logger.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '$' | '-'));
+            let level_ok = ["TRACE", "DEBUG", "INFO", "WARN", "ERROR", "OFF"].contains(&level.to_uppercase().as_str());
+            if !name_ok || !level_ok {
+                return Err(BrokerError::InvalidConfig(format!(
+                    "broker log level {logger:?}={level:?}: expected a logger name and one of TRACE, DEBUG, INFO, WARN, ERROR, OFF"
+                )));
+            }
+        }
+        Ok(pairs)
     }
 }
 

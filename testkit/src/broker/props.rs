@@ -249,28 +249,33 @@ fn escape_key(k: &str) -> String {
 }
 
 /// log4j2 config: everything to the console (the node's `kafka.log`), INFO, with the two very
-/// chatty loggers (per-request and per-partition state changes) at WARN.
-pub(crate) const LOG4J2_YAML: &str = "\
-Configuration:
-  name: kafka-eos-local-broker
-  Appenders:
-    Console:
-      name: STDOUT
-      PatternLayout:
-        pattern: \"[%d] %p %m (%c)%n\"
-  Loggers:
-    Root:
-      level: INFO
-      AppenderRef:
-        - ref: STDOUT
-    Logger:
-      - name: kafka.request.logger
-        level: WARN
-      - name: state.change.logger
-        level: WARN
-      - name: org.apache.kafka.storage.internals.log.LogLoader
-        level: WARN
-";
+/// chatty loggers (per-request and per-partition state changes) at WARN; `levels` override
+/// or add loggers ([`ClusterConfig::log_levels`](super::ClusterConfig::log_levels)).
+pub(crate) fn log4j2_yaml(levels: &[(String, String)]) -> String {
+    let mut loggers: Vec<(String, String)> = [
+        ("kafka.request.logger", "WARN"),
+        ("state.change.logger", "WARN"),
+        ("org.apache.kafka.storage.internals.log.LogLoader", "WARN"),
+    ]
+    .iter()
+    .map(|(l, v)| (l.to_string(), v.to_string()))
+    .collect();
+    for (logger, level) in levels {
+        match loggers.iter_mut().find(|(l, _)| l == logger) {
+            Some(entry) => entry.1 = level.to_uppercase(),
+            None => loggers.push((logger.clone(), level.to_uppercase())),
+        }
+    }
+    let mut yaml = String::from(
+        "Configuration:\n  name: kafka-eos-local-broker\n  Appenders:\n    Console:\n      name: STDOUT\n      \
+         PatternLayout:\n        pattern: \"[%d] %p %m (%c)%n\"\n  Loggers:\n    Root:\n      level: INFO\n      \
+         AppenderRef:\n        - ref: STDOUT\n    Logger:\n",
+    );
+    for (logger, level) in loggers {
+        yaml.push_str(&format!("      - name: {logger}\n        level: {level}\n"));
+    }
+    yaml
+}
 
 /// A Kafka `Uuid` string (cluster id, directory id): 16 random bytes in URL-safe base64
 /// without padding, 22 characters, never starting with `-` (the storage tool would take it for
@@ -487,5 +492,30 @@ mod tests {
         let set: std::collections::HashSet<_> = ports.iter().collect();
         assert_eq!(set.len(), 6);
         assert!(ports.iter().all(|&p| p > 0));
+    }
+
+    #[test]
+    fn log_levels_override_the_quiet_defaults_or_add_loggers() {
+        let quiet = log4j2_yaml(&[]);
+        assert!(quiet.contains("      - name: kafka.request.logger\n        level: WARN\n"), "{quiet}");
+        let levels =
+            [("kafka.request.logger".to_string(), "debug".to_string()), ("kafka.coordinator".into(), "TRACE".into())];
+        let loud = log4j2_yaml(&levels);
+        assert!(loud.contains("      - name: kafka.request.logger\n        level: DEBUG\n"), "{loud}");
+        assert!(!loud.contains("kafka.request.logger\n        level: WARN"), "{loud}");
+        assert!(loud.ends_with("      - name: kafka.coordinator\n        level: TRACE\n"), "{loud}");
+        assert_eq!(loud.matches("- name: ").count(), 4);
+    }
+
+    #[test]
+    fn malformed_log_levels_are_refused() {
+        let cfg = |l: &str, v: &str| super::super::ClusterConfig {
+            log_levels: vec![(l.into(), v.into())],
+            ..Default::default()
+        };
+        assert!(cfg("kafka.request.logger", "DEBUG").resolved_log_levels().is_ok());
+        assert!(cfg("kafka.request.logger", "LOUD").resolved_log_levels().is_err());
+        assert!(cfg("kafka request", "DEBUG").resolved_log_levels().is_err());
+        assert!(cfg("x\n  Root:", "DEBUG").resolved_log_levels().is_err());
     }
 }
