@@ -22,8 +22,9 @@
 //! The first [`WARMUP`] transactions of every subject are left out (connection set-up,
 //! coordinator lookup); the rest go into HDR histograms (microsecond precision).
 //!
-//! `-- --broker-breakdown` runs only the 100-record cell, longer, on a broker that logs
-//! every request, and splits each commit step into the broker's time and ours
+//! `-- --broker-breakdown` runs only the 100-record cell, 1,000 transactions, for our two
+//! modes: first on a fresh broker as a control, then on a fresh broker that logs every
+//! request, and splits each commit step of that second run into the broker's time and ours
 //! (`kafka_eos_cli::bench::broker_log`).
 
 mod common;
@@ -109,11 +110,75 @@ fn ms(h: &Histogram<u64>, q: f64) -> f64 {
     h.value_at_quantile(q) as f64 / 1000.0
 }
 
+/// One of our pipelines copying `input` into `output` in `n`-record transactions; the
+/// latencies of its full transactions go into `lat`.
+fn run_ours(
+    rt: &tokio::runtime::Runtime,
+    input: &Input,
+    output: &str,
+    g: Guarantee,
+    n: usize,
+    lat: &Arc<Mutex<Latencies>>,
+) -> Result<(), String> {
+    let sink = lat.clone();
+    let opts = CopyOptions {
+        tuning: Tuning {
+            commit_interval: Duration::from_secs(10),
+            max_records_per_transaction: n,
+            ..Tuning::default()
+        },
+        time_limit: Some(Duration::from_secs(300)),
+        verify: false,
+        hook: Some(Arc::new(move |e: &TransactionEvent| {
+            if e.outcome == Outcome::Committed && e.records == n {
+                sink.lock().unwrap_or_else(|p| p.into_inner()).record(e.commit, e.total, Some(e.await_acks));
+            }
+        })),
+    };
+    copy(rt.handle(), input, output, Subject::Pipeline(g), &opts).map(|_| ()).map_err(|e| e.to_string())
+}
+
+/// `--broker-breakdown`'s control, run first: the same cell on a fresh broker that does not
+/// log requests, so that what the request log costs shows beside the breakdown.
+fn control(rt: &tokio::runtime::Runtime, subjects: &[Who], n: usize, txns: usize) {
+    let cluster = broker();
+    let bootstrap = cluster.bootstrap_servers();
+    let topic = unique_name("lat-control-in");
+    let input = Input::create(&bootstrap, &topic, 1, 1, ((WARMUP + txns) * n) as u64, 100, Properties::default())
+        .unwrap_or_else(|e| fail(&format!("producing the input {topic}: {e}")));
+    println!("control, a broker without the request log ({n} records x 100 B x {txns} transactions):");
+    for &who in subjects {
+        let Who::Ours(g) = who else { continue };
+        let lat = Arc::new(Mutex::new(Latencies::new()));
+        if let Err(e) = run_ours(rt, &input, &unique_name("lat-control-out"), g, n, &lat) {
+            fail(&format!("control {}: {e}", who.name()));
+        }
+        let l = lat.lock().unwrap_or_else(|p| p.into_inner());
+        println!(
+            "  {:<26} commit p50 {:>6.2} ms  p90 {:>6.2}  p99 {:>6.2}  max {:>6.2}",
+            who.name(),
+            ms(&l.commit, 0.5),
+            ms(&l.commit, 0.9),
+            ms(&l.commit, 0.99),
+            l.commit.max() as f64 / 1000.0
+        );
+    }
+    drop(cluster);
+}
+
 fn main() {
     let args = Args::parse();
     init_tracing();
     let started = Instant::now();
     let breakdown = args.broker_breakdown;
+    let (breakdown_n, breakdown_txns) = (100, 1_000);
+    let breakdown_subjects = [Who::Ours(Guarantee::ExactlyOnce), Who::Ours(Guarantee::ExactlyOncePerConsumer)];
+    if breakdown {
+        if std::env::var_os("KAFKA_BOOTSTRAP").is_some() {
+            fail("--broker-breakdown starts its own brokers and reads their logs: unset KAFKA_BOOTSTRAP");
+        }
+        control(&runtime(), &breakdown_subjects, breakdown_n, breakdown_txns);
+    }
     let cluster = if breakdown {
         let (logger, level) = broker_log::LOGGER;
         broker_with(ClusterConfig { log_levels: vec![(logger.into(), level.into())], ..ClusterConfig::default() })
@@ -131,13 +196,13 @@ fn main() {
     let rt = runtime();
 
     let sizes: Vec<(usize, usize)> = match (breakdown, args.quick) {
-        (true, _) => vec![(100, 1_000)],
+        (true, _) => vec![(breakdown_n, breakdown_txns)],
         (false, true) => vec![(1, 20), (100, 20), (1_000, 8)],
         (false, false) => vec![(1, 150), (10, 150), (100, 150), (1_000, 60), (10_000, 15)],
     };
     let value_sizes: &[usize] = if breakdown { &[100] } else { &[100, 1024] };
     let subjects: &[Who] = if breakdown {
-        &[Who::Ours(Guarantee::ExactlyOnce), Who::Ours(Guarantee::ExactlyOncePerConsumer)]
+        &breakdown_subjects
     } else {
         &[Who::Ours(Guarantee::ExactlyOnce), Who::Ours(Guarantee::ExactlyOncePerConsumer), Who::Naive]
     };
@@ -167,30 +232,7 @@ fn main() {
                 let lat = Arc::new(Mutex::new(Latencies::new()));
                 let run_started = Instant::now();
                 let res = match who {
-                    Who::Ours(g) => {
-                        let sink = lat.clone();
-                        let opts = CopyOptions {
-                            tuning: Tuning {
-                                commit_interval: Duration::from_secs(10),
-                                max_records_per_transaction: n,
-                                ..Tuning::default()
-                            },
-                            time_limit: Some(Duration::from_secs(300)),
-                            verify: false,
-                            hook: Some(Arc::new(move |e: &TransactionEvent| {
-                                if e.outcome == Outcome::Committed && e.records == n {
-                                    sink.lock().unwrap_or_else(|p| p.into_inner()).record(
-                                        e.commit,
-                                        e.total,
-                                        Some(e.await_acks),
-                                    );
-                                }
-                            })),
-                        };
-                        copy(rt.handle(), &input, &output, Subject::Pipeline(g), &opts)
-                            .map(|_| ())
-                            .map_err(|e| e.to_string())
-                    }
+                    Who::Ours(g) => run_ours(&rt, &input, &output, g, n, &lat),
                     Who::Naive => naive(&input, &output, n, WARMUP + txns, &lat),
                 };
                 if let Err(e) = res {
@@ -201,7 +243,11 @@ fn main() {
                     match cursor.read_new() {
                         Ok(requests) => {
                             let steps = broker_log::longest(broker_log::commit_steps(&requests));
-                            broker_log::report(who.name(), &l.in_order, &steps, WARMUP);
+                            if steps.is_empty() {
+                                fail("no commit step in the broker's request log: has its format changed?");
+                            }
+                            let failed = broker_log::failed_attempts(&requests);
+                            broker_log::report(who.name(), &l.in_order, &steps, failed, WARMUP);
                         }
                         Err(e) => fail(&format!("reading the broker's log: {e}")),
                     }

@@ -5,8 +5,11 @@
 //! response-queue and send time). A commit step of ours is three requests to the
 //! transaction and group coordinators, in order: `AddOffsetsToTxn`, `TxnOffsetCommit`,
 //! `EndTxn`. With one input partition, one transactional.id runs them one transaction after
-//! the other, so the k-th triple in the log is the client's k-th commit: the difference is
-//! what the client, the network stack and the scheduling of both sides add.
+//! the other, so its k-th successful request of each kind belongs to the client's k-th
+//! commit (matched by count, not by position: the broker logs a request when its response
+//! has been sent, so one request's line can come after the next one's). The difference is
+//! what the client, the network stack and the scheduling of both sides add, including the
+//! backoff before a retried request (a failed attempt is counted, not matched).
 //!
 //! The request log costs the broker CPU on every request (fetches and produces too), so the
 //! absolute figures are those of a slightly slower broker; the split is what this is for.
@@ -28,6 +31,8 @@ pub struct Completed {
     pub api: String,
     /// The request's transactional.id, for the transactional requests.
     pub transactional_id: Option<String>,
+    /// The response has no error code but 0 (every partition's, for `TxnOffsetCommit`).
+    pub ok: bool,
     /// From the request's arrival to its response's send completing.
     pub total: f64,
     /// Waiting for a request handler thread.
@@ -48,9 +53,15 @@ pub fn parse(line: &str) -> Option<Completed> {
     let json = json.rsplit_once(" (kafka.request.logger)").map_or(json, |(j, _)| j);
     let v: serde_json::Value = serde_json::from_str(json.trim()).ok()?;
     let f = |k: &str| v[k].as_f64().unwrap_or(0.0);
+    let response = &v["response"];
+    let partitions_ok =
+        response["topics"].as_array().into_iter().flatten().all(|t| {
+            t["partitions"].as_array().into_iter().flatten().all(|p| p["errorCode"].as_i64().unwrap_or(0) == 0)
+        });
     Some(Completed {
         api: v["requestHeader"]["requestApiKeyName"].as_str()?.to_string(),
         transactional_id: v["request"]["transactionalId"].as_str().map(str::to_string),
+        ok: response["errorCode"].as_i64().unwrap_or(0) == 0 && partitions_ok,
         total: f("totalTimeMs"),
         request_queue: f("requestQueueTimeMs"),
         local: f("localTimeMs"),
@@ -84,28 +95,35 @@ impl Cursor {
     }
 }
 
-/// The broker's commit steps per transactional.id, in log order: each is the three
-/// requests of [`STEP`] in a row. A triple broken by a missing request is skipped.
+/// The broker's commit steps per transactional.id, in commit order: the k-th successful
+/// request of each kind of [`STEP`] make the k-th step. Also the failed attempts per id.
 pub fn commit_steps(requests: &[Completed]) -> HashMap<String, Vec<[Completed; 3]>> {
-    let mut partial: HashMap<String, Vec<Completed>> = HashMap::new();
-    let mut steps: HashMap<String, Vec<[Completed; 3]>> = HashMap::new();
+    let mut by_kind: HashMap<String, [Vec<Completed>; 3]> = HashMap::new();
     for r in requests {
-        let Some(pos) = STEP.iter().position(|a| *a == r.api) else { continue };
+        let Some(kind) = STEP.iter().position(|a| *a == r.api) else { continue };
         let Some(id) = &r.transactional_id else { continue };
-        let seen = partial.entry(id.clone()).or_default();
-        if seen.len() != pos {
-            seen.clear();
-            if pos != 0 {
-                continue;
-            }
-        }
-        seen.push(r.clone());
-        if seen.len() == 3 {
-            let [a, b, c]: [Completed; 3] = std::mem::take(seen).try_into().expect("three requests");
-            steps.entry(id.clone()).or_default().push([a, b, c]);
+        if r.ok {
+            by_kind.entry(id.clone()).or_default()[kind].push(r.clone());
         }
     }
-    steps
+    by_kind
+        .into_iter()
+        .map(|(id, [a, t, e])| {
+            let steps = a.into_iter().zip(t).zip(e).map(|((a, t), e)| [a, t, e]).collect();
+            (id, steps)
+        })
+        .collect()
+}
+
+/// Failed attempts of the commit-step requests (retried by the client), per kind of [`STEP`].
+pub fn failed_attempts(requests: &[Completed]) -> [usize; 3] {
+    let mut failed = [0; 3];
+    for r in requests.iter().filter(|r| !r.ok) {
+        if let Some(kind) = STEP.iter().position(|a| *a == r.api) {
+            failed[kind] += 1;
+        }
+    }
+    failed
 }
 
 /// The longest run of commit steps in `steps` (one subject's transactional.id).
@@ -127,8 +145,17 @@ fn sorted(mut v: Vec<f64>) -> Vec<f64> {
 
 /// Prints the client's commit steps (`client_ms`, in commit order, warm-up included) beside
 /// the broker's (`broker`), paired one to one, leaving out the first `warmup`.
-pub fn report(subject: &str, client_ms: &[f64], broker: &[[Completed; 3]], warmup: usize) {
-    println!("\nbroker breakdown, {subject}: {} client commits, {} broker commit steps", client_ms.len(), broker.len());
+/// `failed`: the failed attempts ([`failed_attempts`]).
+pub fn report(subject: &str, client_ms: &[f64], broker: &[[Completed; 3]], failed: [usize; 3], warmup: usize) {
+    println!(
+        "\nbroker breakdown, {subject}: {} client commits, {} broker commit steps; failed attempts (retried) \
+         AddOffsetsToTxn {}, TxnOffsetCommit {}, EndTxn {}",
+        client_ms.len(),
+        broker.len(),
+        failed[0],
+        failed[1],
+        failed[2]
+    );
     if client_ms.len() != broker.len() || client_ms.len() <= warmup {
         println!("  (not paired: the counts differ; distributions only)");
     }
@@ -188,9 +215,13 @@ mod tests {
     use super::*;
 
     fn line(api: &str, id: &str, total: f64) -> String {
+        line_with(api, id, total, 0)
+    }
+
+    fn line_with(api: &str, id: &str, total: f64, error: i32) -> String {
         format!(
             "[2026-12-01 22:38:33,358] DEBUG Completed request:{{\"isForwarded\":false,\"requestHeader\":{{\"requestApiKey\":26,\
-             \"requestApiKeyName\":\"{api}\"}},\"request\":{{\"transactionalId\":\"{id}\"}},\"totalTimeMs\":{total},\
+             \"requestApiKeyName\":\"{api}\"}},\"request\":{{\"transactionalId\":\"{id}\"}},\"response\":{{\"errorCode\":{error}}},\"totalTimeMs\":{total},\
              \"requestQueueTimeMs\":0.1,\"localTimeMs\":0.5,\"remoteTimeMs\":0.2,\"responseQueueTimeMs\":0.1,\"sendTimeMs\":0.05}} \
              (kafka.request.logger)"
         )
@@ -203,27 +234,37 @@ mod tests {
             (r.api.as_str(), r.transactional_id.as_deref(), r.total, r.local),
             ("END_TXN", Some("app-in:0"), 3.25, 0.5)
         );
+        let toc = "DEBUG Completed request:{\"requestHeader\":{\"requestApiKeyName\":\"TXN_OFFSET_COMMIT\"},\
+                   \"request\":{\"transactionalId\":\"t\"},\"response\":{\"topics\":[{\"partitions\":\
+                   [{\"errorCode\":0},{\"errorCode\":51}]}]},\"totalTimeMs\":1.5} (kafka.request.logger)";
+        assert!(!parse(toc).expect("parsed").ok, "a partition's error fails the attempt");
+        assert!(parse(&line("END_TXN", "t", 1.0)).expect("parsed").ok);
         assert_eq!(parse("[2026-12-01 22:38:33,358] INFO [KafkaRaftServer nodeId=1] started (kafka.server)"), None);
     }
 
     #[test]
-    fn commit_steps_are_triples_in_order_per_transactional_id() {
+    fn the_kth_successful_request_of_each_kind_make_the_kth_step() {
         let lines = [
             line("ADD_OFFSETS_TO_TXN", "a", 1.0),
             line("ADD_OFFSETS_TO_TXN", "b", 9.0),
             line("TXN_OFFSET_COMMIT", "a", 2.0),
-            line("END_TXN", "a", 3.0),
-            // b's step is broken (no TxnOffsetCommit): skipped, and the next one counts.
-            line("END_TXN", "b", 9.0),
-            line("ADD_OFFSETS_TO_TXN", "b", 4.0),
-            line("TXN_OFFSET_COMMIT", "b", 5.0),
+            // Logged late: after the next request of its transaction.
             line("END_TXN", "b", 6.0),
+            line("TXN_OFFSET_COMMIT", "b", 5.0),
+            line("END_TXN", "a", 3.0),
+            // A failed attempt, retried: counted, not matched.
+            line_with("ADD_OFFSETS_TO_TXN", "a", 0.5, 51),
+            line("ADD_OFFSETS_TO_TXN", "a", 4.0),
+            line("TXN_OFFSET_COMMIT", "a", 5.0),
+            line("END_TXN", "a", 6.0),
+            line("FETCH", "a", 100.0),
         ];
         let reqs: Vec<Completed> = lines.iter().filter_map(|l| parse(l)).collect();
         let steps = commit_steps(&reqs);
         let totals =
             |id: &str| steps[id].iter().map(|s| s.iter().map(|r| r.total).collect::<Vec<_>>()).collect::<Vec<_>>();
-        assert_eq!(totals("a"), vec![vec![1.0, 2.0, 3.0]]);
-        assert_eq!(totals("b"), vec![vec![4.0, 5.0, 6.0]]);
+        assert_eq!(totals("a"), vec![vec![1.0, 2.0, 3.0], vec![4.0, 5.0, 6.0]]);
+        assert_eq!(totals("b"), vec![vec![9.0, 5.0, 6.0]]);
+        assert_eq!(failed_attempts(&reqs), [1, 0, 0]);
     }
 }
