@@ -34,7 +34,7 @@ pub enum SinkError {
     #[error("the outcome of the commit is unknown (connection lost during COMMIT): {0}")]
     CommitOutcomeUnknown(#[source] tokio_postgres::Error),
     /// A statement failed; the transaction is rolled back.
-    #[error("{context}: {source}")]
+    #[error("{context}: {}", describe(.source))]
     Postgres {
         /// What was being done.
         context: String,
@@ -48,6 +48,15 @@ pub enum SinkError {
     /// The batch cannot be sent as given.
     #[error("invalid batch: {0}")]
     InvalidBatch(String),
+}
+
+/// The client's error, with the server's SQLSTATE and message when the server raised it
+/// (tokio-postgres displays those only as "db error").
+fn describe(e: &tokio_postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => format!("{} {}: {}", db.severity(), db.code().code(), db.message()),
+        None => e.to_string(),
+    }
 }
 
 impl SinkError {
