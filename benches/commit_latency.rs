@@ -22,9 +22,11 @@
 //! The first [`WARMUP`] transactions of every subject are left out (connection set-up,
 //! coordinator lookup); the rest go into HDR histograms (microsecond precision).
 //!
-//! `-- --broker-breakdown` runs only the 100-record cell, 1,000 transactions, for our two
-//! modes: first on a fresh broker as a control, then on a fresh broker that logs every
-//! request, and splits each commit step of that second run into the broker's time and ours
+//! `-- --broker-breakdown` runs only the 100-record cell, 1,000 transactions (200 with
+//! `--quick`, CI's check that it still works), for our two
+//! modes: first on a fresh broker as a control (with an A/B of the calls' watchdog), then
+//! on a fresh broker that logs every request, each after a warm-up copy, and splits each
+//! commit step of that second run into the broker's time and ours
 //! (`kafka_eos_cli::bench::broker_log`).
 
 mod common;
@@ -111,7 +113,8 @@ fn ms(h: &Histogram<u64>, q: f64) -> f64 {
 }
 
 /// One of our pipelines copying `input` into `output` in `n`-record transactions; the
-/// latencies of its full transactions go into `lat`.
+/// latencies of its full transactions go into `lat`. `unguarded_calls`: without the
+/// transactional calls' watchdog (benchmark-only, for its A/B).
 fn run_ours(
     rt: &tokio::runtime::Runtime,
     input: &Input,
@@ -119,12 +122,14 @@ fn run_ours(
     g: Guarantee,
     n: usize,
     lat: &Arc<Mutex<Latencies>>,
+    unguarded_calls: bool,
 ) -> Result<(), String> {
     let sink = lat.clone();
     let opts = CopyOptions {
         tuning: Tuning {
             commit_interval: Duration::from_secs(10),
             max_records_per_transaction: n,
+            unguarded_calls,
             ..Tuning::default()
         },
         time_limit: Some(Duration::from_secs(300)),
@@ -138,30 +143,49 @@ fn run_ours(
     copy(rt.handle(), input, output, Subject::Pipeline(g), &opts).map(|_| ()).map_err(|e| e.to_string())
 }
 
-/// `--broker-breakdown`'s control, run first: the same cell on a fresh broker that does not
-/// log requests, so that what the request log costs shows beside the breakdown.
-fn control(rt: &tokio::runtime::Runtime, subjects: &[Who], n: usize, txns: usize) {
+/// A copy whose figures are discarded: the broker's JIT and caches warm up before the
+/// measured runs of `--broker-breakdown`, so that its first subject is not the slowest.
+fn warm_up(rt: &tokio::runtime::Runtime, input: &Input, n: usize) {
+    let lat = Arc::new(Mutex::new(Latencies::new()));
+    if let Err(e) = run_ours(rt, input, &unique_name("lat-warm-up-out"), Guarantee::ExactlyOnce, n, &lat, false) {
+        fail(&format!("warm-up: {e}"));
+    }
+}
+
+/// `--broker-breakdown`'s control, run first on a fresh broker that does not log requests:
+/// the cell's figures without the request log's cost, and an A/B of the transactional
+/// calls' watchdog (`txn/watchdog.rs`: a hand-over to another thread per call) — each mode
+/// with and without it, `reps` times, in alternating order, after a warm-up copy.
+fn control(rt: &tokio::runtime::Runtime, subjects: &[Who], n: usize, txns: usize, reps: usize) {
     let cluster = broker();
     let bootstrap = cluster.bootstrap_servers();
     let topic = unique_name("lat-control-in");
     let input = Input::create(&bootstrap, &topic, 1, 1, ((WARMUP + txns) * n) as u64, 100, Properties::default())
         .unwrap_or_else(|e| fail(&format!("producing the input {topic}: {e}")));
+    warm_up(rt, &input, n);
     println!("control, a broker without the request log ({n} records x 100 B x {txns} transactions):");
-    for &who in subjects {
-        let Who::Ours(g) = who else { continue };
-        let lat = Arc::new(Mutex::new(Latencies::new()));
-        if let Err(e) = run_ours(rt, &input, &unique_name("lat-control-out"), g, n, &lat) {
-            fail(&format!("control {}: {e}", who.name()));
+    for rep in 0..reps {
+        for &who in subjects {
+            let Who::Ours(g) = who else { continue };
+            let order = if rep == 0 { [false, true] } else { [true, false] };
+            for unguarded in order {
+                let lat = Arc::new(Mutex::new(Latencies::new()));
+                if let Err(e) = run_ours(rt, &input, &unique_name("lat-control-out"), g, n, &lat, unguarded) {
+                    fail(&format!("control {}: {e}", who.name()));
+                }
+                let l = lat.lock().unwrap_or_else(|p| p.into_inner());
+                println!(
+                    "  rep {} {:<26} watchdog {:<3}  commit p50 {:>6.2} ms  p90 {:>6.2}  p99 {:>6.2}  max {:>6.2}",
+                    rep + 1,
+                    who.name(),
+                    if unguarded { "off" } else { "on" },
+                    ms(&l.commit, 0.5),
+                    ms(&l.commit, 0.9),
+                    ms(&l.commit, 0.99),
+                    l.commit.max() as f64 / 1000.0
+                );
+            }
         }
-        let l = lat.lock().unwrap_or_else(|p| p.into_inner());
-        println!(
-            "  {:<26} commit p50 {:>6.2} ms  p90 {:>6.2}  p99 {:>6.2}  max {:>6.2}",
-            who.name(),
-            ms(&l.commit, 0.5),
-            ms(&l.commit, 0.9),
-            ms(&l.commit, 0.99),
-            l.commit.max() as f64 / 1000.0
-        );
     }
     drop(cluster);
 }
@@ -171,13 +195,15 @@ fn main() {
     init_tracing();
     let started = Instant::now();
     let breakdown = args.broker_breakdown;
-    let (breakdown_n, breakdown_txns) = (100, 1_000);
+    // Quick (CI): enough to check that the breakdown still works, not to quote.
+    let (breakdown_n, breakdown_txns) = (100, if args.quick { 200 } else { 1_000 });
+    let reps = if args.quick { 1 } else { 2 };
     let breakdown_subjects = [Who::Ours(Guarantee::ExactlyOnce), Who::Ours(Guarantee::ExactlyOncePerConsumer)];
     if breakdown {
         if std::env::var_os("KAFKA_BOOTSTRAP").is_some() {
             fail("--broker-breakdown starts its own brokers and reads their logs: unset KAFKA_BOOTSTRAP");
         }
-        control(&runtime(), &breakdown_subjects, breakdown_n, breakdown_txns);
+        control(&runtime(), &breakdown_subjects, breakdown_n, breakdown_txns, reps);
     }
     let cluster = if breakdown {
         let (logger, level) = broker_log::LOGGER;
@@ -224,6 +250,9 @@ fn main() {
             let input = Input::create(&bootstrap, &topic, 1, 1, records, value_size, Properties::default())
                 .unwrap_or_else(|e| fail(&format!("producing the input {topic}: {e}")));
             let mut topics = vec![topic];
+            if breakdown {
+                warm_up(&rt, &input, n);
+            }
             for &who in subjects {
                 step(&bar, format!("{} / {n} records x {value_size} B x {txns} transactions", who.name()));
                 let mut broker_log = log_path.as_deref().filter(|_| breakdown).map(broker_log::Cursor::at_end);
@@ -232,7 +261,7 @@ fn main() {
                 let lat = Arc::new(Mutex::new(Latencies::new()));
                 let run_started = Instant::now();
                 let res = match who {
-                    Who::Ours(g) => run_ours(&rt, &input, &output, g, n, &lat),
+                    Who::Ours(g) => run_ours(&rt, &input, &output, g, n, &lat, false),
                     Who::Naive => naive(&input, &output, n, WARMUP + txns, &lat),
                 };
                 if let Err(e) = res {

@@ -55,7 +55,7 @@ pub struct Args {
     /// running on this machine (a local cluster started by the bench is measured anyway).
     #[arg(long)]
     pub broker_pid: Option<u32>,
-    /// commit_latency: only 1,000 transactions of 100 records x 100 B for our two modes, on a
+    /// commit_latency: only 1,000 transactions (200 with `--quick`) of 100 records x 100 B for our two modes, on a
     /// local broker logging every request (`kafka.request.logger` at DEBUG), and the commit
     /// step split into the broker's time and ours (see `kafka_eos_cli::bench::broker_log`).
     #[arg(long)]

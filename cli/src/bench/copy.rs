@@ -151,6 +151,9 @@ async fn pipeline(
     if let Some(n) = opts.tuning.workers {
         builder = builder.workers(n);
     }
+    if opts.tuning.unguarded_calls {
+        builder = builder.unguarded_transactional_calls();
+    }
     let pipeline = builder.client_properties(&input.client_properties).build()?;
     let handle = pipeline.shutdown_handle();
     let running = tokio::spawn(pipeline.run());

@@ -187,6 +187,9 @@ pub struct Tuning {
     pub max_concurrent_transactions: Option<usize>,
     /// [`PipelineBuilder::workers`](kafka_eos::PipelineBuilder::workers); `None`: its default.
     pub workers: Option<usize>,
+    /// Transactional calls without their watchdog (`PipelineBuilder::unguarded_transactional_calls`,
+    /// benchmark-only): to measure the watchdog's cost. Default `false`.
+    pub unguarded_calls: bool,
 }
 
 impl Default for Tuning {
@@ -196,6 +199,7 @@ impl Default for Tuning {
             max_records_per_transaction: 10_000,
             max_concurrent_transactions: None,
             workers: None,
+            unguarded_calls: false,
         }
     }
 }

@@ -2,6 +2,8 @@
 //! integration tests cannot provoke deterministically on a real broker — a commit whose
 //! outcome the task does not learn, a reconcile that fails, a producer that cannot be
 //! initialised. Every real pipeline has none; each costs one branch where it would act.
+//! One knob is for benchmarks instead: transactional calls without their watchdog, to
+//! measure what the watchdog costs.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -32,11 +34,12 @@ pub enum UnknownOutcome {
 pub(super) struct FaultSpec {
     unknown: Option<(u64, UnknownOutcome, bool)>,
     init_failures: HashMap<i32, u32>,
+    unguarded_calls: bool,
 }
 
 impl FaultSpec {
     pub(super) fn build(self) -> Option<Arc<FaultInjection>> {
-        if self.unknown.is_none() && self.init_failures.is_empty() {
+        if self.unknown.is_none() && self.init_failures.is_empty() && !self.unguarded_calls {
             return None;
         }
         Some(Arc::new(FaultInjection {
@@ -44,6 +47,7 @@ impl FaultSpec {
             unreconciled: self.unknown.is_some_and(|(_, _, u)| u),
             commits: AtomicU64::new(0),
             init_failures: Mutex::new(self.init_failures),
+            unguarded_calls: self.unguarded_calls,
         }))
     }
 }
@@ -60,6 +64,8 @@ pub struct FaultInjection {
     commits: AtomicU64,
     /// Input partition → producer initialisations still to fail.
     init_failures: Mutex<HashMap<i32, u32>>,
+    /// Transactional calls run on the task's own thread, without the watchdog.
+    pub(crate) unguarded_calls: bool,
 }
 
 impl FaultInjection {
@@ -109,6 +115,17 @@ impl PipelineBuilder {
     #[doc(hidden)]
     pub fn inject_init_failures(mut self, partition: i32, times: u32) -> Self {
         self.fault.init_failures.insert(partition, times);
+        self
+    }
+
+    /// **Benchmark-only; not part of the API.** Transactional calls run on the task's own
+    /// thread instead of a watchdog thread (`txn/watchdog.rs`), so a call that librdkafka
+    /// never returns from (librdkafka#5456) hangs the task for good. For measuring what
+    /// the watchdog's hand-over costs (`commit_latency --broker-breakdown`); never in
+    /// production.
+    #[doc(hidden)]
+    pub fn unguarded_transactional_calls(mut self) -> Self {
+        self.fault.unguarded_calls = true;
         self
     }
 }
