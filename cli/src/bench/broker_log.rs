@@ -156,10 +156,10 @@ pub fn report(subject: &str, client_ms: &[f64], broker: &[[Completed; 3]], faile
         failed[1],
         failed[2]
     );
-    if client_ms.len() != broker.len() || client_ms.len() <= warmup {
-        println!("  (not paired: the counts differ; distributions only)");
+    let paired = client_ms.len() == broker.len() && client_ms.len() > warmup;
+    if !paired {
+        println!("  (not paired: the counts differ, or nothing past the warm-up; distributions only)");
     }
-    let paired = client_ms.len() == broker.len();
     let broker = &broker[warmup.min(broker.len())..];
     let client = &client_ms[warmup.min(client_ms.len())..];
     let sum = |s: &[Completed; 3]| s.iter().map(|r| r.total).sum::<f64>();
