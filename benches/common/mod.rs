@@ -60,6 +60,12 @@ pub struct Args {
     /// step split into the broker's time and ours (see `kafka_eos_cli::bench::broker_log`).
     #[arg(long)]
     pub broker_breakdown: bool,
+    /// scale_study: each phase's length in seconds instead of the mode's default.
+    #[arg(long)]
+    pub phase_secs: Option<u64>,
+    /// scale_study: input records per second instead of the mode's default.
+    #[arg(long)]
+    pub rate: Option<u64>,
     /// Set by `cargo bench`; ignored.
     #[arg(long, hide = true)]
     pub bench: bool,
@@ -97,6 +103,8 @@ impl Args {
                 || !self.subjects.is_empty()
                 || !self.intervals.is_empty()
                 || self.records.is_some()
+                || self.phase_secs.is_some()
+                || self.rate.is_some()
                 || self.broker_breakdown;
             if self.quick || narrowed {
                 results_dir().join("img")

@@ -5,7 +5,7 @@
 //!
 //! - [`bench`]: what each guarantee costs (`kafka-eos bench`, `cargo bench`);
 //! - [`chaos`]: exactly-once under injected faults (`kafka-eos chaos`);
-//! - [`scale`]: how long partitions pause when an instance joins, per rebalance protocol;
+//! - [`scale`]: what scaling out and in costs: partitions pausing, threads, memory;
 //! - [`workloads`]: the financial-close workload shared by the chaos suite and the tests;
 //! - [`client_config`]: `client.properties` files (`--client-config`).
 //!

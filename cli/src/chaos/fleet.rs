@@ -101,6 +101,11 @@ impl Fleet {
         self.running.len()
     }
 
+    /// The process ids of the running instances, oldest first.
+    pub(crate) fn pids(&self) -> Vec<u32> {
+        self.running.iter().map(|p| p.child.id()).collect()
+    }
+
     /// Starts one instance; its stderr (the runtime's log) goes to `instance-<id>.log`.
     pub(crate) fn start(&mut self) -> Result<u32, String> {
         self.next_id += 1;

@@ -81,6 +81,9 @@ pub struct InstanceConfig {
     /// (see [`sink`](super::sink)): `postgres=<connection string>`, `redis=<url>`,
     /// `redis-plain=<url>`.
     pub sink: Option<String>,
+    /// `Some(dir)`: append every committed transaction to `dir/commits-<pid>.log`, one line
+    /// each: `<unix ms> <partition>,<partition>...` (the scale study's commit gaps).
+    pub commit_log: Option<std::path::PathBuf>,
     /// Client properties (security settings) for the pipeline's clients. Never put on the
     /// instance's command line: the suite hands them over in a private file
     /// (`--client-config`).
@@ -116,6 +119,7 @@ impl InstanceConfig {
         .chain(self.financial_close_payments.iter().flat_map(|n| ["--financial-close-payments".into(), n.to_string()]))
         .chain(self.sink.iter().flat_map(|s| ["--sink".into(), s.clone()]))
         .chain(self.state_dir.iter().flat_map(|d| ["--state-dir".into(), d.display().to_string()]))
+        .chain(self.commit_log.iter().flat_map(|d| ["--commit-log".into(), d.display().to_string()]))
         .collect()
     }
 
@@ -165,6 +169,30 @@ impl AbortDice {
         let old = self.avg_batch_milli.load(Ordering::Relaxed);
         let new = (old * 4 + records as u64 * 1000) / 5;
         self.avg_batch_milli.store(new.max(1000), Ordering::Relaxed);
+    }
+}
+
+/// `--commit-log`: one line per committed transaction, written through at once (an
+/// instance may be SIGKILLed).
+struct CommitLog(Mutex<std::io::LineWriter<std::fs::File>>);
+
+impl CommitLog {
+    fn create(dir: &std::path::Path) -> kafka_eos::Result<CommitLog> {
+        let path = dir.join(format!("commits-{}.log", std::process::id()));
+        let file = std::fs::File::create(&path)
+            .map_err(|e| kafka_eos::Error::Internal(format!("cannot create the commit log {}: {e}", path.display())))?;
+        Ok(CommitLog(Mutex::new(std::io::LineWriter::new(file))))
+    }
+
+    fn record(&self, e: &TransactionEvent) {
+        use std::io::Write;
+        if e.outcome != kafka_eos::observe::Outcome::Committed {
+            return;
+        }
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        let partitions: Vec<String> = e.partitions.iter().map(|(_, p)| p.to_string()).collect();
+        let mut w = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let _ = writeln!(w, "{} {}", now.as_millis(), partitions.join(","));
     }
 }
 
@@ -226,6 +254,10 @@ async fn run(cfg: InstanceConfig) -> kafka_eos::Result<Summary> {
 
     let dice = Arc::new(AbortDice::new(cfg.abort_one_in));
     let (out, d) = (cfg.output.clone(), dice.clone());
+    let commit_log = match &cfg.commit_log {
+        Some(dir) => Some(CommitLog::create(dir)?),
+        None => None,
+    };
     let heartbeat = (cfg.session_timeout / 6).max(Duration::from_millis(500));
     let builder = Pipeline::builder()
         .bootstrap_servers(&cfg.bootstrap)
@@ -249,7 +281,12 @@ async fn run(cfg: InstanceConfig) -> kafka_eos::Result<Summary> {
         .handle_signals(true)
         // Deliberate failures are replayed until they pass: never stop, never dead-letter.
         .on_processor_error(ProcessorErrorPolicy::retry(u32::MAX).backoff(Duration::from_millis(10)))
-        .on_transaction(move |e: &TransactionEvent| d.observe(e.records));
+        .on_transaction(move |e: &TransactionEvent| {
+            d.observe(e.records);
+            if let Some(log) = &commit_log {
+                log.record(e);
+            }
+        });
     let builder = match &cfg.state_dir {
         Some(dir) => builder.state_backend(kafka_eos_disk::DiskStore::at(dir).factory()),
         None => builder,
@@ -345,13 +382,14 @@ mod tests {
             financial_close_payments: Some(7),
             state_dir: None,
             sink: None,
+            commit_log: Some("/tmp/c".into()),
             client_properties: Default::default(),
         };
         cfg.client_properties.set("sasl.password", "hunter2");
         let args = cfg.to_args().join(" ");
         assert!(args.contains("--guarantee exactly-once-per-consumer") && args.contains("--abort-one-in 3"), "{args}");
         assert!(args.contains("--transaction-timeout-ms 8000") && args.contains("--rebalancing eager"), "{args}");
-        assert!(args.ends_with("--financial-close-payments 7"), "{args}");
+        assert!(args.ends_with("--financial-close-payments 7 --commit-log /tmp/c"), "{args}");
         assert!(!args.contains("hunter2"), "secrets never go on a command line: {args}");
     }
 }

@@ -37,7 +37,7 @@
 //! restart), the clock runs on for at most half the gap to the next fault and then waits:
 //! a slow fault never leaves the next one hitting an idle pipeline.
 
-mod fleet;
+pub(crate) mod fleet;
 mod instance;
 mod net;
 mod pace;

@@ -330,6 +330,7 @@ impl<'a, 'r> Run<'a, 'r> {
             financial_close_payments: stateful.then_some(cfg.records),
             state_dir: None,
             sink: None,
+            commit_log: None,
             client_properties: Properties::default(),
         };
         let mut args = vec!["chaos".to_string(), "instance".to_string()];

@@ -115,6 +115,9 @@ struct InstanceArgs {
     /// Keep the stores on disk under this directory (kafka-eos-disk).
     #[arg(long)]
     state_dir: Option<std::path::PathBuf>,
+    /// Append every committed transaction to `<dir>/commits-<pid>.log` (the scale study).
+    #[arg(long)]
+    commit_log: Option<std::path::PathBuf>,
     /// The suite passes its client properties in a private file (--client-config).
     #[command(flatten)]
     client: super::ClientArgs,
@@ -212,6 +215,7 @@ fn run_instance(a: InstanceArgs) -> Result<ExitCode, Box<dyn std::error::Error>>
         financial_close_payments: a.financial_close_payments,
         sink: a.sink,
         state_dir: a.state_dir,
+        commit_log: a.commit_log,
         client_properties: a.client.properties()?,
     };
     match chaos::run_instance(cfg) {

@@ -1,24 +1,8 @@
-//! Scaling out: how long partitions pause when an instance joins, under each rebalance
-//! protocol. Shared by the integration test (`tests/it/scale.rs`, which asserts the
-//! targets) and the benchmark (`benches/rebalance.rs`, which prints the figures of
-//! `docs/scaling.md`).
-//!
-//! # The run ([`join_third`])
-//! Two instances (in this process, each with its own consumer, producers and threads)
-//! share an input topic while a paced writer puts one record into every partition every
-//! 20 ms; once both commit, and `settle` later, a third instance joins; `settle` after its
-//! first commit the input stops, the group catches up and the copy is verified exactly
-//! once. Every committed transaction is logged with its instant, instance and partitions
-//! ([`TransactionEvent::partitions`]). In the window from `settle` before the join to
-//! `settle` after the newcomer's first commit:
-//! - a partition committed by a single instance, not the newcomer, is **unmoved**: its
-//!   longest gap between commits (the window's edges count as commits) is what incremental
-//!   rebalancing promises to keep short;
-//! - any other partition **moved**: its pause is the gap between its last commit at the
-//!   old owner and its first at the new one.
+//! One instance joins two (in this process): the run behind `cargo bench --bench
+//! rebalance` and the CI test `scale::a_joining_instance_leaves_unmoved_partitions_committing`.
+//! See the [module docs](super).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -26,7 +10,9 @@ use kafka_eos::admin::Client;
 use kafka_eos::observe::{Outcome, TransactionEvent};
 use kafka_eos::{Guarantee, OutputRecord, Pipeline, Rebalancing, ShutdownHandle, Summary, Topic};
 use kafka_eos_testkit::verify::{verify, Report, VerifyConfig};
-use kafka_eos_testkit::write::Writer;
+
+use super::gaps::{pauses, Commit};
+use super::input::Paced;
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -105,8 +91,8 @@ pub async fn join_third(opts: &JoinOptions) -> Result<JoinReport, String> {
         client.create_topic(t, opts.partitions, 1).map_err(|e| format!("creating {t}: {e}"))?;
     }
     let commits: Commits = Arc::default();
-    let stop = Arc::new(AtomicBool::new(false));
-    let writer = paced_input(&opts.bootstrap, &input, opts.partitions, stop.clone());
+    // One record per partition per tick.
+    let writer = Paced::start(&opts.bootstrap, &input, opts.partitions, opts.partitions as u64)?;
     let instance = |i: usize| spawn(opts, &name, &input, &output, commits.clone(), i);
     let mut running = vec![instance(0)?, instance(1)?];
     let committed = |i: usize| commits.lock().unwrap().iter().any(|c| c.1 == i);
@@ -117,8 +103,7 @@ pub async fn join_third(opts: &JoinOptions) -> Result<JoinReport, String> {
     wait_for(Duration::from_secs(90), || committed(2), "the third instance to commit").await?;
     let first = commits.lock().unwrap().iter().find(|c| c.1 == 2).map(|c| c.0).expect("waited for it");
     tokio::time::sleep(opts.settle).await;
-    stop.store(true, Ordering::SeqCst);
-    let produced = writer.await.map_err(|e| format!("input writer: {e}"))??;
+    let produced = tokio::task::spawn_blocking(move || writer.finish()).await.map_err(|e| e.to_string())??;
     let topics = vec![input.clone()];
     let (b, g) = (opts.bootstrap.clone(), name.clone());
     tokio::task::spawn_blocking(move || {
@@ -138,9 +123,13 @@ pub async fn join_third(opts: &JoinOptions) -> Result<JoinReport, String> {
         .map_err(|e| e.to_string())?
         .map_err(|e| format!("verifying: {e}"))?;
     let duplicated = if verified.duplicates > 0 { duplicated(&opts.bootstrap, &output).await? } else { Vec::new() };
-    let log = commits.lock().unwrap().clone();
+    let origin = joined - opts.settle;
+    let since = |t: Instant| t.saturating_duration_since(origin);
+    let log: Vec<Commit> =
+        commits.lock().unwrap().iter().filter(|c| c.0 >= origin).map(|(t, i, p)| (since(*t), *i as u32, *p)).collect();
+    let p = pauses(&log, Duration::ZERO, since(first + opts.settle), &BTreeSet::from([2]));
     let (unmoved, moved, longest_unmoved_gap, longest_moved_pause) =
-        pauses(&log, joined - opts.settle, first + opts.settle);
+        (p.unmoved, p.moved, p.longest_unmoved_gap, p.longest_moved_pause);
     Ok(JoinReport {
         unmoved,
         moved,
@@ -169,33 +158,6 @@ async fn duplicated(bootstrap: &str, output: &str) -> Result<Vec<String>, String
         seen.entry(origin.unwrap_or_default()).or_default().push(format!("{}@{}", r.partition, r.offset));
     }
     Ok(seen.into_iter().filter(|(_, at)| at.len() > 1).map(|(o, at)| format!("{o} at {}", at.join(", "))).collect())
-}
-
-/// `(unmoved, moved, longest unmoved gap, longest moved pause)` of the commits in
-/// `[from, to]`.
-fn pauses(log: &[(Instant, usize, i32)], from: Instant, to: Instant) -> (usize, usize, Duration, Duration) {
-    let mut by_partition: BTreeMap<i32, Vec<(Instant, usize)>> = BTreeMap::new();
-    for (when, i, p) in log.iter().filter(|c| c.0 >= from && c.0 <= to) {
-        by_partition.entry(*p).or_default().push((*when, *i));
-    }
-    let (mut unmoved, mut moved) = (0, 0);
-    let (mut gap, mut pause) = (Duration::ZERO, Duration::ZERO);
-    for commits in by_partition.values_mut() {
-        commits.sort();
-        let owners: BTreeSet<usize> = commits.iter().map(|c| c.1).collect();
-        if owners.len() == 1 && !owners.contains(&2) {
-            unmoved += 1;
-            let edges: Vec<Instant> =
-                std::iter::once(from).chain(commits.iter().map(|c| c.0)).chain(std::iter::once(to)).collect();
-            gap = gap.max(edges.windows(2).map(|w| w[1] - w[0]).max().unwrap_or_default());
-        } else {
-            moved += 1;
-            for w in commits.windows(2).filter(|w| w[0].1 != w[1].1) {
-                pause = pause.max(w[1].0 - w[0].0);
-            }
-        }
-    }
-    (unmoved, moved, gap, pause)
 }
 
 type Running = (ShutdownHandle, tokio::task::JoinHandle<kafka_eos::Result<Summary>>);
@@ -232,31 +194,6 @@ fn spawn(
         .map_err(|e| e.to_string())?;
     let handle = pipeline.shutdown_handle();
     Ok((handle, tokio::spawn(pipeline.run())))
-}
-
-/// Writes one record to every partition every 20 ms until `stop`; returns how many.
-fn paced_input(
-    bootstrap: &str,
-    topic: &str,
-    partitions: i32,
-    stop: Arc<AtomicBool>,
-) -> tokio::task::JoinHandle<Result<u64, String>> {
-    let (bootstrap, topic) = (bootstrap.to_string(), topic.to_string());
-    tokio::task::spawn_blocking(move || {
-        let writer = Writer::new(&Client::new(&bootstrap)).map_err(|e| e.to_string())?;
-        let mut i = 0u64;
-        while !stop.load(Ordering::SeqCst) {
-            let batch: Vec<_> = (0..partitions)
-                .map(|p| {
-                    i += 1;
-                    (Some(p), i.to_string().into_bytes(), format!("{i:>100}").into_bytes())
-                })
-                .collect();
-            writer.send_all(&topic, batch).map_err(|e| e.to_string())?;
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        writer.flush_all_delivered(Duration::from_secs(60)).map_err(|e| e.to_string())
-    })
 }
 
 async fn wait_for(timeout: Duration, done: impl Fn() -> bool, what: &str) -> Result<(), String> {
