@@ -67,10 +67,19 @@ fn run<T, E: SinkError>(
     timeout: Duration,
     fut: impl Future<Output = Result<T, E>>,
 ) -> Result<T, SinkFailure> {
-    match rt.block_on(async { tokio::time::timeout(timeout, fut).await }) {
-        Ok(Ok(t)) => Ok(t),
-        Ok(Err(e)) => Err(SinkFailure { class: e.class(), error: Box::new(e) }),
-        Err(_) => Err(SinkFailure::timed_out(what, timeout)),
+    // A task abandoned to fencing can outlive the pipeline's runtime; tokio then panics on
+    // the timer (its driver is gone). That is a failure of the call, not of the thread.
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        rt.block_on(async { tokio::time::timeout(timeout, fut).await })
+    }));
+    match outcome {
+        Ok(Ok(Ok(t))) => Ok(t),
+        Ok(Ok(Err(e))) => Err(SinkFailure { class: e.class(), error: Box::new(e) }),
+        Ok(Err(_)) => Err(SinkFailure::timed_out(what, timeout)),
+        Err(_) => {
+            let error = format!("sink {what}: the pipeline's async runtime has shut down").into();
+            Err(SinkFailure { class: SinkErrorClass::Fatal, error })
+        }
     }
 }
 
@@ -157,5 +166,40 @@ impl SinkFactory {
 impl std::fmt::Debug for SinkFactory {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("Sink")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug)]
+    struct Never;
+    impl std::fmt::Display for Never {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("never")
+        }
+    }
+    impl std::error::Error for Never {}
+    impl SinkError for Never {
+        fn class(&self) -> SinkErrorClass {
+            SinkErrorClass::Retriable
+        }
+    }
+
+    #[test]
+    fn a_call_after_the_runtime_shut_down_fails_instead_of_panicking() {
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+        let handle = rt.handle().clone();
+        assert!(run(&handle, "connect", Duration::from_secs(1), async { Ok::<_, Never>(7) }).is_ok_and(|v| v == 7));
+        drop(rt);
+        // A call that has to wait (a connect does) needs the timer, whose driver is gone.
+        let waits = async {
+            tokio::task::yield_now().await;
+            Ok::<_, Never>(7)
+        };
+        let failed = run(&handle, "connect", Duration::from_secs(1), waits).expect_err("the runtime is gone");
+        assert_eq!(failed.class, SinkErrorClass::Fatal);
+        assert!(failed.to_string().contains("async runtime has shut down"), "{failed}");
     }
 }
