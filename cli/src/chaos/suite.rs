@@ -152,7 +152,14 @@ pub fn run_suite(
         None => {
             progress(Progress::Message("chaos: starting a local 3-node Kafka cluster"));
             // Every client reaches the brokers through the fault proxy (network scenarios).
-            let mut cc = ClusterConfig { fault_proxy: true, ..ClusterConfig::with_nodes(3) };
+            // A broker restarted late in a long run loads every partition the earlier
+            // scenarios left (10 GiB by the twelfth scenario of a 300,000-record soak, where
+            // the default 60 s ran out on a loaded machine): give restarts five minutes.
+            let mut cc = ClusterConfig {
+                fault_proxy: true,
+                ready_timeout: Duration::from_secs(300),
+                ..ClusterConfig::with_nodes(3)
+            };
             cc.extra_properties.push((
                 "transaction.abort.timed.out.transaction.cleanup.interval.ms".into(),
                 LOCAL_TIMEOUT_CHECK.as_millis().to_string(),

@@ -24,7 +24,8 @@
 //!   owner (for the first phase: from the start until every partition committed once);
 //! - **throughput**: records copied per second over the phase's second half, and the
 //!   **backlog** (records written but not yet copied) at its end;
-//! - **per instance**: the largest thread count, socket count and RSS any instance reached.
+//! - **per instance**: the largest thread, socket and file descriptor counts and RSS any
+//!   instance reached.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -89,6 +90,9 @@ pub struct Footprint {
     pub threads: u64,
     /// Open sockets (TCP connections and the process's own socket pairs).
     pub sockets: u64,
+    /// Open file descriptors of every kind (sockets, librdkafka's wake-up pipes, files):
+    /// what `RLIMIT_NOFILE` (`ulimit -n`, systemd's `LimitNOFILE`) bounds.
+    pub fds: u64,
     /// Resident memory, bytes.
     pub rss_bytes: u64,
 }
@@ -100,18 +104,24 @@ impl Footprint {
         let field = |name: &str| {
             status.lines().find_map(|l| l.strip_prefix(name)).and_then(|v| v.split_whitespace().next()?.parse().ok())
         };
-        let sockets = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        let targets: Vec<PathBuf> = std::fs::read_dir(format!("/proc/{pid}/fd"))
             .ok()?
             .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
-            .filter(|target| target.to_string_lossy().starts_with("socket:"))
-            .count() as u64;
-        Some(Footprint { threads: field("Threads:")?, sockets, rss_bytes: field("VmRSS:").unwrap_or(0) * 1024 })
+            .collect();
+        let sockets = targets.iter().filter(|t| t.to_string_lossy().starts_with("socket:")).count() as u64;
+        Some(Footprint {
+            threads: field("Threads:")?,
+            sockets,
+            fds: targets.len() as u64,
+            rss_bytes: field("VmRSS:").unwrap_or(0) * 1024,
+        })
     }
 
     fn max(self, o: Footprint) -> Footprint {
         Footprint {
             threads: self.threads.max(o.threads),
             sockets: self.sockets.max(o.sockets),
+            fds: self.fds.max(o.fds),
             rss_bytes: self.rss_bytes.max(o.rss_bytes),
         }
     }
@@ -350,7 +360,7 @@ mod tests {
         let me = Footprint::of(std::process::id());
         if cfg!(target_os = "linux") {
             let me = me.expect("/proc/self is readable");
-            assert!(me.threads >= 1 && me.rss_bytes > 0, "{me:?}");
+            assert!(me.threads >= 1 && me.rss_bytes > 0 && me.fds >= 3, "{me:?}");
         }
     }
 }

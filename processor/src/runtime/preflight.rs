@@ -10,6 +10,16 @@ use rdkafka::ClientContext;
 use crate::config::{Exhausted, PipelineConfig};
 use crate::error::{Error, Result};
 
+/// How long a topic may stay missing from the metadata before the start-up check fails.
+const TOPIC_GRACE: Duration = Duration::from_secs(3);
+
+/// The `wanted` topics that `md` does not list with partitions.
+fn missing_topics(md: &rdkafka::metadata::Metadata, wanted: &[String]) -> Vec<String> {
+    let exists =
+        |t: &str| md.topics().iter().any(|mt| mt.name() == t && mt.error().is_none() && !mt.partitions().is_empty());
+    wanted.iter().filter(|t| !exists(t)).cloned().collect()
+}
+
 /// Checks, within the startup timeout, that the cluster answers and the topics exist.
 ///
 /// librdkafka tells the cause of a refused SASL authentication or TLS certificate only in an
@@ -74,8 +84,6 @@ pub(crate) fn preflight(cfg: &PipelineConfig) -> Result<()> {
             _ => attempt = (attempt * 2).min(Duration::from_secs(5)),
         }
     };
-    let exists =
-        |t: &str| md.topics().iter().any(|mt| mt.name() == t && mt.error().is_none() && !mt.partitions().is_empty());
     // Inputs, declared outputs and the dead-letter topic must exist before anything runs: a
     // missing output would otherwise surface only as produce timeouts in the first batch.
     let mut wanted = cfg.input_topics.clone();
@@ -85,9 +93,24 @@ pub(crate) fn preflight(cfg: &PipelineConfig) -> Result<()> {
         wanted.push(t.clone());
     }
     wanted.dedup();
-    let missing: Vec<String> = wanted.into_iter().filter(|t| !exists(t)).collect();
-    if !missing.is_empty() {
-        return Err(Error::UnknownTopics { topics: missing, servers: cfg.bootstrap_servers.clone() });
+    // Brokers learn of a new topic asynchronously: one created moments ago (a deployment
+    // script, a test harness) can be missing from the answering broker's metadata for a
+    // while — seen on a loaded 3-broker cluster. Look again for up to TOPIC_GRACE before
+    // calling a topic missing.
+    let mut md = md;
+    let grace = (Instant::now() + TOPIC_GRACE).min(deadline);
+    loop {
+        let missing = missing_topics(&md, &wanted);
+        if missing.is_empty() {
+            break;
+        }
+        if Instant::now() >= grace {
+            return Err(Error::UnknownTopics { topics: missing, servers: cfg.bootstrap_servers.clone() });
+        }
+        std::thread::sleep(Duration::from_millis(250));
+        if let Ok(again) = probe.fetch_metadata(None, grace.saturating_duration_since(Instant::now())) {
+            md = again;
+        }
     }
     let partitions = |t: &str| md.topics().iter().find(|mt| mt.name() == t).map_or(0, |mt| mt.partitions().len());
     if cfg.co_partitioned() {
