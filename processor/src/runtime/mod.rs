@@ -24,6 +24,7 @@
 
 pub(crate) mod consumer;
 pub(crate) mod interrupt;
+pub(crate) mod limits;
 mod pending;
 pub(crate) mod preflight;
 pub(crate) mod reconcile;
@@ -170,6 +171,9 @@ pub(crate) struct Shared {
     pub rt: tokio::runtime::Handle,
     pub control: std::sync::mpsc::Sender<Control>,
     pub shutdown: ShutdownHandle,
+    /// Brokers in the cluster's metadata at start-up (per-partition mode's open files scale
+    /// with it: [`limits`]).
+    pub brokers: usize,
     /// Per-partition mode's bound on concurrent transaction cycles
     /// ([`PipelineConfig::max_concurrent_transactions`]); `None`: unbounded.
     pub slots: Option<slots::Slots>,
@@ -308,7 +312,7 @@ impl Pipeline {
 
     async fn run_to_end(self) -> Result<Summary> {
         let cfg = self.cfg.clone();
-        tokio::task::spawn_blocking(move || preflight::preflight(&cfg))
+        let cluster = tokio::task::spawn_blocking(move || preflight::preflight(&cfg))
             .await
             .map_err(|e| Error::Internal(format!("preflight task: {e}")))??;
 
@@ -336,6 +340,7 @@ impl Pipeline {
             rt: tokio::runtime::Handle::current(),
             control: control_tx,
             shutdown: self.handle.clone(),
+            brokers: cluster.brokers,
             slots: match self.cfg.guarantee {
                 crate::Guarantee::ExactlyOnce => self.cfg.max_concurrent_transactions.map(slots::Slots::new),
                 _ => None,

@@ -20,6 +20,13 @@ fn missing_topics(md: &rdkafka::metadata::Metadata, wanted: &[String]) -> Vec<St
     wanted.iter().filter(|t| !exists(t)).cloned().collect()
 }
 
+/// What the start-up check learnt of the cluster.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Cluster {
+    /// Brokers in the metadata.
+    pub brokers: usize,
+}
+
 /// Checks, within the startup timeout, that the cluster answers and the topics exist.
 ///
 /// librdkafka tells the cause of a refused SASL authentication or TLS certificate only in an
@@ -27,7 +34,7 @@ fn missing_topics(md: &rdkafka::metadata::Metadata, wanted: &[String]) -> Vec<St
 /// keeps reconnecting), so the probe polls for error events between metadata attempts and
 /// fails at once on those, naming the cause; other connection errors are quoted when the
 /// startup timeout runs out. Secrets are redacted from whatever is quoted.
-pub(crate) fn preflight(cfg: &PipelineConfig) -> Result<()> {
+pub(crate) fn preflight(cfg: &PipelineConfig) -> Result<Cluster> {
     /// Keeps the reason of librdkafka's last telling error event, `true` once definitive.
     #[derive(Default)]
     struct Probe {
@@ -140,5 +147,12 @@ pub(crate) fn preflight(cfg: &PipelineConfig) -> Result<()> {
         let input = md.topics().iter().find(|t| t.name() == cfg.input_topics[0]).map_or(0, |t| t.partitions().len());
         crate::state::changelog::ensure_topics(cfg, input as i32)?;
     }
-    Ok(())
+    let brokers = md.brokers().len();
+    let tasks = if cfg.co_partitioned() {
+        partitions(&cfg.input_topics[0])
+    } else {
+        cfg.input_topics.iter().map(|t| partitions(t)).sum()
+    };
+    super::limits::warn_at_start(cfg, tasks, brokers);
+    Ok(Cluster { brokers })
 }

@@ -13,6 +13,7 @@ use rdkafka::{Offset, TopicPartitionList};
 use super::Rebalancer;
 use crate::config::Guarantee;
 use crate::error::Error;
+use crate::runtime::limits;
 use crate::runtime::registry::{
     by_task, retry_later, send_bounded, spawn_partition_task, to_tpl, wait_ready, Ready, Unstarted,
 };
@@ -28,8 +29,17 @@ impl Rebalancer {
         shared.shutdown.health_state().assigned(&partitions);
         let deadline = Instant::now() + shared.cfg.task_timeout;
         if shared.cfg.guarantee == Guarantee::ExactlyOnce {
+            let groups = by_task(&shared.cfg, partitions);
+            // A producer per partition: say so before the process runs out of open files.
+            let producers = {
+                let reg = self.registry();
+                reg.tasks.len() + reg.unstarted.len() + groups.len()
+            };
+            if let Some(m) = limits::over_limit(producers, shared.brokers, limits::open_files_limit()) {
+                tracing::error!("{m}");
+            }
             let mut pending = Vec::new();
-            for group in by_task(&shared.cfg, partitions) {
+            for group in groups {
                 // Co-partitioned inputs: partition n of another input may be running
                 // already (an incremental protocol assigns in steps): its task takes it.
                 let sharing = self.registry().task_sharing(&shared.cfg, &group[0]);

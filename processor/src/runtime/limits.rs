@@ -1,0 +1,115 @@
+//! What per-partition mode costs the process, against what the process may open.
+//!
+//! In [`Guarantee::ExactlyOnce`](crate::Guarantee::ExactlyOnce) every assigned input
+//! partition has its own producer, and every librdkafka producer holds a few file
+//! descriptors per broker it knows (a connection, wake-up pipes) and a thread per broker.
+//! Measured with the scale study (`docs/scaling.md`): 1,024 partitions on a 3-broker
+//! cluster took 12,576 open files and 7,318 threads in one instance — about 4 files and 2
+//! threads per broker per partition. The usual soft limit on open files is 1,024 (systemd's
+//! default `LimitNOFILE`, many shells' `ulimit -n`), which such a process passes at about
+//! 80 partitions; past it librdkafka cannot open sockets, and every transaction times out.
+//!
+//! The library does not raise the limit itself (a process-wide setting is the
+//! application's to change). It says so instead: a warning at start-up when the input
+//! topics have more partitions than the limit allows one instance, and an error each time
+//! an assignment takes the instance past it, naming the remedies.
+
+use crate::config::PipelineConfig;
+use crate::Guarantee;
+
+/// Open files one per-partition producer needs per broker of the cluster (measured: 12.3
+/// per partition on 3 brokers, rounded up).
+const FILES_PER_BROKER: u64 = 4;
+
+/// Open files of everything else in the instance: the consumer (it knows the brokers too),
+/// logs, the metrics endpoint, the application's own.
+const BASE_FILES: u64 = 64;
+
+/// The process's soft limit on open files (`RLIMIT_NOFILE`), where the platform has one.
+pub(crate) fn open_files_limit() -> Option<u64> {
+    #[cfg(unix)]
+    {
+        let mut rl = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+        // SAFETY: getrlimit writes into the struct we own and reads nothing else.
+        if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl) } == 0 && rl.rlim_cur != libc::RLIM_INFINITY {
+            #[allow(clippy::unnecessary_cast)] // rlim_t is not u64 on every Unix
+            return Some(rl.rlim_cur as u64);
+        }
+        None
+    }
+    #[cfg(not(unix))]
+    {
+        None
+    }
+}
+
+/// Open files an instance needs to hold `partitions` per-partition producers on a cluster of
+/// `brokers` brokers.
+pub(crate) fn files_needed(partitions: usize, brokers: usize) -> u64 {
+    BASE_FILES + partitions as u64 * brokers.max(1) as u64 * FILES_PER_BROKER
+}
+
+/// How many partitions `limit` open files hold in per-partition mode.
+pub(crate) fn partitions_within(limit: u64, brokers: usize) -> u64 {
+    limit.saturating_sub(BASE_FILES) / (brokers.max(1) as u64 * FILES_PER_BROKER)
+}
+
+/// `Some(message)` when `partitions` per-partition producers would need more open files than
+/// `limit`: what to do about it.
+pub(crate) fn over_limit(partitions: usize, brokers: usize, limit: Option<u64>) -> Option<String> {
+    let limit = limit?;
+    let needed = files_needed(partitions, brokers);
+    (needed > limit).then(|| {
+        format!(
+            "per-partition exactly-once: {partitions} partition(s) need about {needed} open files in this \
+             instance (a producer per partition, about {FILES_PER_BROKER} files per broker each, {brokers} \
+             broker(s)), but the process may open {limit} (RLIMIT_NOFILE), enough for about {} partitions; \
+             past it librdkafka cannot connect and every transaction times out. Raise the limit (`ulimit -n`, \
+             systemd `LimitNOFILE=`, the container runtime's nofile ulimit), run more instances, or use \
+             Guarantee::ExactlyOncePerConsumer",
+            partitions_within(limit, brokers)
+        )
+    })
+}
+
+/// Start-up: warns if this instance, alone in its group, could not hold every input
+/// partition's producer.
+pub(crate) fn warn_at_start(cfg: &PipelineConfig, input_partitions: usize, brokers: usize) {
+    if cfg.guarantee != Guarantee::ExactlyOnce {
+        return;
+    }
+    if let Some(message) = over_limit(input_partitions, brokers, open_files_limit()) {
+        tracing::warn!("{message} (if this instance ever owns every input partition)");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_limit_is_named_with_the_partitions_it_holds() {
+        // 3 brokers: 12 files per partition, the measured 12.3 rounded down to the model.
+        assert_eq!(files_needed(1024, 3), 64 + 1024 * 12);
+        assert_eq!(partitions_within(1024, 3), 80);
+        assert!(over_limit(80, 3, Some(1024)).is_none());
+        let m = over_limit(81, 3, Some(1024)).expect("81 partitions need 1,036 files");
+        assert!(m.contains("about 80 partitions") && m.contains("LimitNOFILE"), "{m}");
+        assert!(over_limit(100_000, 3, None).is_none(), "no limit known, nothing said");
+    }
+
+    #[test]
+    fn the_limit_read_is_the_one_the_kernel_reports() {
+        // /proc/self/limits: "Max open files  <soft>  <hard>  files".
+        let Ok(limits) = std::fs::read_to_string("/proc/self/limits") else { return };
+        let soft = limits
+            .lines()
+            .find_map(|l| l.strip_prefix("Max open files"))
+            .and_then(|rest| rest.split_whitespace().next())
+            .expect("the kernel lists the open-files limit");
+        match soft {
+            "unlimited" => assert_eq!(open_files_limit(), None),
+            n => assert_eq!(open_files_limit(), Some(n.parse().expect("a number"))),
+        }
+    }
+}
