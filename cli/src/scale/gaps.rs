@@ -9,9 +9,9 @@ use std::time::Duration;
 /// from any fixed origin.
 pub(crate) type Commit = (Duration, u32, i32);
 
-/// See [`pauses`].
+/// What a membership change did to the commits of a window (see `pauses`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub(crate) struct Pauses {
+pub struct Pauses {
     /// Partitions committed by a single instance in the window, not a newcomer.
     pub unmoved: usize,
     /// Every other partition that committed in the window.
@@ -28,14 +28,9 @@ pub(crate) struct Pauses {
 }
 
 /// Classifies the commits of `log` in `[from, to]`; `newcomers` are the instances that
-/// joined at `from`. [`Pauses::all_committing`] counts only the partitions that committed.
-pub(crate) fn pauses(log: &[Commit], from: Duration, to: Duration, newcomers: &BTreeSet<u32>) -> Pauses {
-    pauses_of(log, from, to, newcomers, None)
-}
-
-/// [`pauses`], with [`Pauses::all_committing`] `None` unless every one of `partitions`
-/// partitions committed in the window.
-pub(crate) fn pauses_of(
+/// joined at `from`. [`Pauses::all_committing`] is `None` if `partitions` is given and not
+/// every one of them committed in the window.
+pub(crate) fn pauses(
     log: &[Commit],
     from: Duration,
     to: Duration,
@@ -96,12 +91,16 @@ mod tests {
             (ms(1200), 2, 2),
             (ms(5000), 1, 0), // outside the window
         ];
-        let p = pauses_of(&log, ms(0), ms(2000), &BTreeSet::from([2]), Some(3));
+        let p = pauses(&log, ms(0), ms(2000), &BTreeSet::from([2]), Some(3));
         assert_eq!((p.unmoved, p.moved), (1, 2));
         assert_eq!(p.longest_unmoved_gap, ms(1100), "900 to the window's end");
         assert_eq!(p.longest_moved_pause, ms(1100), "400 at the old owner to 1500 at the new");
         assert_eq!(p.all_committing, Some(ms(1500)), "p1's first commit at its last owner");
-        assert_eq!(pauses_of(&log, ms(0), ms(2000), &BTreeSet::from([2]), Some(4)).all_committing, None);
-        assert_eq!(pauses(&log, ms(0), ms(2000), &BTreeSet::new()).unmoved, 2, "p2 is unmoved without a newcomer");
+        assert_eq!(pauses(&log, ms(0), ms(2000), &BTreeSet::from([2]), Some(4)).all_committing, None);
+        assert_eq!(
+            pauses(&log, ms(0), ms(2000), &BTreeSet::new(), None).unmoved,
+            2,
+            "p2 is unmoved without a newcomer"
+        );
     }
 }

@@ -82,7 +82,7 @@ impl JoinReport {
 /// `(when, instance, partition)` of every committed transaction.
 type Commits = Arc<Mutex<Vec<(Instant, usize, i32)>>>;
 
-/// Runs the join (see the [module docs](self)); `Err` says what did not happen in time.
+/// Runs the join (see the [`scale` module docs](super)); `Err` says what did not happen in time.
 pub async fn join_third(opts: &JoinOptions) -> Result<JoinReport, String> {
     let name = crate::bench::unique_name("scale");
     let (input, output) = (format!("{name}-in"), format!("{name}-out"));
@@ -127,7 +127,7 @@ pub async fn join_third(opts: &JoinOptions) -> Result<JoinReport, String> {
     let since = |t: Instant| t.saturating_duration_since(origin);
     let log: Vec<Commit> =
         commits.lock().unwrap().iter().filter(|c| c.0 >= origin).map(|(t, i, p)| (since(*t), *i as u32, *p)).collect();
-    let p = pauses(&log, Duration::ZERO, since(first + opts.settle), &BTreeSet::from([2]));
+    let p = pauses(&log, Duration::ZERO, since(first + opts.settle), &BTreeSet::from([2]), None);
     let (unmoved, moved, longest_unmoved_gap, longest_moved_pause) =
         (p.unmoved, p.moved, p.longest_unmoved_gap, p.longest_moved_pause);
     Ok(JoinReport {

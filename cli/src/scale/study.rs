@@ -35,7 +35,8 @@ use kafka_eos::admin::Client;
 use kafka_eos::{Guarantee, Rebalancing, Summary};
 use kafka_eos_testkit::verify::{verify, Report, VerifyConfig};
 
-use super::gaps::{pauses_of, Commit, Pauses};
+pub use super::gaps::Pauses;
+use super::gaps::{pauses, Commit};
 use super::input::{per_tick, Paced};
 use crate::chaos::fleet::Fleet;
 use crate::chaos::InstanceConfig;
@@ -133,7 +134,7 @@ pub struct PhaseReport {
     /// Instances running in the phase.
     pub instances: usize,
     /// The commit-gap analysis of the phase's window.
-    pub pauses: PhasePauses,
+    pub pauses: Pauses,
     /// Records copied per second over the phase's second half.
     pub throughput: f64,
     /// Records written but not yet copied at the phase's end.
@@ -144,34 +145,6 @@ pub struct PhaseReport {
     pub aborted: u64,
     /// The largest footprint any instance reached in the phase, field by field.
     pub largest: Footprint,
-}
-
-/// [`PhaseReport::pauses`]: the public face of the commit-gap analysis.
-#[derive(Debug, Clone, Copy)]
-pub struct PhasePauses {
-    /// Partitions that stayed with their instance.
-    pub unmoved: usize,
-    /// Partitions that changed owner.
-    pub moved: usize,
-    /// The longest gap between two commits of an unmoved partition.
-    pub longest_unmoved_gap: Duration,
-    /// The longest pause of a moved partition.
-    pub longest_moved_pause: Duration,
-    /// From the change until every partition committed at its new owner; `None` if some
-    /// partition did not commit in the phase.
-    pub all_committing: Option<Duration>,
-}
-
-impl From<Pauses> for PhasePauses {
-    fn from(p: Pauses) -> PhasePauses {
-        PhasePauses {
-            unmoved: p.unmoved,
-            moved: p.moved,
-            longest_unmoved_gap: p.longest_unmoved_gap,
-            longest_moved_pause: p.longest_moved_pause,
-            all_committing: p.all_committing,
-        }
-    }
 }
 
 /// What a run measured.
@@ -265,13 +238,13 @@ pub fn run(opts: &StudyOptions) -> Result<StudyReport, String> {
     let log = read_commit_logs(&commit_dir)?;
     let mut phases = Vec::new();
     for (k, r) in raw.iter().enumerate() {
-        let p = pauses_of(&log, r.change, r.end, &r.newcomers, Some(opts.partitions));
+        let p = pauses(&log, r.change, r.end, &r.newcomers, Some(opts.partitions));
         let (mid, last) = (&r.mid, &r.last);
         let secs = (last.0 - mid.0).as_secs_f64().max(1e-3);
         let before = if k == 0 { Summary::default() } else { raw[k - 1].last.1 };
         phases.push(PhaseReport {
             instances: r.instances,
-            pauses: p.into(),
+            pauses: p,
             throughput: last.1.records_out.saturating_sub(mid.1.records_out) as f64 / secs,
             backlog: r.backlog,
             committed: last.1.transactions_committed.saturating_sub(before.transactions_committed),
