@@ -1,13 +1,17 @@
 //! The scale study of docs/scaling.md: instances as processes going 1 → 2 → 4 → 2, per
-//! guarantee and input partition count, with their threads, sockets and memory.
+//! guarantee and input partition count, with their threads, sockets and memory; then a
+//! rolling restart of 4 instances without and with static membership.
 //!
-//! `cargo bench --bench scale_study [-- --quick] [--partitions 64,256] [--subjects
-//! exactly-once] [--phase-secs 30] [--rate 5000]`. The run is
-//! `kafka_eos_cli::scale::study` (see its docs for every figure). Full mode: a local
-//! 3-broker cluster (replication 3), 64, 256 and 1,024 partitions, the three guarantees,
-//! 30 s phases, 5,000 records/s; the plots go to docs/img. Quick mode (CI): one broker,
-//! 16 partitions, exactly-once, 1 → 2 → 1 in 10 s phases. Every run is verified; a broken
-//! copy stops the bench.
+//! `cargo bench --bench scale_study [-- --quick] [--only study|rolling] [--partitions
+//! 64,256] [--subjects exactly-once] [--phase-secs 30] [--rate 5000] [--records N]`. The
+//! runs are `kafka_eos_cli::scale::study` and `kafka_eos_cli::scale::rolling` (see their
+//! docs for every figure). Full mode: a local 3-broker cluster (replication 3); the sizes
+//! over 64, 256 and 1,024 partitions, the three guarantees, 30 s phases, 5,000 records/s;
+//! the rolling restart over 32 partitions with 400,000 records of state (`--records`), then
+//! 2,000 records/s; the plots go to docs/img. Quick mode (CI): one broker; the sizes over
+//! 16 partitions, exactly-once, 1 → 2 → 1 in 10 s phases; the rolling restart over 8
+//! partitions, 20,000 records of state, 400 records/s. Every run is verified; a broken copy
+//! fails the bench.
 
 mod common;
 
@@ -17,6 +21,7 @@ use common::plot::{log_x_chart, Legend, Series};
 use common::{broker_with, init_tracing, load_average, write_results, Args};
 use kafka_eos::Guarantee;
 use kafka_eos_cli::bench::table;
+use kafka_eos_cli::scale::rolling::{self, RollingOptions};
 use kafka_eos_cli::scale::study::{run, PhaseReport, StudyOptions};
 use kafka_eos_testkit::broker::ClusterConfig;
 
@@ -38,25 +43,45 @@ fn main() {
         ([], false) => GUARANTEES.to_vec(),
         (names, _) => GUARANTEES.into_iter().filter(|g| names.iter().any(|n| n == g.as_str())).collect(),
     };
+    let log_dir = std::env::temp_dir().join(kafka_eos_cli::bench::unique_name("scale-study"));
+    println!("scale_study ({} mode): {nodes} broker(s); logs in {}", args.mode(), log_dir.display());
+    let mut failures = Vec::new();
+    if args.only.as_deref() != Some("rolling") {
+        study(&args, &bootstrap, nodes, &partitions, &guarantees, &log_dir, &mut failures);
+    }
+    if args.only.as_deref() != Some("study") {
+        rolling(&args, &bootstrap, nodes, &log_dir, &mut failures);
+    }
+    drop(cluster);
+    if !failures.is_empty() {
+        eprintln!("scale_study: {} configuration(s) failed:\n  {}", failures.len(), failures.join("\n  "));
+        std::process::exit(1);
+    }
+}
+
+/// The group going through its sizes, per partition count and guarantee.
+fn study(
+    args: &Args,
+    bootstrap: &str,
+    nodes: usize,
+    partitions: &[i32],
+    guarantees: &[Guarantee],
+    log_dir: &std::path::Path,
+    failures: &mut Vec<String>,
+) {
     let steps = if args.quick { vec![1, 2, 1] } else { vec![1, 2, 4, 2] };
     let phase = Duration::from_secs(args.phase_secs.unwrap_or(if args.quick { 10 } else { 30 }));
     let rate = args.rate.unwrap_or(if args.quick { 800 } else { 5_000 });
-    let log_dir = std::env::temp_dir().join(kafka_eos_cli::bench::unique_name("scale-study"));
-    println!(
-        "scale_study ({} mode): {nodes} broker(s), instances {steps:?}, {} s phases, {rate} records/s; logs in {}",
-        args.mode(),
-        phase.as_secs(),
-        log_dir.display()
-    );
-    let (mut rows, mut results, mut done, mut failures) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    for &p in &partitions {
-        for &g in &guarantees {
+    println!("the group's sizes: instances {steps:?}, {} s phases, {rate} records/s", phase.as_secs());
+    let (mut rows, mut results, mut done) = (Vec::new(), Vec::new(), Vec::new());
+    for &p in partitions {
+        for &g in guarantees {
             let opts = StudyOptions {
                 replication: nodes as i32,
                 steps: steps.clone(),
                 phase,
                 rate,
-                ..StudyOptions::new(exe(), &bootstrap, p, g, &log_dir)
+                ..StudyOptions::new(exe(), bootstrap, p, g, log_dir)
             };
             let load = load_average();
             eprintln!("  {p} partitions, {} (load average {load:.2})", g.as_str());
@@ -99,13 +124,66 @@ fn main() {
     ];
     print!("{}", table(&header, &rows));
     let run = serde_json::json!({ "nodes": nodes, "steps": steps, "phase_s": phase.as_secs(), "rate": rate });
-    write_results("scale_study", args.mode(), &bootstrap, run, results);
-    plots(&args, &done);
-    drop(cluster);
-    if !failures.is_empty() {
-        eprintln!("scale_study: {} configuration(s) failed:\n  {}", failures.len(), failures.join("\n  "));
-        std::process::exit(1);
+    write_results("scale_study", args.mode(), bootstrap, run, results);
+    plots(args, &done);
+}
+
+/// The rolling restart of 4 instances, without and with static membership, side by side.
+fn rolling(args: &Args, bootstrap: &str, nodes: usize, log_dir: &std::path::Path, failures: &mut Vec<String>) {
+    let partitions = args.partitions.first().copied().unwrap_or(if args.quick { 8 } else { 32 });
+    let preload = args.records.unwrap_or(if args.quick { 20_000 } else { 400_000 });
+    let rate = args.rate.unwrap_or(if args.quick { 400 } else { 2_000 });
+    println!(
+        "\nrolling restart: 4 instances, {partitions} partitions, {preload} records of state, then {rate} records/s"
+    );
+    let (mut rows, mut results) = (Vec::new(), Vec::new());
+    for static_membership in [false, true] {
+        let opts = RollingOptions {
+            replication: nodes as i32,
+            preload,
+            rate,
+            restart_delay: Duration::from_secs(if args.quick { 3 } else { 5 }),
+            settle: Duration::from_secs(if args.quick { 3 } else { 5 }),
+            ..RollingOptions::new(exe(), bootstrap, partitions, static_membership, log_dir)
+        };
+        let what = if static_membership { "static" } else { "dynamic" };
+        let load = load_average();
+        eprintln!("  {what} membership (load average {load:.2})");
+        let r = match rolling::run(&opts) {
+            Ok(r) if r.verified.is_exactly_once() && r.verified.output_records == r.produced => r,
+            Ok(r) => {
+                failures.push(format!("rolling restart, {what}: the copy broke: {:?}", r.verified));
+                continue;
+            }
+            Err(e) => {
+                failures.push(format!("rolling restart, {what}: {e}"));
+                continue;
+            }
+        };
+        rows.push(vec![
+            what.to_string(),
+            r.restarts.to_string(),
+            secs(r.window),
+            format!("{:.1} s", r.paused.as_secs_f64()),
+            secs(r.longest_gap),
+            r.moves.to_string(),
+            r.restored.to_string(),
+            r.takeovers.to_string(),
+        ]);
+        results.push(serde_json::json!({
+            "membership": what, "partitions": partitions, "load_average_before": load,
+            "restarts": r.restarts, "window_s": r.window.as_secs_f64(),
+            "paused_partition_s": r.paused.as_secs_f64(), "longest_gap_s": r.longest_gap.as_secs_f64(),
+            "moves": r.moves, "restored_records": r.restored, "takeovers": r.takeovers,
+            "produced": r.produced,
+        }));
     }
+    println!("load average {:.2} at the end; every copy that ran to the end verified exactly once", load_average());
+    let header =
+        ["membership", "restarts", "window", "paused (partition-s)", "longest gap", "moves", "restored", "takeovers"];
+    print!("{}", table(&header, &rows));
+    let run = serde_json::json!({ "nodes": nodes, "partitions": partitions, "preload": preload, "rate": rate });
+    write_results("rolling_restart", args.mode(), bootstrap, run, results);
 }
 
 /// The `kafka-eos` binary of this build: the instances run `kafka-eos chaos instance`.

@@ -66,6 +66,10 @@ pub struct Args {
     /// scale_study: input records per second instead of the mode's default.
     #[arg(long)]
     pub rate: Option<u64>,
+    /// scale_study: run only one of its parts, `study` (the group's sizes) or `rolling` (the
+    /// rolling restart with and without static membership).
+    #[arg(long)]
+    pub only: Option<String>,
     /// Set by `cargo bench`; ignored.
     #[arg(long, hide = true)]
     pub bench: bool,
@@ -105,6 +109,7 @@ impl Args {
                 || self.records.is_some()
                 || self.phase_secs.is_some()
                 || self.rate.is_some()
+                || self.only.is_some()
                 || self.broker_breakdown;
             if self.quick || narrowed {
                 results_dir().join("img")

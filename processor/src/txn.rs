@@ -11,8 +11,9 @@
 //!  await every delivery report            (so commit pays no flush floor; first error wins)
 //!  [sink write: effectively-/at-least-once sinks, rows of the batch; a failure aborts]
 //!  send_offsets_to_transaction            (next offset of every input partition in the batch,
-//!                                          with the consumer's group metadata; skipped
-//!                                          when the batch is empty: a timers-only cycle)
+//!                                          marked as this cycle's (txn/offsets.rs), with the
+//!                                          consumer's group metadata; skipped when the
+//!                                          batch is empty: a timers-only cycle)
 //!  commit_transaction
 //!  [sink rows prepared: an exactly-once sink is written by the task after this returns,
 //!   with the offsets, retried on its own — the Kafka side is committed by then]
@@ -71,7 +72,7 @@ use rdkafka::consumer::ConsumerGroupMetadata;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header as RdHeader, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
-use rdkafka::{Offset, TopicPartitionList};
+use rdkafka::TopicPartitionList;
 
 use crate::config::{FaultInjection, PipelineConfig, UnknownOutcome};
 use crate::error::ErrorClass;
@@ -110,6 +111,10 @@ pub(crate) struct TxnProducer {
     transactional_id: Option<String>,
     origin_header: bool,
     cycle: usize,
+    /// This producer's part of its offsets' marks ([`offsets`]).
+    nonce: u64,
+    /// The mark of the offsets sent in this cycle, `None` before `send_offsets`.
+    mark: Option<String>,
     sent: u64,
     in_txn: bool,
     /// Upper bound of one blocking librdkafka call; a step retries within its deadline.
@@ -144,6 +149,8 @@ impl TxnProducer {
             transactional_id,
             origin_header: cfg.origin_header,
             cycle: 0,
+            nonce: offsets::nonce(),
+            mark: None,
             sent: 0,
             in_txn: false,
             call_timeout: cfg.transaction_timeout.max(Duration::from_secs(5)),
@@ -174,6 +181,7 @@ impl TxnProducer {
     /// `begin_transaction`.
     pub(crate) fn begin(&mut self) -> Result<(), StepError> {
         self.cycle += 1;
+        self.mark = None;
         self.sent = 0;
         let t = self.inner.context();
         t.cycle.store(self.cycle, Ordering::Relaxed);
@@ -277,10 +285,20 @@ impl TxnProducer {
         group: &Arc<ConsumerGroupMetadata>,
         deadline: Deadline<'_>,
     ) -> Result<(), StepError> {
+        let mark = offsets::mark(self.nonce, self.cycle);
+        let offsets = offsets::marked(offsets, &mark);
+        self.mark = Some(mark);
         self.retrying(Step::SendOffsets, deadline, || {
             let (offsets, group) = (offsets.clone(), group.clone());
             Box::new(move |p, t| p.send_offsets_to_transaction(&offsets, &group, t))
         })
+    }
+
+    /// The mark of the offsets this cycle sent (each offset's metadata): how a reconcile
+    /// tells this transaction's commit from another's of the same offsets ([`offsets`]).
+    /// `None` if the cycle sent none.
+    pub(crate) fn offsets_mark(&self) -> Option<&str> {
+        self.mark.as_deref()
     }
 
     /// `commit_transaction`, once: any failure but fencing leaves the outcome unknown to the
@@ -426,30 +444,6 @@ impl From<StepError> for CycleError {
     }
 }
 
-/// The next offset to consume for every partition present in `batch`.
-pub(crate) fn next_offsets(batch: &[InputRecord]) -> TopicPartitionList {
-    let next = next_offset_per_partition(batch);
-    let mut tpl = TopicPartitionList::with_capacity(next.len());
-    for ((topic, partition), offset) in next {
-        // Offsets are valid for any partition we just read from: add cannot fail.
-        let _ = tpl.add_partition_offset(topic, partition, Offset::Offset(offset));
-    }
-    tpl
-}
-
-/// [`next_offsets`] as a map, ordered by topic and partition, whose keys borrow the
-/// records' [`Topic`](crate::record::Topic)s (cloning one is a reference count).
-pub(crate) fn next_offset_per_partition(
-    batch: &[InputRecord],
-) -> std::collections::BTreeMap<(&crate::record::Topic, i32), i64> {
-    let mut next: std::collections::BTreeMap<(&crate::record::Topic, i32), i64> = Default::default();
-    for r in batch {
-        let e = next.entry((&r.topic, r.partition)).or_insert(0);
-        *e = (*e).max(r.offset + 1);
-    }
-    next
-}
-
 /// What a cycle runs: the processing of each record, then the batch's state changes.
 pub(crate) trait Work {
     /// The outputs of one input record (in a buffer reused from record to record), or the
@@ -591,7 +585,9 @@ pub(crate) mod tests;
 mod mock_cluster_tests;
 
 mod delivery;
+mod offsets;
 mod step;
 mod watchdog;
 pub(crate) use delivery::DeliveryTracker;
+pub(crate) use offsets::{next_offset_per_partition, next_offsets};
 pub(crate) use step::{Step, StepError};

@@ -19,6 +19,7 @@ async fn a_joining_instance_leaves_unmoved_partitions_committing() {
     for (rebalancing, guarantee) in [
         (Rebalancing::Cooperative, Guarantee::ExactlyOnce),
         (Rebalancing::Consumer, Guarantee::ExactlyOnce),
+        (Rebalancing::Cooperative, Guarantee::ExactlyOncePerConsumer),
         (Rebalancing::Cooperative, Guarantee::AtLeastOnce),
     ] {
         let what = format!("{} / {}", rebalancing.as_str(), guarantee.as_str());

@@ -101,6 +101,11 @@ impl Fleet {
         self.running.len()
     }
 
+    /// The process id of the running instance `id` (as [`start`](Self::start) returned it).
+    pub(crate) fn pid_of(&self, id: u32) -> Option<u32> {
+        self.running.iter().find(|p| p.id == id).map(|p| p.child.id())
+    }
+
     /// The process ids of the running instances, oldest first.
     pub(crate) fn pids(&self) -> Vec<u32> {
         self.running.iter().map(|p| p.child.id()).collect()
@@ -108,12 +113,18 @@ impl Fleet {
 
     /// Starts one instance; its stderr (the runtime's log) goes to `instance-<id>.log`.
     pub(crate) fn start(&mut self) -> Result<u32, String> {
+        self.start_with(self.args.clone())
+    }
+
+    /// Starts one instance with `args` instead of the fleet's (one with its own instance
+    /// id: the rolling restart's).
+    pub(crate) fn start_with(&mut self, args: Vec<String>) -> Result<u32, String> {
         self.next_id += 1;
         let id = self.next_id;
         let log = self.log_dir.join(format!("instance-{id}.log"));
         let err = File::create(&log).map_err(|e| format!("creating {}: {e}", log.display()))?;
         let mut cmd = Command::new(&self.exe);
-        cmd.args(&self.args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(err);
+        cmd.args(&args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(err);
         // The instances' log level: KAFKA_EOS_CHAOS_LOG (e.g. `kafka_eos=debug` to see every
         // transaction), else the suite's own RUST_LOG (inherited), else info.
         if let Some(level) = std::env::var_os("KAFKA_EOS_CHAOS_LOG") {
@@ -337,6 +348,7 @@ impl Fleet {
             t.producers_fenced += s.producers_fenced;
             t.rebalances += s.rebalances;
             t.dead_lettered += s.dead_lettered;
+            t.restored_records += s.restored_records;
         }
         t
     }

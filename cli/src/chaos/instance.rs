@@ -84,6 +84,15 @@ pub struct InstanceConfig {
     /// `Some(dir)`: append every committed transaction to `dir/commits-<pid>.log`, one line
     /// each: `<unix ms> <partition>,<partition>...` (the scale study's commit gaps).
     pub commit_log: Option<std::path::PathBuf>,
+    /// `Some(id)`: the instance's id (`PipelineBuilder::instance_id`), stable across its
+    /// restarts (a pod name); `None`: the runtime's default, new for every process.
+    pub instance_id: Option<String>,
+    /// Static membership (KIP-345) under `instance_id`: a restart within the session
+    /// timeout gets the same partitions back with no rebalance.
+    pub static_membership: bool,
+    /// The 1:1 copy also counts every key in a store (one changelog record per input
+    /// record), so that an instance has state to restore: the rolling restart's workload.
+    pub keyed_state: bool,
     /// Client properties (security settings) for the pipeline's clients. Never put on the
     /// instance's command line: the suite hands them over in a private file
     /// (`--client-config`).
@@ -120,6 +129,9 @@ impl InstanceConfig {
         .chain(self.sink.iter().flat_map(|s| ["--sink".into(), s.clone()]))
         .chain(self.state_dir.iter().flat_map(|d| ["--state-dir".into(), d.display().to_string()]))
         .chain(self.commit_log.iter().flat_map(|d| ["--commit-log".into(), d.display().to_string()]))
+        .chain(self.instance_id.iter().flat_map(|id| ["--instance-id".into(), id.clone()]))
+        .chain(self.static_membership.then(|| "--static-membership".into()))
+        .chain(self.keyed_state.then(|| "--keyed-state".into()))
         .collect()
     }
 
@@ -196,11 +208,18 @@ impl CommitLog {
     }
 }
 
-/// A status line: `<kind> records_in=.. records_out=.. committed=.. aborted=.. fenced=.. rebalances=..`.
+/// A status line: `<kind> records_in=.. records_out=.. committed=.. aborted=.. fenced=..
+/// rebalances=.. restored=..`.
 pub(crate) fn status_line(kind: &str, s: &Summary) -> String {
     format!(
-        "{kind} records_in={} records_out={} committed={} aborted={} fenced={} rebalances={}",
-        s.records_in, s.records_out, s.transactions_committed, s.transactions_aborted, s.producers_fenced, s.rebalances
+        "{kind} records_in={} records_out={} committed={} aborted={} fenced={} rebalances={} restored={}",
+        s.records_in,
+        s.records_out,
+        s.transactions_committed,
+        s.transactions_aborted,
+        s.producers_fenced,
+        s.rebalances,
+        s.restored_records
     )
 }
 
@@ -223,6 +242,7 @@ pub(crate) fn parse_status(line: &str) -> Option<(bool, Summary)> {
             "aborted" => s.transactions_aborted = v,
             "fenced" => s.producers_fenced = v,
             "rebalances" => s.rebalances = v,
+            "restored" => s.restored_records = v,
             _ => {}
         }
     }
@@ -291,6 +311,10 @@ async fn run(cfg: InstanceConfig) -> kafka_eos::Result<Summary> {
         Some(dir) => builder.state_backend(kafka_eos_disk::DiskStore::at(dir).factory()),
         None => builder,
     };
+    let builder = match &cfg.instance_id {
+        Some(id) => builder.instance_id(id).static_membership(cfg.static_membership),
+        None => builder,
+    };
     let builder = if let Some(spec) = &cfg.sink {
         let fail = dice.clone();
         super::sink::instance_pipeline(builder.input_topic(&cfg.input), spec, &cfg.application_id, move |r| {
@@ -308,6 +332,7 @@ async fn run(cfg: InstanceConfig) -> kafka_eos::Result<Summary> {
     } else {
         let mut builder = builder.input_topic(&cfg.input);
         let out = builder.output_topic(&out);
+        let seen = cfg.keyed_state.then(|| builder.store::<Vec<u8>, u64>("seen"));
         builder.processor(move |ctx, r| {
             if stall.swap(false, Ordering::SeqCst) {
                 std::thread::sleep(Duration::from_millis(200));
@@ -315,6 +340,12 @@ async fn run(cfg: InstanceConfig) -> kafka_eos::Result<Summary> {
             }
             if dice.roll() {
                 return Err(format!("chaos: deliberate abort at {}", r.origin()).into());
+            }
+            if let Some(seen) = &seen {
+                let key = r.key.clone().unwrap_or_default();
+                let mut store = ctx.store(seen);
+                let n = store.get(&key)?.unwrap_or(0);
+                store.put(&key, &(n + 1))?;
             }
             let mut value = r.value.clone().unwrap_or_default();
             value.reverse();
@@ -361,6 +392,7 @@ mod tests {
         let mut s = Summary::default();
         (s.records_in, s.records_out, s.transactions_committed) = (1, 2, 3);
         (s.transactions_aborted, s.producers_fenced, s.rebalances) = (4, 5, 6);
+        s.restored_records = 7;
         assert_eq!(parse_status(&status_line("chaos-final", &s)), Some((true, s)));
         assert_eq!(parse_status(&status_line("chaos-status", &s)), Some((false, s)));
         assert_eq!(parse_status("something else"), None);
@@ -383,13 +415,17 @@ mod tests {
             state_dir: None,
             sink: None,
             commit_log: Some("/tmp/c".into()),
+            instance_id: Some("pod-1".into()),
+            static_membership: true,
+            keyed_state: true,
             client_properties: Default::default(),
         };
         cfg.client_properties.set("sasl.password", "hunter2");
         let args = cfg.to_args().join(" ");
         assert!(args.contains("--guarantee exactly-once-per-consumer") && args.contains("--abort-one-in 3"), "{args}");
         assert!(args.contains("--transaction-timeout-ms 8000") && args.contains("--rebalancing eager"), "{args}");
-        assert!(args.ends_with("--financial-close-payments 7 --commit-log /tmp/c"), "{args}");
+        assert!(args.contains("--financial-close-payments 7 --commit-log /tmp/c"), "{args}");
+        assert!(args.ends_with("--instance-id pod-1 --static-membership --keyed-state"), "{args}");
         assert!(!args.contains("hunter2"), "secrets never go on a command line: {args}");
     }
 }

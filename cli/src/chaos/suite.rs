@@ -338,6 +338,9 @@ impl<'a, 'r> Run<'a, 'r> {
             state_dir: None,
             sink: None,
             commit_log: None,
+            instance_id: None,
+            static_membership: false,
+            keyed_state: false,
             client_properties: Properties::default(),
         };
         let mut args = vec!["chaos".to_string(), "instance".to_string()];

@@ -8,6 +8,9 @@
 //! - [`study`]: the scale study of `docs/scaling.md` — instances as OS processes going
 //!   through a sequence of sizes (1 → 2 → 4 → 2), with their threads, sockets and memory
 //!   (`benches/scale_study.rs`).
+//! - [`rolling`]: a rolling restart of every instance, with and without static membership:
+//!   partition-seconds paused, partitions moved, records restored (also
+//!   `benches/scale_study.rs`).
 //!
 //! # The join run ([`join_third`])
 //! Two instances share an input topic while a paced writer puts one record into every
@@ -26,6 +29,7 @@
 mod gaps;
 mod input;
 mod join;
+pub mod rolling;
 pub mod study;
 
 pub use join::{join_third, JoinOptions, JoinReport};

@@ -214,6 +214,9 @@ pub fn run(opts: &StudyOptions) -> Result<StudyReport, String> {
         state_dir: None,
         sink: None,
         commit_log: Some(commit_dir.clone()),
+        instance_id: None,
+        static_membership: false,
+        keyed_state: false,
         client_properties: Default::default(),
     };
     let args = ["chaos".to_string(), "instance".to_string()].into_iter().chain(instance.to_args()).collect();
@@ -224,17 +227,7 @@ pub fn run(opts: &StudyOptions) -> Result<StudyReport, String> {
         raw.push(phase(&mut fleet, &writer, n, opts.phase)?);
     }
     let produced = writer.finish()?;
-    kafka_eos_testkit::admin::wait_for_catch_up(
-        &opts.bootstrap,
-        &name,
-        std::slice::from_ref(&input),
-        Duration::from_secs(300),
-    )
-    .map_err(|e| format!("catching up: {e}"))?;
-    fleet.shutdown(Duration::from_secs(60));
-    if !fleet.crashes.is_empty() {
-        return Err(format!("instances crashed: {}", fleet.crashes.join("; ")));
-    }
+    catch_up_and_stop(&mut fleet, &opts.bootstrap, &name, &input)?;
     let log = read_commit_logs(&commit_dir)?;
     let mut phases = Vec::new();
     for (k, r) in raw.iter().enumerate() {
@@ -290,8 +283,20 @@ fn phase(fleet: &mut Fleet, writer: &Paced, n: usize, length: Duration) -> Resul
     })
 }
 
+/// Waits until the group `group` has caught up with `input`, then stops every instance
+/// gracefully; `Err` if that took too long or an instance crashed at any point.
+pub(crate) fn catch_up_and_stop(fleet: &mut Fleet, bootstrap: &str, group: &str, input: &str) -> Result<(), String> {
+    kafka_eos_testkit::admin::wait_for_catch_up(bootstrap, group, &[input.to_string()], Duration::from_secs(300))
+        .map_err(|e| format!("catching up: {e}"))?;
+    fleet.shutdown(Duration::from_secs(60));
+    match fleet.crashes.is_empty() {
+        true => Ok(()),
+        false => Err(format!("instances crashed: {}", fleet.crashes.join("; "))),
+    }
+}
+
 /// Every instance's `commits-<pid>.log` under `dir`.
-fn read_commit_logs(dir: &Path) -> Result<Vec<Commit>, String> {
+pub(crate) fn read_commit_logs(dir: &Path) -> Result<Vec<Commit>, String> {
     let mut log = Vec::new();
     let entries = std::fs::read_dir(dir).map_err(|e| format!("reading {}: {e}", dir.display()))?;
     for entry in entries.filter_map(|e| e.ok()) {

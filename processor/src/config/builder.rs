@@ -326,8 +326,7 @@ impl PipelineBuilder {
     /// How the group moves partitions between instances. Default
     /// [`Rebalancing::Cooperative`]: only the partitions that move pause (see
     /// [`Rebalancing`] for the others and their trade-offs); under
-    /// [`Guarantee::ExactlyOncePerConsumer`], [`Rebalancing::Eager`], the only one it accepts
-    /// for now.
+    /// [`Guarantee::ExactlyOncePerConsumer`], [`Rebalancing::Eager`] (it accepts the others).
     pub fn rebalancing(mut self, r: Rebalancing) -> Self {
         self.rebalancing = Some(r);
         self

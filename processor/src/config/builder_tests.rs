@@ -31,7 +31,8 @@ fn rejects_what_would_break_the_guarantee() {
     assert!(err(base().client_property("group.protocol", "CONSUMER")).contains("PipelineBuilder::rebalancing"));
     assert!(err(base().static_membership(true)).contains("instance_id"));
     let per_consumer = || base().guarantee(Guarantee::ExactlyOncePerConsumer);
-    assert!(err(per_consumer().rebalancing(Rebalancing::Cooperative)).contains("Rebalancing::Eager"));
+    let cooperative = per_consumer().rebalancing(Rebalancing::Cooperative).build().unwrap();
+    assert_eq!(cooperative.config().rebalancing(), Rebalancing::Cooperative);
     assert_eq!(per_consumer().build().unwrap().config().rebalancing(), Rebalancing::Eager);
     assert_eq!(base().build().unwrap().config().rebalancing(), Rebalancing::Cooperative);
     let static_member = base().static_membership(true).instance_id("pod-1").build().unwrap();

@@ -31,11 +31,14 @@
 //! 3. It fetches the group's committed offsets of the batch's partitions *as stable*
 //!    (KIP-447, [`stable_committed_offsets`]): the broker withholds offsets that a
 //!    transaction still completing carries, so the answer is final.
-//! 4. It compares them with the batch's next offsets ([`decide`]): all equal — the batch
-//!    committed: its state overlays are merged and it is counted; all at or before the
-//!    batch's first records — it aborted: the overlays are discarded and the batch replayed
-//!    with the fresh producer. Anything else means another owner has moved the offsets: the
-//!    task is no longer the owner, and gives up.
+//! 4. It compares them with the batch's next offsets and the mark its offsets carried
+//!    ([`decide`]; the mark: `crate::txn`'s `offsets` module): all at the batch's end with
+//!    this transaction's mark — the batch committed: its state overlays are merged and it is
+//!    counted; all at or before the batch's first records — it aborted: the overlays are
+//!    discarded and the batch replayed with the fresh producer. Anything else — the batch's
+//!    end committed by another transaction (a next owner that read the same records),
+//!    offsets past it or inside it — means another owner has moved the offsets: the task is
+//!    no longer the owner, and gives up.
 //!
 //! No leaving the group, no rebalance.
 //!
@@ -155,6 +158,7 @@ pub(crate) fn reconcile(
     transactional_id: &str,
     label: &str,
     batch: &[InputRecord],
+    mark: Option<&str>,
     deadline: Deadline<'_>,
 ) -> Result<(TxnProducer, Reconciliation), String> {
     let mut producer = TxnProducer::create(cfg, Some(transactional_id.to_string()), label)
@@ -168,16 +172,21 @@ pub(crate) fn reconcile(
     }
     let committed = stable_committed_offsets(&reader, &partitions, deadline.instant())
         .map_err(|e| format!("fetching the stable committed offsets: {e}"))?;
-    Ok((producer, decide(&committed, batch)?))
+    Ok((producer, decide(&committed, batch, mark)?))
 }
 
-/// What the group's committed offsets say about `batch`'s transaction: committed if every
-/// partition of the batch is committed at the batch's next offset, aborted if every one is
-/// still at or before the batch's first record (or has no committed offset). Anything else
-/// — an offset past the batch, inside it, or a mix — was not written by this transaction
-/// alone (transactions are atomic): another owner has moved it, and the outcome is not ours
-/// to decide.
-pub(crate) fn decide(committed: &TopicPartitionList, batch: &[InputRecord]) -> Result<Reconciliation, String> {
+/// What the group's committed offsets say about `batch`'s transaction, whose offsets carried
+/// `mark` (`None`: it sent none): committed if every partition of the batch is committed at
+/// the batch's next offset with that mark, aborted if every one is still at or before the
+/// batch's first record (or has no committed offset). Anything else — the batch's end with
+/// another mark, an offset past the batch, inside it, or a mix — was not written by this
+/// transaction alone (transactions are atomic): another owner has moved it, and the
+/// outcome is not ours to decide.
+pub(crate) fn decide(
+    committed: &TopicPartitionList,
+    batch: &[InputRecord],
+    mark: Option<&str>,
+) -> Result<Reconciliation, String> {
     let mut span: BTreeMap<(&str, i32), (i64, i64)> = BTreeMap::new();
     for r in batch {
         let e = span.entry((r.topic.as_str(), r.partition)).or_insert((r.offset, r.offset + 1));
@@ -185,9 +194,15 @@ pub(crate) fn decide(committed: &TopicPartitionList, batch: &[InputRecord]) -> R
     }
     let (mut done, mut not_done) = (0, 0);
     for ((topic, partition), (first, next)) in &span {
-        let at = committed.find_partition(topic, *partition).and_then(|e| e.offset().to_raw()).filter(|o| *o >= 0);
+        let elem = committed.find_partition(topic, *partition);
+        let at = elem.as_ref().and_then(|e| e.offset().to_raw()).filter(|o| *o >= 0);
         match at {
-            Some(o) if o == *next => done += 1,
+            Some(o) if o == *next && elem.as_ref().map(|e| e.metadata()) == mark => done += 1,
+            Some(o) if o == *next => {
+                return Err(format!(
+                    "{topic} [{partition}] is committed at this batch's end {o}, but by another transaction (its mark is not this one's): another owner read the same records"
+                ))
+            }
             None => not_done += 1,
             Some(o) if o <= *first => not_done += 1,
             Some(o) => {
@@ -213,10 +228,15 @@ mod tests {
     use rdkafka::error::{KafkaError, RDKafkaErrorCode as C};
     use rdkafka::Offset;
 
+    const MARK: &str = "kafka-eos/00000000000000aa/3";
+
     fn committed(at: &[(&str, i32, Option<i64>)]) -> TopicPartitionList {
         let mut tpl = TopicPartitionList::new();
         for (t, p, o) in at {
             let _ = tpl.add_partition_offset(t, *p, o.map_or(Offset::Invalid, Offset::Offset));
+        }
+        for mut e in tpl.elements() {
+            e.set_metadata(MARK);
         }
         tpl
     }
@@ -224,7 +244,7 @@ mod tests {
     #[test]
     fn the_committed_offsets_tell_committed_from_aborted_and_refuse_anything_else() {
         let batch = [rec("a", 0, 10), rec("a", 0, 11), rec("a", 1, 5)];
-        let decide = |at| decide(&committed(at), &batch);
+        let decide = |at| decide(&committed(at), &batch, Some(MARK));
         assert_eq!(decide(&[("a", 0, Some(12)), ("a", 1, Some(6))]), Ok(Reconciliation::Committed));
         assert_eq!(decide(&[("a", 0, Some(10)), ("a", 1, Some(5))]), Ok(Reconciliation::Aborted));
         // Before the first record (transaction markers take offsets), or never committed.
@@ -232,6 +252,15 @@ mod tests {
         assert!(decide(&[("a", 0, Some(15)), ("a", 1, Some(6))]).unwrap_err().contains("another owner"));
         assert!(decide(&[("a", 0, Some(11)), ("a", 1, Some(5))]).unwrap_err().contains("another owner"));
         assert!(decide(&[("a", 0, Some(12)), ("a", 1, Some(5))]).unwrap_err().contains("not this transaction"));
+        // The batch's end, committed by another transaction (a next owner that read the same
+        // records), or by a cycle that sent no offsets: not ours.
+        let at_end = committed(&[("a", 0, Some(12)), ("a", 1, Some(6))]);
+        let other = super::decide(&at_end, &batch, Some("kafka-eos/00000000000000bb/3"));
+        assert!(other.unwrap_err().contains("another transaction"));
+        assert!(super::decide(&at_end, &batch, None).unwrap_err().contains("another transaction"));
+        // Aborted needs no mark: nothing of this transaction is there.
+        let before = committed(&[("a", 0, Some(10)), ("a", 1, Some(5))]);
+        assert_eq!(super::decide(&before, &batch, None), Ok(Reconciliation::Aborted));
     }
 
     #[test]

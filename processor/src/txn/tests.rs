@@ -1,6 +1,7 @@
 //! Unit tests of the cycle's pure parts.
 
 use super::*;
+use rdkafka::Offset;
 
 pub(crate) fn rec(t: &str, p: i32, o: i64) -> InputRecord {
     InputRecord { topic: t.into(), partition: p, offset: o, timestamp: None, key: None, value: None, headers: vec![] }

@@ -118,6 +118,16 @@ struct InstanceArgs {
     /// Append every committed transaction to `<dir>/commits-<pid>.log` (the scale study).
     #[arg(long)]
     commit_log: Option<std::path::PathBuf>,
+    /// The instance's id, stable across its restarts (a pod name); default: the runtime's,
+    /// new for every process.
+    #[arg(long)]
+    instance_id: Option<String>,
+    /// Static membership (KIP-345) under --instance-id.
+    #[arg(long, requires = "instance_id")]
+    static_membership: bool,
+    /// The copy also counts every key in a store, so the instance has state to restore.
+    #[arg(long)]
+    keyed_state: bool,
     /// The suite passes its client properties in a private file (--client-config).
     #[command(flatten)]
     client: super::ClientArgs,
@@ -216,6 +226,9 @@ fn run_instance(a: InstanceArgs) -> Result<ExitCode, Box<dyn std::error::Error>>
         sink: a.sink,
         state_dir: a.state_dir,
         commit_log: a.commit_log,
+        instance_id: a.instance_id,
+        static_membership: a.static_membership,
+        keyed_state: a.keyed_state,
         client_properties: a.client.properties()?,
     };
     match chaos::run_instance(cfg) {

@@ -30,6 +30,9 @@ impl Task {
         deadline: Deadline<'_>,
         stats: CycleStats,
     ) -> (Outcome, Next) {
+        // What this attempt's offsets carried: the reconcile takes the batch as committed
+        // only if the committed offsets carry it.
+        let mark = self.producer.as_ref().and_then(|p| p.offsets_mark().map(str::to_owned));
         self.producer = None;
         let not_owner = matches!(self.interrupt.current(), Some((Interruption::PartitionsLost, _)));
         let injected = self.shared.cfg.fault.as_ref().is_some_and(|f| f.unreconciled);
@@ -45,7 +48,7 @@ impl Task {
         };
         tracing::warn!(task = self.id, error = %e, "transaction outcome unknown: fencing the producer and reconciling");
         let started = Instant::now();
-        let found = match reconcile::reconcile(&self.shared.cfg, &id, &self.label, batch, deadline) {
+        let found = match reconcile::reconcile(&self.shared.cfg, &id, &self.label, batch, mark.as_deref(), deadline) {
             Ok((fresh, found)) => {
                 self.producer = Some(fresh);
                 found
