@@ -1,9 +1,9 @@
 //! How long partitions pause when an instance joins, per rebalance protocol and guarantee.
 //!
-//! `cargo bench --bench rebalance [-- --quick] [--reps N]`; the figures go in
-//! docs/scaling.md. Each configuration is one [`join_third`] run (two instances on 16
-//! partitions with paced input, a third joins; see `kafka_eos_cli::scale`), repeated; the
-//! table gives medians:
+//! `cargo bench --bench rebalance [-- --quick] [--reps N] [--subjects
+//! exactly-once-per-consumer]`; the figures go in docs/scaling.md. Each configuration is one
+//! [`join_third`] run (two instances on 16 partitions with paced input, a third joins; see
+//! `kafka_eos_cli::scale`), repeated; the table gives medians:
 //!
 //! - `unmoved gap`: the longest gap between two commits of a partition that stayed with its
 //!   instance (what incremental rebalancing keeps short; target < 2 × commit interval + 1 s);
@@ -30,19 +30,17 @@ fn main() {
     let bootstrap = cluster.bootstrap_servers();
     let rt = runtime();
     let protocols = [Rebalancing::Eager, Rebalancing::Cooperative, Rebalancing::Consumer];
-    let guarantees: &[Guarantee] = if args.quick {
-        &[Guarantee::ExactlyOnce]
-    } else {
-        &[Guarantee::ExactlyOnce, Guarantee::ExactlyOncePerConsumer, Guarantee::AtLeastOnce]
+    let all = [Guarantee::ExactlyOnce, Guarantee::ExactlyOncePerConsumer, Guarantee::AtLeastOnce];
+    let guarantees: Vec<Guarantee> = match (&args.subjects[..], args.quick) {
+        ([], true) => vec![Guarantee::ExactlyOnce],
+        ([], false) => all.to_vec(),
+        (names, _) => all.into_iter().filter(|g| names.iter().any(|n| n == g.as_str())).collect(),
     };
     let reps = args.reps();
     println!("rebalance ({} mode): 2 instances on 16 partitions, a third joins; {reps} run(s) each", args.mode());
     let (mut rows, mut results) = (Vec::new(), Vec::new());
-    for g in guarantees {
+    for g in &guarantees {
         for r in protocols {
-            if *g == Guarantee::ExactlyOncePerConsumer && r != Rebalancing::Eager {
-                continue; // refused for now (see Rebalancing::Eager)
-            }
             let mut runs = Vec::new();
             for _ in 0..reps {
                 let opts = JoinOptions::new(&bootstrap, *g, r);

@@ -40,8 +40,8 @@ pub struct Args {
     /// batch_throughput: only these partition counts (comma-separated), for experiments.
     #[arg(long, value_delimiter = ',')]
     pub partitions: Vec<i32>,
-    /// batch_throughput: only these subjects (comma-separated names, e.g.
-    /// `at-least-once,exactly-once`), for experiments.
+    /// batch_throughput, rebalance, scale_study: only these subjects or guarantees
+    /// (comma-separated names, e.g. `at-least-once,exactly-once`), for experiments.
     #[arg(long, value_delimiter = ',')]
     pub subjects: Vec<String>,
     /// batch_throughput: only these commit intervals in ms (comma-separated; subjects without

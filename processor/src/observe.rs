@@ -75,7 +75,8 @@ pub enum Outcome {
 /// What fence-and-reconcile found a transaction of unknown outcome to have become.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Reconciliation {
-    /// The group's committed offsets are the batch's next offsets: it committed.
+    /// The group's committed offsets are the batch's next offsets, with the mark this
+    /// transaction's offsets carried: it committed.
     Committed,
     /// The committed offsets are still where the batch began: it aborted (or never
     /// committed, and the fresh producer's `init_transactions` aborted it).

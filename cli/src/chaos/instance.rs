@@ -196,9 +196,14 @@ impl CommitLog {
         Ok(CommitLog(Mutex::new(std::io::LineWriter::new(file))))
     }
 
+    /// Logs `e` if its batch committed: a cycle that committed, or one whose unknown
+    /// outcome was reconciled as committed.
     fn record(&self, e: &TransactionEvent) {
+        use kafka_eos::observe::{Outcome, Reconciliation};
         use std::io::Write;
-        if e.outcome != kafka_eos::observe::Outcome::Committed {
+        let committed =
+            matches!(e.outcome, Outcome::Committed | Outcome::Reconciled { found: Reconciliation::Committed, .. });
+        if !committed {
             return;
         }
         let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
