@@ -101,9 +101,15 @@ impl Fleet {
         self.running.len()
     }
 
-    /// The process id of the running instance `id` (as [`start`](Self::start) returned it).
+    /// The position of the running instance `id` (as [`start`](Self::start) returned it),
+    /// for [`terminate`](Self::terminate) and the like.
+    pub(crate) fn index_of(&self, id: u32) -> Option<usize> {
+        self.running.iter().position(|p| p.id == id)
+    }
+
+    /// The process id of the running instance `id`.
     pub(crate) fn pid_of(&self, id: u32) -> Option<u32> {
-        self.running.iter().find(|p| p.id == id).map(|p| p.child.id())
+        self.index_of(id).map(|i| self.running[i].child.id())
     }
 
     /// The process ids of the running instances, oldest first.

@@ -32,7 +32,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use kafka_eos::admin::Client;
 use kafka_eos::Guarantee;
@@ -41,7 +41,7 @@ use kafka_eos_testkit::write::Writer;
 
 use super::gaps::Commit;
 use super::input::{per_tick, Paced};
-use super::study::{catch_up_and_stop, read_commit_logs};
+use super::study::{catch_up_and_stop, check_crashes, read_commit_logs, wall};
 use crate::chaos::fleet::Fleet;
 use crate::chaos::InstanceConfig;
 
@@ -129,10 +129,6 @@ pub struct RollingReport {
     pub verified: Report,
 }
 
-fn wall() -> Duration {
-    SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default()
-}
-
 /// Runs the rolling restart (see the [module docs](self)); `Err` says what failed.
 pub fn run(opts: &RollingOptions) -> Result<RollingReport, String> {
     let name = crate::bench::unique_name(if opts.static_membership { "roll-static" } else { "roll-dynamic" });
@@ -175,8 +171,9 @@ pub fn run(opts: &RollingOptions) -> Result<RollingReport, String> {
     let mut slot_of: BTreeMap<u32, usize> = BTreeMap::new();
     let mut ids = Vec::new();
     for slot in 0..opts.instances {
-        ids.push(fleet.start_with(args_of(slot))?);
-        slot_of.insert(*fleet.pids().last().expect("just started"), slot);
+        let id = fleet.start_with(args_of(slot))?;
+        slot_of.insert(fleet.pid_of(id).expect("just started"), slot);
+        ids.push(id);
     }
     let writer = Paced::start(&opts.bootstrap, &input, opts.partitions, per_tick(opts.rate))?;
     // Before the first stop: the preload is copied (its state built), and every instance
@@ -186,7 +183,7 @@ pub fn run(opts: &RollingOptions) -> Result<RollingReport, String> {
     let committing =
         |fleet: &Fleet, id: &u32| fleet.status_of(*id).and_then(|s| s.summary).is_some_and(|s| s.records_in > 0);
     while fleet.totals().records_in < preloaded || !ids.iter().all(|id| committing(&fleet, id)) {
-        check(&mut fleet)?;
+        check_crashes(&mut fleet)?;
         if started.elapsed() > Duration::from_secs(300) {
             return Err(format!(
                 "the group did not copy the {preloaded} preloaded records with every instance in 300 s"
@@ -197,15 +194,14 @@ pub fn run(opts: &RollingOptions) -> Result<RollingReport, String> {
     std::thread::sleep(opts.settle);
     let (from, before) = (wall(), fleet.totals());
     for (slot, id) in ids.iter_mut().enumerate() {
-        let pid = fleet.pid_of(*id).ok_or_else(|| format!("instance roll-{slot} is gone"))?;
-        let idx = fleet.pids().iter().position(|p| *p == pid).expect("running");
+        let idx = fleet.index_of(*id).ok_or_else(|| format!("instance roll-{slot} is gone"))?;
         fleet.terminate(idx, Duration::from_secs(60));
         std::thread::sleep(opts.restart_delay);
         *id = fleet.start_with(args_of(slot))?;
-        slot_of.insert(*fleet.pids().last().expect("just started"), slot);
+        slot_of.insert(fleet.pid_of(*id).expect("just started"), slot);
         let back = Instant::now();
         while !committing(&fleet, id) {
-            check(&mut fleet)?;
+            check_crashes(&mut fleet)?;
             if back.elapsed() > Duration::from_secs(180) {
                 return Err(format!("the restarted roll-{slot} committed nothing in 180 s"));
             }
@@ -231,14 +227,6 @@ pub fn run(opts: &RollingOptions) -> Result<RollingReport, String> {
         produced,
         verified,
     })
-}
-
-/// Fails the run if an instance exited on its own.
-fn check(fleet: &mut Fleet) -> Result<(), String> {
-    match fleet.reap_crashed() {
-        0 => Ok(()),
-        _ => Err(format!("instances crashed: {}", fleet.crashes.join("; "))),
-    }
 }
 
 /// Writes `n` records round-robin over the partitions (unique keys: one state entry each).

@@ -173,7 +173,7 @@ impl StudyReport {
 }
 
 /// The wall clock as a duration since the Unix epoch (the instances' commit logs use it).
-fn wall() -> Duration {
+pub(crate) fn wall() -> Duration {
     SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default()
 }
 
@@ -260,9 +260,7 @@ fn phase(fleet: &mut Fleet, writer: &Paced, n: usize, length: Duration) -> Resul
     let mut mid = None;
     while started.elapsed() < length {
         std::thread::sleep(Duration::from_secs(1).min(length.saturating_sub(started.elapsed())));
-        if fleet.reap_crashed() > 0 {
-            return Err(format!("instances crashed: {}", fleet.crashes.join("; ")));
-        }
+        check_crashes(fleet)?;
         for pid in fleet.pids() {
             largest = largest.max(Footprint::of(pid).unwrap_or_default());
         }
@@ -281,6 +279,14 @@ fn phase(fleet: &mut Fleet, writer: &Paced, n: usize, length: Duration) -> Resul
         last,
         largest,
     })
+}
+
+/// Fails the run if an instance exited on its own.
+pub(crate) fn check_crashes(fleet: &mut Fleet) -> Result<(), String> {
+    match fleet.reap_crashed() {
+        0 => Ok(()),
+        _ => Err(format!("instances crashed: {}", fleet.crashes.join("; "))),
+    }
 }
 
 /// Waits until the group `group` has caught up with `input`, then stops every instance

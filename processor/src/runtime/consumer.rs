@@ -237,7 +237,7 @@ fn rejoin(consumer: &BaseConsumer<Rebalancer>, cfg: &PipelineConfig, topics: &[&
 /// terminates without leaving (librdkafka 2.12: its terminate path clears the assignment
 /// but skips the pending leave), and the group keeps the member's partitions, unprocessed,
 /// until its session times out. Seen in the rolling restart of `docs/scaling.md`: 1 stop in
-/// 4 in some runs, a 20 s gap. Under KIP-848 the leave is a heartbeat that the close itself
+/// 24, a 20 s gap. Under KIP-848 the leave is a heartbeat that the close itself
 /// sends.
 fn leave_group(consumer: &BaseConsumer<Rebalancer>, deadline: Instant) {
     consumer.unsubscribe();
