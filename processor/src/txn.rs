@@ -589,5 +589,5 @@ mod offsets;
 mod step;
 mod watchdog;
 pub(crate) use delivery::DeliveryTracker;
-pub(crate) use offsets::{next_offset_per_partition, next_offsets};
+pub(crate) use offsets::{group_id_only, next_offset_per_partition, next_offsets};
 pub(crate) use step::{Step, StepError};

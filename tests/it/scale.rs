@@ -11,8 +11,8 @@ use crate::common::bootstrap;
 /// Two instances share 16 partitions while input flows; a third joins
 /// ([`join_third`]). Under each incremental protocol, every partition that stays with its
 /// instance keeps committing throughout: its longest gap between commits stays under twice
-/// the commit interval plus 1 s (the target), while some partitions do move. The
-/// copy ends exactly once. (Eager pauses every partition for the whole rebalance:
+/// the commit interval plus 1 s (the target), while some partitions do move; in
+/// per-partition mode no transaction aborts. The copy ends exactly once. (Eager pauses every partition for the whole rebalance:
 /// `benches/rebalance.rs` measures it.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_joining_instance_leaves_unmoved_partitions_committing() {
@@ -33,6 +33,13 @@ async fn a_joining_instance_leaves_unmoved_partitions_committing() {
             "{what}: an unmoved partition stopped committing for {:?} (limit {limit:?})",
             r.longest_unmoved_gap
         );
+        if guarantee == Guarantee::ExactlyOnce {
+            // Per-partition offsets carry the group id alone (fenced by the transactional.id):
+            // no generation change refuses them, so nothing aborts. Per-consumer offsets carry
+            // the generation, and a transaction racing its change is refused and replayed.
+            let aborted: u64 = r.summaries.iter().map(|s| s.transactions_aborted).sum();
+            assert_eq!(aborted, 0, "{what}: {:?}", r.summaries);
+        }
         if guarantee == Guarantee::AtLeastOnce {
             assert!(r.verified.is_at_least_once(), "{what}: {:?}", r.verified);
             continue;

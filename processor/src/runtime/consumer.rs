@@ -4,8 +4,9 @@
 //! # Rebalances
 //! The callbacks see only the partitions that move under the incremental protocols
 //! ([`Rebalancing::Cooperative`](crate::Rebalancing), `Consumer`): every other partition
-//! keeps its task, its producer and its state, and goes on committing, with the group
-//! metadata read afresh by each transaction. Under `Eager` every rebalance revokes and
+//! keeps its task, its producer and its state, and goes on committing (per-consumer mode
+//! reads the group metadata afresh for each transaction; per-partition offsets name the
+//! group alone: `crate::txn`'s `offsets` module). Under `Eager` every rebalance revokes and
 //! assigns everything. The steps are the same:
 //!
 //! - **Assign.** Before librdkafka applies the assignment (and so before it fetches the
@@ -18,7 +19,7 @@
 //! - **Revoke.** The callback tells each affected task and waits — bounded by the task
 //!   timeout — until it has committed its collected batch (at-least-once: then commits the
 //!   acknowledged offsets synchronously). A task that does not answer in time is abandoned:
-//!   the new owner's `init_transactions` (or the group generation) fences it, so it can
+//!   the new owner's `init_transactions` (per-consumer mode: the group generation) fences it, so it can
 //!   commit nothing after the partition moved. Before telling a task, the callback sets
 //!   its [`Interrupt`]: a task retrying a failing batch gives up on it by the shutdown
 //!   timeout (see [`super::interrupt`]), so the group's rebalance is not held up for a
@@ -52,6 +53,7 @@ use crate::runtime::registry::{
 };
 use crate::runtime::task::{Resume, TaskMsg};
 use crate::runtime::{Control, Shared, POLL_INTERVAL};
+use crate::state::changelog::group_reader_config;
 
 mod rebalance;
 mod recovery;
@@ -71,10 +73,19 @@ pub(crate) fn run(shared: Arc<Shared>, control: Receiver<Control>) -> Result<()>
         Error::Config(format!("consumer configuration rejected by librdkafka: {}", crate::config::client_error(&e)))
     })?;
     let consumer = Arc::new(consumer);
-    // Tasks read the group metadata through a weak reference: the consumer (whose context
-    // holds the tasks) is never kept alive by them.
-    let weak = Arc::downgrade(&consumer);
-    let _ = shared.group.set(Box::new(move || weak.upgrade().and_then(|c| c.group_metadata())));
+    let _ = shared.group.set(if cfg.guarantee == Guarantee::ExactlyOnce {
+        // Per-partition mode: the group id alone, fenced by the transactional.id
+        // (crate::txn's offsets module says why).
+        let group = crate::txn::group_id_only(group_reader_config(&cfg))
+            .map_err(|e| Error::Config(format!("group metadata for the transactions' offsets: {e}")))?;
+        let group = Arc::new(group);
+        Box::new(move || Some(group.clone()))
+    } else {
+        // Tasks read the group metadata through a weak reference: the consumer (whose
+        // context holds the tasks) is never kept alive by them.
+        let weak = Arc::downgrade(&consumer);
+        Box::new(move || weak.upgrade().and_then(|c| c.group_metadata()).map(Arc::new))
+    });
     if cfg.guarantee != Guarantee::ExactlyOnce {
         // Long-lived workers (each with its own producer) that share the instance's
         // partitions, initialised in parallel and ready before joining.

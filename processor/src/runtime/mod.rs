@@ -155,16 +155,19 @@ impl Stats {
     }
 }
 
-/// Reads the consumer's current group metadata (member id, generation or member epoch).
-pub(crate) type GroupMetadataSource = Box<dyn Fn() -> Option<rdkafka::consumer::ConsumerGroupMetadata> + Send + Sync>;
+/// The group metadata a transaction's offsets carry (`crate::txn`'s `offsets` module says
+/// which): the consumer's current one (member id, generation or member epoch), or the group
+/// id alone in per-partition mode.
+pub(crate) type GroupMetadataSource =
+    Box<dyn Fn() -> Option<Arc<rdkafka::consumer::ConsumerGroupMetadata>> + Send + Sync>;
 
 /// What the consumer thread and every task share.
 pub(crate) struct Shared {
     pub cfg: Arc<PipelineConfig>,
     /// Set by the consumer thread once its consumer exists. A transaction reads the
-    /// metadata afresh before it sends its offsets: under incremental rebalancing the
-    /// generation moves on while a partition stays put, and offsets sent with a stale one
-    /// are refused (KIP-447 checks it).
+    /// metadata afresh before it sends its offsets: in per-consumer mode the generation
+    /// moves on with every rebalance, incremental ones included, and offsets sent with a
+    /// stale one are refused (KIP-447 checks it).
     pub group: OnceLock<GroupMetadataSource>,
     pub processor: ProcessorFactory,
     pub hooks: Vec<TransactionHook>,
@@ -182,7 +185,7 @@ pub(crate) struct Shared {
 impl Shared {
     /// The consumer's current group metadata; `None` before the consumer exists or after
     /// it is gone.
-    pub(crate) fn group_metadata(&self) -> Option<rdkafka::consumer::ConsumerGroupMetadata> {
+    pub(crate) fn group_metadata(&self) -> Option<Arc<rdkafka::consumer::ConsumerGroupMetadata>> {
         self.group.get().and_then(|read| read())
     }
 }

@@ -57,15 +57,18 @@
 //!   waiting for the task ([`super::interrupt`]) — and the group cannot hand the partitions
 //!   to anyone before that wait ends. What is left is the window in which the group expired
 //!   this member and librdkafka has not told us yet: there our `init_transactions` can fence
-//!   the new owner. That is a loss of liveness, never of exactly-once: the new owner's open
-//!   transaction is aborted (it replays it after giving its producer up), and our own replay
-//!   cannot commit, because its `send_offsets_to_transaction` carries this member's group
-//!   metadata, whose generation the group has left behind (`ILLEGAL_GENERATION` /
-//!   `UNKNOWN_MEMBER_ID`: the task gives up). If the new owner has already committed past
-//!   the batch, step 4 sees offsets it did not write and gives up.
+//!   the new owner. That is a loss of liveness, never of exactly-once. If the new owner has
+//!   already committed past the batch, step 4 sees offsets it did not write and gives up.
+//!   Otherwise the committed offset is still the batch's first, our fresh producer is the
+//!   only one that can write the partition's offsets (per-partition offsets name no
+//!   generation: the transactional.id is the fence, `crate::txn`'s `offsets` module), and
+//!   our replay extends exactly that offset. The new owner's open transaction was aborted
+//!   by our fencing; its producer is fenced, it gives the partitions back, and whoever gets
+//!   them next fences us in turn and starts after our replay.
 //! - **Per-consumer mode.** The instance's transactional.id is its own (`<app>:<instance>`):
 //!   no other member uses it, so re-initialising it fences only this instance's old
-//!   producer. Zombies of other members are fenced by the group generation, as always.
+//!   producer. Zombies of other members are fenced by the group generation its offsets
+//!   carry (KIP-447).
 //! - **The answer is final.** After `init_transactions` returns, the old transaction is
 //!   complete or aborted for good, and the stable fetch waits for its offsets' markers.
 //!
@@ -142,7 +145,8 @@ pub(crate) fn replaced(e: &StepError) -> bool {
 /// ILLEGAL_GENERATION and STALE_MEMBER_EPOCH are not among them: the member is still in the
 /// group, whose generation moved on between the metadata read and the offsets' arrival (an
 /// incremental rebalance that left the partition in place). The replay reads the metadata
-/// afresh and succeeds.
+/// afresh and succeeds. (Per-consumer mode only: per-partition offsets name no member and
+/// no generation, and none of these can refuse them.)
 fn left_the_group(e: &rdkafka::error::KafkaError) -> bool {
     use rdkafka::error::RDKafkaErrorCode as C;
     matches!(e, rdkafka::error::KafkaError::Transaction(rd)

@@ -439,12 +439,13 @@ impl Task {
             let Some(producer) = self.producer.as_mut() else {
                 return Flush::GaveUp(StepError::given_up());
             };
-            // Read afresh for every attempt: the generation (member epoch) moves on with
-            // every rebalance, including those that leave this task's partitions in place.
+            // Read afresh for every attempt: in per-consumer mode the generation (member
+            // epoch) moves on with every rebalance, including those that leave this task's
+            // partitions in place (per-partition mode sends the group id alone).
             let group = match producer.transactional_id() {
                 None => None,
                 Some(_) => match self.shared.group_metadata() {
-                    Some(g) => Some(Arc::new(g)),
+                    Some(g) => Some(g),
                     None => return Flush::Stop(Error::Internal("the consumer is gone: no group metadata".into())),
                 },
             };

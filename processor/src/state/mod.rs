@@ -30,9 +30,9 @@
 //!   *stable* (`require_stable`, KIP-447): it waits until any transaction of a previous
 //!   owner that carried this partition's offsets has completed, so no committed change is
 //!   still invisible to the read_committed restore (in per-partition mode
-//!   `init_transactions` has already resolved it). A previous owner's transaction that never
-//!   sent its offsets can never commit (its group generation is gone), so the restore may
-//!   skip it.
+//!   `init_transactions` has already resolved it). In per-consumer mode, a previous owner's
+//!   transaction that never sent its offsets can never commit (its group generation is
+//!   gone), so the restore may skip it.
 //! - Under [`AtLeastOnce`](crate::Guarantee::AtLeastOnce) the changelog is written without a
 //!   transaction, acknowledged before the offsets are committed: after a crash the state may
 //!   include updates of records that are then processed again (at-least-once state).

@@ -13,11 +13,28 @@
 //! mark in each offset's metadata, unique to the producer and its cycle, and the batch is
 //! ours only if the committed offsets carry the mark it sent. It costs about 40 bytes per
 //! partition in each offset commit.
+//!
+//! # Which group metadata the offsets carry
+//! `send_offsets_to_transaction` names the consumer group, and may name the member and its
+//! generation (KIP-447), which the group coordinator then checks: offsets of an old
+//! generation are refused (`ILLEGAL_GENERATION`).
+//! - **Per-consumer mode** needs that check: its transactional.id is the instance's own, so
+//!   nothing else stops a member that lost its partitions (a zombie) from committing them.
+//!   Every transaction reads the consumer's metadata afresh.
+//! - **Per-partition mode** sends the group id alone ([`group_id_only`]), as Kafka Streams'
+//!   first exactly-once mode did (EOS-alpha). Its fencing is the partition's
+//!   transactional.id: every owner runs `init_transactions` before it reads the committed
+//!   offset, which fences every earlier producer of that partition, so each producer's
+//!   transactions extend the committed offset it read after its own fencing. The
+//!   generation would add nothing, and it costs: every rebalance moves it on, incremental
+//!   ones included, so a transaction in flight on a partition that does not move would be
+//!   refused, aborted and replayed, for as long as the rebalance lasts.
 
 use std::collections::BTreeMap;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerGroupMetadata};
 use rdkafka::{Offset, TopicPartitionList};
 
 use crate::record::{InputRecord, Topic};
@@ -42,6 +59,16 @@ pub(crate) fn next_offset_per_partition(batch: &[InputRecord]) -> BTreeMap<(&Top
         *e = (*e).max(r.offset + 1);
     }
     next
+}
+
+/// Group metadata naming the application's group alone: no member, generation -1. The
+/// coordinator checks neither member nor generation of a transactional offset commit that
+/// names none (classic groups always; KIP-848 groups since Kafka 4.0, KAFKA-18060). Read
+/// from a consumer of the group that never joins it, created and dropped here (rust-rdkafka
+/// has no constructor for the metadata); it never joins the group.
+pub(crate) fn group_id_only(reader: rdkafka::ClientConfig) -> Result<ConsumerGroupMetadata, String> {
+    let consumer: BaseConsumer = reader.create().map_err(|e| crate::config::client_error(&e))?;
+    consumer.group_metadata().ok_or_else(|| "librdkafka returned no group metadata".to_string())
 }
 
 /// The mark of cycle `cycle` of the producer whose nonce is `nonce`.
