@@ -37,7 +37,7 @@
 //!   run ([`recovery`]).
 
 use std::sync::mpsc::{Receiver, TrySendError};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
@@ -57,6 +57,7 @@ use crate::state::changelog::group_reader_config;
 
 mod rebalance;
 mod recovery;
+mod wake;
 
 /// Runs the consumer thread until shutdown or a fatal error.
 pub(crate) fn run(shared: Arc<Shared>, control: Receiver<Control>) -> Result<()> {
@@ -68,11 +69,15 @@ pub(crate) fn run(shared: Arc<Shared>, control: Receiver<Control>) -> Result<()>
         registry: Mutex::new(Registry::default()),
         fatal: Mutex::new(None),
         shutdown_deadline: Mutex::new(None),
+        waker: OnceLock::new(),
     };
     let consumer: BaseConsumer<Rebalancer> = cfg.consumer_config().create_with_context(handler).map_err(|e| {
         Error::Config(format!("consumer configuration rejected by librdkafka: {}", crate::config::client_error(&e)))
     })?;
     let consumer = Arc::new(consumer);
+    let waker = wake::FetchWaker::start(Arc::downgrade(&consumer))
+        .map_err(|e| Error::Internal(format!("cannot start the fetch waker thread: {e}")))?;
+    let _ = consumer.context().waker.set(waker);
     let _ = shared.group.set(if cfg.guarantee == Guarantee::ExactlyOnce {
         // Per-partition mode: the group id alone, fenced by the transactional.id
         // (crate::txn's offsets module says why).
@@ -299,9 +304,18 @@ struct Rebalancer {
     fatal: Mutex<Option<Error>>,
     /// Set when shutting down: bounds every wait from then on.
     shutdown_deadline: Mutex<Option<Instant>>,
+    /// Set once the consumer exists ([`wake`]).
+    waker: OnceLock<wake::FetchWaker>,
 }
 
 impl Rebalancer {
+    /// Wakes the fetchers of `partitions`, just resumed ([`wake`]).
+    fn wake(&self, partitions: impl IntoIterator<Item = crate::runtime::TopicPartition>) {
+        if let Some(w) = self.waker.get() {
+            w.wake(partitions);
+        }
+    }
+
     /// The shared name of input topic `name` (a reference count; a topic the pipeline does
     /// not list, which the consumer does not deliver, is allocated).
     fn topic(&self, name: &str) -> Topic {
@@ -387,6 +401,7 @@ impl Rebalancer {
             if let Err(e) = consumer.resume(&to_tpl(&resumed)) {
                 tracing::warn!(error = %e, "resuming partitions failed");
             }
+            self.wake(resumed.into_iter().map(|(tp, _)| tp));
         }
     }
 

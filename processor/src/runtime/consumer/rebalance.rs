@@ -322,8 +322,18 @@ impl ConsumerContext for Rebalancer {
                 }
             }
         };
-        if let Err(e) = result {
-            tracing::error!(error = %e, "applying the rebalance failed");
+        match result {
+            Err(e) => tracing::error!(error = %e, "applying the rebalance failed"),
+            // librdkafka paused every assigned partition for the callback and has just
+            // resumed them (those this runtime paused stay paused): wake their fetchers.
+            Ok(()) if incremental => {
+                let reg = self.registry();
+                let resumed: Vec<TopicPartition> =
+                    reg.routes.keys().filter(|tp| !reg.paused.contains(*tp)).cloned().collect();
+                drop(reg);
+                self.wake(resumed);
+            }
+            Ok(()) => {}
         }
     }
 }

@@ -47,6 +47,7 @@ impl Rebalancer {
             if let Err(e) = consumer.resume(&to_tpl(&paused)) {
                 tracing::warn!(error = %e, "resuming rewound partitions failed");
             }
+            self.wake(paused.into_iter().map(|(tp, _)| tp));
         }
         tracing::info!(task, partitions = ?mine, "partitions rewound to their committed offsets");
         let deadline = Instant::now() + self.shared.cfg.task_timeout;
@@ -121,6 +122,7 @@ impl Rebalancer {
                         if let Err(e) = consumer.resume(&to_tpl(&resume)) {
                             tracing::warn!(error = %e, "resuming a started partition failed");
                         }
+                        self.wake(resume.into_iter().map(|(tp, _)| tp));
                     }
                 }
                 Err(last) => {
