@@ -162,8 +162,10 @@ fn main() {
         (args.subjects.is_empty() || args.subjects.contains(&c.subject))
             && (args.intervals.is_empty() || c.interval_ms.is_none_or(|ms| args.intervals.contains(&ms)))
     });
+    // Its input is the sweep's partition count: only when that is in the run.
     let tv0_runs = peers.is_some()
         && tv.is_some_and(|v| v > 0)
+        && partition_counts.contains(&SWEEP_PARTITIONS)
         && (args.subjects.is_empty() || args.subjects.iter().any(|s| s == STREAMS_TV0));
     let reps = if args.quick { args.reps.unwrap_or(QUICK_REPS).max(1) } else { args.reps() };
     println!(

@@ -7,7 +7,8 @@
 //!
 //! # Why the bound is generous
 //! Pausing is expensive: librdkafka drops what it prefetched for the partition and fetches
-//! it again after the resume. A task drains in bursts (a whole batch when its cycle ends),
+//! it again after the resume — and until the consumer thread woke the fetcher after a resume
+//! (`consumer`'s `wake` module), the fetch could wait up to 1 s more. A task drains in bursts (a whole batch when its cycle ends),
 //! so with a bound of one queue's worth (`max_records_per_transaction`, at most 10,000) a
 //! busy partition was paused and resumed every cycle, and the consumer spent the cycles
 //! re-fetching instead of keeping the next batch ready. Measured with `cargo bench --bench
