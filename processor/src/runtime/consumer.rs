@@ -197,6 +197,9 @@ pub(crate) fn run(shared: Arc<Shared>, control: Receiver<Control>) -> Result<()>
         leave_group(&consumer, deadline);
     }
     consumer.context().stop_all_tasks(deadline);
+    if let Some(waker) = consumer.context().waker.get() {
+        waker.stop(deadline.max(Instant::now() + Duration::from_millis(100)));
+    }
     // At-least-once, a static member: the offsets the workers acknowledged while stopping
     // (a member that left had them committed by its revocation, and can commit no more).
     let mut acked = Vec::new();

@@ -23,12 +23,15 @@
 //! fetches. The leaders come from the topic metadata, fetched again when a resumed
 //! partition's leader is not known or the last fetch is older than [`LEADERS_TTL`] (a
 //! stale leader only makes the poke miss, which is what happens without it). Everything
-//! runs on the helper thread, never on the consumer's poll thread; the thread ends with the
-//! consumer.
+//! runs on the helper thread, never on the consumer's poll thread. The consumer thread
+//! stops the helper before it lets the consumer go ([`FetchWaker::stop`]): a helper
+//! holding the last reference would close the consumer on its own thread.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
-use std::sync::{Mutex, Weak};
+use std::sync::{Arc, Mutex, Weak};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
@@ -45,15 +48,36 @@ const SETTLE: Duration = Duration::from_millis(5);
 /// Hands resumed partitions to the helper thread (cheap, never blocks).
 pub(crate) struct FetchWaker {
     tx: Mutex<Sender<Vec<TopicPartition>>>,
+    stopped: Arc<AtomicBool>,
+    thread: Mutex<Option<JoinHandle<()>>>,
 }
 
 impl FetchWaker {
-    /// Starts the helper thread for `consumer`; it ends when this waker or the consumer is
-    /// dropped.
+    /// Starts the helper thread for `consumer`; it ends at [`stop`](Self::stop), or when
+    /// this waker or the consumer is dropped.
     pub(crate) fn start<C: ConsumerContext + 'static>(consumer: Weak<BaseConsumer<C>>) -> std::io::Result<FetchWaker> {
         let (tx, rx) = channel();
-        std::thread::Builder::new().name("kafka-eos-wake".into()).spawn(move || serve(&consumer, &rx))?;
-        Ok(FetchWaker { tx: Mutex::new(tx) })
+        let stopped = Arc::new(AtomicBool::new(false));
+        let flag = stopped.clone();
+        let thread =
+            std::thread::Builder::new().name("kafka-eos-wake".into()).spawn(move || serve(&consumer, &rx, &flag))?;
+        Ok(FetchWaker { tx: Mutex::new(tx), stopped, thread: Mutex::new(Some(thread)) })
+    }
+
+    /// Stops the helper and waits until `deadline` for it to end (it may be in the middle
+    /// of its requests, each bounded by [`REQUEST_TIMEOUT`]).
+    pub(crate) fn stop(&self, deadline: Instant) {
+        self.stopped.store(true, Ordering::SeqCst);
+        let _ = self.tx.lock().unwrap_or_else(|p| p.into_inner()).send(Vec::new());
+        let Some(thread) = self.thread.lock().unwrap_or_else(|p| p.into_inner()).take() else { return };
+        while !thread.is_finished() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        if thread.is_finished() {
+            let _ = thread.join();
+        } else {
+            tracing::debug!("the fetch waker is still in a request at the deadline: left to end on its own");
+        }
     }
 
     /// Wakes the fetchers of `partitions`, just resumed.
@@ -66,12 +90,19 @@ impl FetchWaker {
     }
 }
 
-fn serve<C: ConsumerContext>(consumer: &Weak<BaseConsumer<C>>, rx: &Receiver<Vec<TopicPartition>>) {
+fn serve<C: ConsumerContext>(
+    consumer: &Weak<BaseConsumer<C>>,
+    rx: &Receiver<Vec<TopicPartition>>,
+    stopped: &AtomicBool,
+) {
     let mut leaders = Leaders::default();
     while let Ok(mut partitions) = rx.recv() {
         std::thread::sleep(SETTLE);
         while let Ok(more) = rx.try_recv() {
             partitions.extend(more);
+        }
+        if stopped.load(Ordering::SeqCst) {
+            return;
         }
         let Some(consumer) = consumer.upgrade() else { return };
         for (topic, partition) in leaders.one_per_leader(&*consumer, &partitions) {
@@ -132,6 +163,32 @@ fn pick(leaders: &HashMap<(String, i32), i32>, partitions: impl Iterator<Item = 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `stop` ends an idle helper at once (without the stop flag's wake-up it would wait
+    /// out its deadline), and returns by its deadline after a wake, whose requests go to a
+    /// broker that is not there.
+    #[test]
+    fn stop_ends_an_idle_helper_at_once_and_returns_by_its_deadline_after_a_wake() {
+        let consumer: Arc<BaseConsumer> = Arc::new(
+            rdkafka::ClientConfig::new()
+                .set("bootstrap.servers", "127.0.0.1:1")
+                .set("group.id", "wake-test")
+                .set("log_level", "0")
+                .create()
+                .expect("a consumer"),
+        );
+        let idle = FetchWaker::start(Arc::downgrade(&consumer)).expect("the helper");
+        let t = Instant::now();
+        idle.stop(Instant::now() + Duration::from_secs(5));
+        assert!(t.elapsed() < Duration::from_secs(1), "an idle helper took {:?}", t.elapsed());
+
+        let woken = FetchWaker::start(Arc::downgrade(&consumer)).expect("the helper");
+        woken.wake([(crate::record::Topic::new("t"), 0)]);
+        std::thread::sleep(SETTLE * 10);
+        let t = Instant::now();
+        woken.stop(Instant::now() + Duration::from_millis(200));
+        assert!(t.elapsed() < REQUEST_TIMEOUT, "stop waited {:?}", t.elapsed());
+    }
 
     #[test]
     fn one_partition_is_picked_per_known_leader() {
