@@ -54,9 +54,11 @@ pub enum Guarantee {
     /// One transactional producer per assigned input partition, with
     /// `transactional.id = <application-id>:<topic>:<partition>`. Its `init_transactions` on
     /// assignment fences the partition's previous owner and resolves its open transaction
-    /// before this instance reads the committed offset. Isolates failures per partition
-    /// (one partition's abort does not touch the others); costs one librdkafka producer
-    /// (threads, sockets, buffers) per partition. The default.
+    /// before this instance reads the committed offset; so its offsets name the consumer
+    /// group alone, not the member's generation, and a rebalance never refuses the
+    /// transactions of partitions that stay put (`docs/semantics.md`). Isolates failures
+    /// per partition (one partition's abort does not touch the others); costs one
+    /// librdkafka producer (threads, sockets, buffers) per partition. The default.
     #[default]
     ExactlyOnce,
     /// One transactional producer per instance, committing all its partitions' offsets in
