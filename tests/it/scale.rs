@@ -12,8 +12,8 @@ use crate::common::bootstrap;
 /// ([`join_third`]). Under each incremental protocol, every partition that stays with its
 /// instance keeps committing throughout: its longest gap between commits stays under twice
 /// the commit interval plus 1 s (the target), while some partitions do move; in
-/// per-partition mode no transaction aborts. The copy ends exactly once. (Eager pauses every partition for the whole rebalance:
-/// `benches/rebalance.rs` measures it.)
+/// per-partition mode no transaction aborts. The copy ends exactly once. (Eager pauses
+/// every partition for the whole rebalance: `benches/rebalance.rs` measures it.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_joining_instance_leaves_unmoved_partitions_committing() {
     for (rebalancing, guarantee) in [

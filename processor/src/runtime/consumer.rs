@@ -19,8 +19,8 @@
 //! - **Revoke.** The callback tells each affected task and waits — bounded by the task
 //!   timeout — until it has committed its collected batch (at-least-once: then commits the
 //!   acknowledged offsets synchronously). A task that does not answer in time is abandoned:
-//!   the new owner's `init_transactions` (per-consumer mode: the group generation) fences it, so it can
-//!   commit nothing after the partition moved. Before telling a task, the callback sets
+//!   the new owner's `init_transactions` (per-consumer mode: the group generation) fences
+//!   it, so it can commit nothing after the partition moved. Before telling a task, the callback sets
 //!   its [`Interrupt`]: a task retrying a failing batch gives up on it by the shutdown
 //!   timeout (see [`super::interrupt`]), so the group's rebalance is not held up for a
 //!   whole task timeout.
@@ -49,7 +49,7 @@ use crate::error::{Error, Result};
 use crate::record::{InputRecord, Topic};
 use crate::runtime::pending::Sent;
 use crate::runtime::registry::{
-    queue_capacity, send_bounded, spawn_task, to_tpl, wait_ready_unless, Registry, TaskHandle,
+    join_by, queue_capacity, send_bounded, spawn_task, to_tpl, wait_ready_unless, Registry, TaskHandle,
 };
 use crate::runtime::task::{Resume, TaskMsg};
 use crate::runtime::{Control, Shared, POLL_INTERVAL};
@@ -415,12 +415,7 @@ impl Rebalancer {
             let _ = send_bounded(&h.tx, TaskMsg::Shutdown, deadline);
         }
         for (id, h) in tasks {
-            while !h.join.is_finished() && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(5));
-            }
-            if h.join.is_finished() {
-                let _ = h.join.join();
-            } else {
+            if !join_by(h.join, deadline) {
                 tracing::warn!(
                     task = id,
                     "task still busy at the shutdown deadline: abandoned to the transaction timeout"

@@ -8,10 +8,11 @@
 //! # Why the bound is generous
 //! Pausing is expensive: librdkafka drops what it prefetched for the partition and fetches
 //! it again after the resume — and until the consumer thread woke the fetcher after a resume
-//! (`consumer`'s `wake` module), the fetch could wait up to 1 s more. A task drains in bursts (a whole batch when its cycle ends),
-//! so with a bound of one queue's worth (`max_records_per_transaction`, at most 10,000) a
-//! busy partition was paused and resumed every cycle, and the consumer spent the cycles
-//! re-fetching instead of keeping the next batch ready. Measured with `cargo bench --bench
+//! (`consumer`'s `wake` module), the fetch could wait up to 1 s more. A task drains in
+//! bursts (a whole batch when its cycle ends), so with a bound of one queue's worth
+//! (`max_records_per_transaction`, at most 10,000) a busy partition was paused and resumed
+//! every cycle, and the consumer spent the cycles re-fetching instead of keeping the next
+//! batch ready. Measured with `cargo bench --bench
 //! batch_throughput -- --quick --no-peers --partitions 1 --intervals 100 --records 1000000`
 //! (1 partition, medians of 3, quiet machine, load 0.1–1.7): exactly-once 62,243 records/s
 //! and at-least-once 66,377 with that bound, 157,465 and 151,646 with ten times that.

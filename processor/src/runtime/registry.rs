@@ -240,3 +240,15 @@ pub(super) fn send_bounded(tx: &SyncSender<TaskMsg>, mut msg: TaskMsg, deadline:
         }
     }
 }
+
+/// Joins `thread` if it ends by `deadline`; `false` (and the thread left running) if not.
+pub(crate) fn join_by(thread: JoinHandle<()>, deadline: Instant) -> bool {
+    while !thread.is_finished() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let finished = thread.is_finished();
+    if finished {
+        let _ = thread.join();
+    }
+    finished
+}

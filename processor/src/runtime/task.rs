@@ -442,12 +442,10 @@ impl Task {
             // Read afresh for every attempt: in per-consumer mode the generation (member
             // epoch) moves on with every rebalance, including those that leave this task's
             // partitions in place (per-partition mode sends the group id alone).
-            let group = match producer.transactional_id() {
+            let group = match producer.transactional_id().map(|_| self.shared.group_metadata()) {
                 None => None,
-                Some(_) => match self.shared.group_metadata() {
-                    Some(g) => Some(g),
-                    None => return Flush::Stop(Error::Internal("the consumer is gone: no group metadata".into())),
-                },
+                Some(None) => return Flush::Stop(Error::Internal("the consumer is gone: no group metadata".into())),
+                Some(g) => g,
             };
             let commit_to = match &group {
                 Some(g) => CommitTo::Transaction(g),

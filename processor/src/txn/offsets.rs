@@ -63,9 +63,9 @@ pub(crate) fn next_offset_per_partition(batch: &[InputRecord]) -> BTreeMap<(&Top
 
 /// Group metadata naming the application's group alone: no member, generation -1. The
 /// coordinator checks neither member nor generation of a transactional offset commit that
-/// names none (classic groups always; KIP-848 groups since Kafka 4.0, KAFKA-18060). Read
-/// from a consumer of the group that never joins it, created and dropped here (rust-rdkafka
-/// has no constructor for the metadata); it never joins the group.
+/// names none (classic groups always; KIP-848 groups since Kafka 4.0, KAFKA-18060).
+/// rust-rdkafka has no constructor for it: it is read from a consumer of the group,
+/// created and dropped here without subscribing, so it never joins.
 pub(crate) fn group_id_only(reader: rdkafka::ClientConfig) -> Result<ConsumerGroupMetadata, String> {
     let consumer: BaseConsumer = reader.create().map_err(|e| crate::config::client_error(&e))?;
     consumer.group_metadata().ok_or_else(|| "librdkafka returned no group metadata".to_string())

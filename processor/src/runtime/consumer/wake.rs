@@ -36,6 +36,8 @@ use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 
+use crate::record::Topic;
+use crate::runtime::registry::join_by;
 use crate::runtime::TopicPartition;
 
 /// How long the leaders of the last metadata fetch are trusted.
@@ -47,7 +49,7 @@ const SETTLE: Duration = Duration::from_millis(5);
 
 /// Hands resumed partitions to the helper thread (cheap, never blocks).
 pub(crate) struct FetchWaker {
-    tx: Mutex<Sender<Vec<TopicPartition>>>,
+    tx: Sender<Vec<TopicPartition>>,
     stopped: Arc<AtomicBool>,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
@@ -61,21 +63,16 @@ impl FetchWaker {
         let flag = stopped.clone();
         let thread =
             std::thread::Builder::new().name("kafka-eos-wake".into()).spawn(move || serve(&consumer, &rx, &flag))?;
-        Ok(FetchWaker { tx: Mutex::new(tx), stopped, thread: Mutex::new(Some(thread)) })
+        Ok(FetchWaker { tx, stopped, thread: Mutex::new(Some(thread)) })
     }
 
     /// Stops the helper and waits until `deadline` for it to end (it may be in the middle
     /// of its requests, each bounded by [`REQUEST_TIMEOUT`]).
     pub(crate) fn stop(&self, deadline: Instant) {
         self.stopped.store(true, Ordering::SeqCst);
-        let _ = self.tx.lock().unwrap_or_else(|p| p.into_inner()).send(Vec::new());
+        let _ = self.tx.send(Vec::new());
         let Some(thread) = self.thread.lock().unwrap_or_else(|p| p.into_inner()).take() else { return };
-        while !thread.is_finished() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        if thread.is_finished() {
-            let _ = thread.join();
-        } else {
+        if !join_by(thread, deadline) {
             tracing::debug!("the fetch waker is still in a request at the deadline: left to end on its own");
         }
     }
@@ -85,7 +82,7 @@ impl FetchWaker {
         let partitions: Vec<TopicPartition> = partitions.into_iter().collect();
         if !partitions.is_empty() {
             // The helper is gone only with the consumer: nothing left to wake.
-            let _ = self.tx.lock().unwrap_or_else(|p| p.into_inner()).send(partitions);
+            let _ = self.tx.send(partitions);
         }
     }
 }
@@ -106,7 +103,7 @@ fn serve<C: ConsumerContext>(
         }
         let Some(consumer) = consumer.upgrade() else { return };
         for (topic, partition) in leaders.one_per_leader(&*consumer, &partitions) {
-            if let Err(e) = consumer.fetch_watermarks(&topic, partition, REQUEST_TIMEOUT) {
+            if let Err(e) = consumer.fetch_watermarks(topic.as_str(), partition, REQUEST_TIMEOUT) {
                 tracing::debug!(%topic, partition, error = %e, "waking the partition's fetcher failed");
             }
         }
@@ -116,7 +113,7 @@ fn serve<C: ConsumerContext>(
 /// Partition leaders, from the last metadata fetch.
 #[derive(Default)]
 struct Leaders {
-    by_partition: HashMap<(String, i32), i32>,
+    by_partition: HashMap<TopicPartition, i32>,
     fetched: Option<Instant>,
 }
 
@@ -126,17 +123,17 @@ impl Leaders {
         &mut self,
         consumer: &BaseConsumer<C>,
         partitions: &[TopicPartition],
-    ) -> Vec<(String, i32)> {
-        let key = |(t, p): &TopicPartition| (t.as_str().to_string(), *p);
+    ) -> Vec<TopicPartition> {
         let stale = self.fetched.is_none_or(|t| t.elapsed() > LEADERS_TTL);
-        if stale || partitions.iter().any(|tp| !self.by_partition.contains_key(&key(tp))) {
+        if stale || partitions.iter().any(|tp| !self.by_partition.contains_key(tp)) {
             let topics: BTreeSet<&str> = partitions.iter().map(|(t, _)| t.as_str()).collect();
             for topic in topics {
                 match consumer.fetch_metadata(Some(topic), REQUEST_TIMEOUT) {
                     Ok(md) => {
                         for t in md.topics() {
+                            let name = Topic::new(t.name());
                             for p in t.partitions() {
-                                self.by_partition.insert((t.name().to_string(), p.id()), p.leader());
+                                self.by_partition.insert((name.clone(), p.id()), p.leader());
                             }
                         }
                     }
@@ -145,16 +142,16 @@ impl Leaders {
             }
             self.fetched = Some(Instant::now());
         }
-        pick(&self.by_partition, partitions.iter().map(key))
+        pick(&self.by_partition, partitions)
     }
 }
 
 /// The first of `partitions` for each leader in `leaders` (a negative leader: none).
-fn pick(leaders: &HashMap<(String, i32), i32>, partitions: impl Iterator<Item = (String, i32)>) -> Vec<(String, i32)> {
-    let mut one: BTreeMap<i32, (String, i32)> = BTreeMap::new();
+fn pick(leaders: &HashMap<TopicPartition, i32>, partitions: &[TopicPartition]) -> Vec<TopicPartition> {
+    let mut one: BTreeMap<i32, TopicPartition> = BTreeMap::new();
     for tp in partitions {
-        if let Some(&leader) = leaders.get(&tp).filter(|l| **l >= 0) {
-            one.entry(leader).or_insert(tp);
+        if let Some(&leader) = leaders.get(tp).filter(|l| **l >= 0) {
+            one.entry(leader).or_insert_with(|| tp.clone());
         }
     }
     one.into_values().collect()
@@ -183,7 +180,7 @@ mod tests {
         assert!(t.elapsed() < Duration::from_secs(1), "an idle helper took {:?}", t.elapsed());
 
         let woken = FetchWaker::start(Arc::downgrade(&consumer)).expect("the helper");
-        woken.wake([(crate::record::Topic::new("t"), 0)]);
+        woken.wake([(Topic::new("t"), 0)]);
         std::thread::sleep(SETTLE * 10);
         let t = Instant::now();
         woken.stop(Instant::now() + Duration::from_millis(200));
@@ -192,12 +189,10 @@ mod tests {
 
     #[test]
     fn one_partition_is_picked_per_known_leader() {
-        let leaders: HashMap<(String, i32), i32> =
-            [(("a", 0), 1), (("a", 1), 2), (("a", 2), 1), (("b", 0), 2), (("b", 1), -1)]
-                .into_iter()
-                .map(|((t, p), l)| ((t.to_string(), p), l))
-                .collect();
-        let asked = [("a", 2), ("a", 0), ("b", 0), ("b", 1), ("c", 0)].map(|(t, p)| (t.to_string(), p));
-        assert_eq!(pick(&leaders, asked.into_iter()), vec![("a".to_string(), 2), ("b".to_string(), 0)]);
+        let tp = |t: &str, p: i32| (Topic::new(t), p);
+        let leaders: HashMap<TopicPartition, i32> =
+            [(tp("a", 0), 1), (tp("a", 1), 2), (tp("a", 2), 1), (tp("b", 0), 2), (tp("b", 1), -1)].into();
+        let asked = [tp("a", 2), tp("a", 0), tp("b", 0), tp("b", 1), tp("c", 0)];
+        assert_eq!(pick(&leaders, &asked), vec![tp("a", 2), tp("b", 0)]);
     }
 }
