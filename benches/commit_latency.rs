@@ -155,10 +155,14 @@ fn warm_up(rt: &tokio::runtime::Runtime, input: &Input, n: usize) {
 /// `--broker-breakdown`'s control, run first on a fresh broker that does not log requests:
 /// the cell's figures without the request log's cost, and an A/B of the transactional
 /// calls' watchdog (`txn/watchdog.rs`: a hand-over to another thread per call) — each mode
-/// with and without it, `reps` times, in alternating order, after a warm-up copy.
-fn control(rt: &tokio::runtime::Runtime, subjects: &[Who], n: usize, txns: usize, reps: usize) {
+/// with and without it, `reps` times (`--reps`), in alternating order, after a warm-up copy.
+/// With `--split-cores` the A/B is the cores instead: shared, or split between the broker
+/// and this process ([`split_cores`]).
+fn control(rt: &tokio::runtime::Runtime, subjects: &[Who], (n, txns, reps): (usize, usize, usize), args: &Args) {
+    let split = args.split_cores;
     let cluster = broker();
     let bootstrap = cluster.bootstrap_servers();
+    let broker_pids = common::broker_pids(&cluster, args);
     let topic = unique_name("lat-control-in");
     let input = Input::create(&bootstrap, &topic, 1, 1, ((WARMUP + txns) * n) as u64, 100, Properties::default())
         .unwrap_or_else(|e| fail(&format!("producing the input {topic}: {e}")));
@@ -168,17 +172,27 @@ fn control(rt: &tokio::runtime::Runtime, subjects: &[Who], n: usize, txns: usize
         for &who in subjects {
             let Who::Ours(g) = who else { continue };
             let order = if rep == 0 { [false, true] } else { [true, false] };
-            for unguarded in order {
+            for second in order {
+                // The A/B: the calls' watchdog off (`second`), or the cores split.
+                let (unguarded, split_now) = (second && !split, second && split);
+                if split {
+                    split_cores(&broker_pids, split_now);
+                }
                 let lat = Arc::new(Mutex::new(Latencies::new()));
                 if let Err(e) = run_ours(rt, &input, &unique_name("lat-control-out"), g, n, &lat, unguarded) {
                     fail(&format!("control {}: {e}", who.name()));
                 }
                 let l = lat.lock().unwrap_or_else(|p| p.into_inner());
+                let ab = match (split, second) {
+                    (false, false) => "watchdog on ",
+                    (false, true) => "watchdog off",
+                    (true, false) => "cores shared",
+                    (true, true) => "cores split ",
+                };
                 println!(
-                    "  rep {} {:<26} watchdog {:<3}  commit p50 {:>6.2} ms  p90 {:>6.2}  p99 {:>6.2}  max {:>6.2}",
+                    "  rep {} {:<26} {ab}  commit p50 {:>6.2} ms  p90 {:>6.2}  p99 {:>6.2}  max {:>6.2}",
                     rep + 1,
                     who.name(),
-                    if unguarded { "off" } else { "on" },
                     ms(&l.commit, 0.5),
                     ms(&l.commit, 0.9),
                     ms(&l.commit, 0.99),
@@ -187,7 +201,34 @@ fn control(rt: &tokio::runtime::Runtime, subjects: &[Who], n: usize, txns: usize
             }
         }
     }
+    if split {
+        split_cores(&broker_pids, false);
+    }
     drop(cluster);
+}
+
+/// Splits the machine's cores between the broker's threads (the first core) and this
+/// process's (the others), or gives every thread every core again: `taskset` on every
+/// thread of each process. Threads made later (the next pipeline's) inherit their
+/// creator's set.
+fn split_cores(broker_pids: &[u32], split: bool) {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if cores < 2 || broker_pids.is_empty() {
+        fail("--split-cores needs two cores and a local broker (unset KAFKA_BOOTSTRAP)");
+    }
+    let all = format!("0-{}", cores - 1);
+    let (broker, ours) = if split { ("0".to_string(), format!("1-{}", cores - 1)) } else { (all.clone(), all) };
+    let me = std::process::id();
+    for (pid, list) in broker_pids.iter().map(|p| (*p, &broker)).chain([(me, &ours)]) {
+        let ok = std::process::Command::new("taskset")
+            .args(["-a", "-p", "-c", list.as_str(), &pid.to_string()])
+            .stdout(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !ok {
+            fail(&format!("taskset -a -p -c {list} {pid} failed (util-linux's taskset, Linux only)"));
+        }
+    }
 }
 
 fn main() {
@@ -197,13 +238,13 @@ fn main() {
     let breakdown = args.broker_breakdown;
     // Quick (CI): enough to check that the breakdown still works, not to quote.
     let (breakdown_n, breakdown_txns) = (100, if args.quick { 200 } else { 1_000 });
-    let reps = if args.quick { 1 } else { 2 };
+    let reps = args.reps.unwrap_or(if args.quick { 1 } else { 2 });
     let breakdown_subjects = [Who::Ours(Guarantee::ExactlyOnce), Who::Ours(Guarantee::ExactlyOncePerConsumer)];
     if breakdown {
         if std::env::var_os("KAFKA_BOOTSTRAP").is_some() {
             fail("--broker-breakdown starts its own brokers and reads their logs: unset KAFKA_BOOTSTRAP");
         }
-        control(&runtime(), &breakdown_subjects, breakdown_n, breakdown_txns, reps);
+        control(&runtime(), &breakdown_subjects, (breakdown_n, breakdown_txns, reps), &args);
     }
     let cluster = if breakdown {
         let (logger, level) = broker_log::LOGGER;

@@ -60,6 +60,12 @@ pub struct Args {
     /// step split into the broker's time and ours (see `kafka_eos_cli::bench::broker_log`).
     #[arg(long)]
     pub broker_breakdown: bool,
+    /// commit_latency --broker-breakdown: its control instead runs each mode with the
+    /// machine's cores shared (as everywhere else) and split (the broker's threads on the
+    /// first core, this process's on the others: `taskset`), alternating; Linux with
+    /// two cores or more.
+    #[arg(long)]
+    pub split_cores: bool,
     /// scale_study: each phase's length in seconds instead of the mode's default.
     #[arg(long)]
     pub phase_secs: Option<u64>,

@@ -12,7 +12,7 @@
 //! | name | type | meaning |
 //! |---|---|---|
 //! | `kafka_eos_commit_latency_seconds` | histogram | the commit step: `send_offsets_to_transaction` + `commit_transaction` |
-//! | `kafka_eos_transaction_latency_seconds` | histogram | a whole cycle, `begin` to end of commit |
+//! | `kafka_eos_transaction_latency_seconds` | histogram | a whole cycle, `begin` to end of commit (a batch processed as it is collected begins at its first record: the interval included) |
 //! | `kafka_eos_records_per_transaction` | histogram | input records per committed transaction |
 //! | `kafka_eos_commit_total` | counter | committed transactions |
 //! | `kafka_eos_abort_total{reason}` | counter | aborted transactions, `reason` = `processor`, `retriable`, `abortable`, `interrupted` (a failing batch dropped on revocation, lost partitions or shutdown) |

@@ -150,17 +150,23 @@ pub struct TransactionEvent {
     pub partitions: Vec<(String, i32)>,
     /// Outputs produced (0 if the cycle failed before the end).
     pub outputs: u64,
-    /// `begin_transaction`, the processor and enqueuing the outputs.
+    /// `begin_transaction`, the processor and enqueuing the outputs (summed over the
+    /// records when the batch was processed as it was collected: then inside `collect`).
     pub process: Duration,
     /// Waiting for the last output's acknowledgement.
     pub await_acks: Duration,
     /// The commit step: `send_offsets_to_transaction` + `commit_transaction`.
     pub commit: Duration,
     /// The whole cycle, from `begin_transaction` to the end of the commit (or the failure).
+    /// A batch processed as it was collected
+    /// ([`process_while_collecting`](crate::PipelineBuilder::process_while_collecting), the
+    /// default) begins its transaction at its first record, so its `total` spans `collect`
+    /// too.
     pub total: Duration,
-    /// Collecting the batch before the cycle: from its first record's arrival at the task
-    /// to the cycle's start (the commit interval, or less once the batch is full). Zero
-    /// for a replay.
+    /// Collecting the batch: from its first record's arrival at the task to the start of
+    /// the cycle, or of its closing steps (state changes, acknowledgements, commit) when the
+    /// batch was processed as it was collected — the commit interval, or less once the
+    /// batch is full. Zero for a replay.
     pub collect: Duration,
     /// Before the batch's first record arrived: since the task's previous cycle ended (or
     /// it started). Zero for a replay.

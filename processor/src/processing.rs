@@ -55,6 +55,10 @@ pub(crate) struct Processing {
     dead: HashMap<String, (String, u32)>,
     /// The sink rows of the attempt in flight, with the records they came from.
     sink_rows: Vec<SinkRow<AnyRow>>,
+    /// The outputs of the attempt in flight per input partition (dead-letter copies
+    /// included), for the reports. Keyed by the records' own [`Topic`]s: counting a record
+    /// clones a reference count, not its topic's name.
+    outputs: HashMap<TopicPartition, u64>,
     /// Pipelines with [timers](crate::timers): each partition's topic and when its last
     /// record was processed (or its state restored), for timers that fire without a record.
     idle_since: HashMap<i32, (Topic, SystemTime)>,
@@ -73,6 +77,7 @@ impl Processing {
             failures: HashMap::new(),
             dead: HashMap::new(),
             sink_rows: Vec::new(),
+            outputs: HashMap::new(),
             idle_since: HashMap::new(),
             clock: None,
         }
@@ -93,10 +98,18 @@ impl Processing {
         &self.cfg
     }
 
-    /// The work of one attempt of a batch, for [`run_cycle`](crate::txn::run_cycle) or
-    /// [`process_batch`](crate::txn::process_batch).
+    /// The work of a new attempt of a batch, for [`run_cycle`](crate::txn::run_cycle) or
+    /// [`process_batch`](crate::txn::process_batch): the last attempt's sink rows and
+    /// output counts are forgotten.
     pub(crate) fn work(&mut self) -> BatchWork<'_> {
         self.sink_rows.clear();
+        self.outputs.clear();
+        self.continued_work()
+    }
+
+    /// The work of the attempt in flight, continued: a batch processed as it is collected
+    /// ([`crate::txn::Cycle`]) takes a view per record, and its rows and counts add up.
+    pub(crate) fn continued_work(&mut self) -> BatchWork<'_> {
         let now = self.now();
         BatchWork {
             sink_rows: &mut self.sink_rows,
@@ -106,7 +119,7 @@ impl Processing {
             states: &mut self.states,
             tables: &self.tables,
             processors: &mut self.processors,
-            outputs_per_partition: HashMap::new(),
+            outputs_per_partition: &mut self.outputs,
             now,
             idle_since: &mut self.idle_since,
         }
@@ -211,6 +224,11 @@ impl Processing {
         (attempts, AfterFailure::Replay(policy.backoff))
     }
 
+    /// The outputs of the last attempt per input partition, taken.
+    pub(crate) fn take_outputs(&mut self) -> HashMap<TopicPartition, u64> {
+        std::mem::take(&mut self.outputs)
+    }
+
     /// The records routed to the dead-letter topic in the batch in flight (by origin).
     pub(crate) fn dead_lettered(&self) -> impl Iterator<Item = &str> {
         self.dead.keys().map(String::as_str)
@@ -268,10 +286,8 @@ pub(crate) struct BatchWork<'a> {
     states: &'a mut HashMap<i32, PartitionState>,
     tables: &'a HashMap<i32, PartitionTables>,
     processors: &'a mut Instances,
-    /// Outputs per input partition (dead-letter copies included), for the reports. Keyed
-    /// by the records' own [`Topic`]s: counting a record clones a reference count, not its
-    /// topic's name.
-    pub(crate) outputs_per_partition: HashMap<TopicPartition, u64>,
+    /// See [`Processing::outputs`].
+    outputs_per_partition: &'a mut HashMap<TopicPartition, u64>,
     sink_rows: &'a mut Vec<SinkRow<AnyRow>>,
     /// See [`Processing::idle_since`].
     idle_since: &'a mut HashMap<i32, (Topic, SystemTime)>,

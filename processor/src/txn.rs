@@ -1,6 +1,9 @@
 //! The transaction cycle: the one place that calls rdkafka's producer and transaction API.
 //!
-//! One batch of input records becomes one transaction, in this order ([`run_cycle`]):
+//! One batch of input records becomes one transaction, in this order ([`run_cycle`]; a
+//! task that processes its batch as it is collected runs the same steps through [`Cycle`],
+//! `begin_transaction` at the batch's first record and each record's processing as it
+//! arrives, the rest from the state changes on at the interval's end):
 //!
 //! ```text
 //!  begin_transaction                      (local; no round trip)
@@ -80,8 +83,6 @@ use crate::metrics::{add_ns, TxnTimers};
 use crate::processing::partition_ranges;
 use crate::record::{InputRecord, OutputRecord, ORIGIN_HEADER};
 use crate::runtime::interrupt::Deadline;
-use crate::sink::erased::{AnyRow, ErasedSink, SinkFailure};
-use crate::sink::{PartitionRange, SinkRow};
 
 /// How long a task waiting for delivery reports ([`TxnProducer::await_acks`], or an abort
 /// waiting for its outstanding messages) sleeps when a poll served nothing: the most it
@@ -425,70 +426,6 @@ impl TxnProducer {
     }
 }
 
-/// Why a cycle failed.
-#[derive(Debug)]
-pub(crate) enum CycleError {
-    /// The processor failed on `batch[index]`; the transaction is still open (to abort).
-    Processor { index: usize, error: crate::error::BoxError },
-    /// A Kafka call failed.
-    Kafka(StepError),
-    /// The sink's write failed (before the offsets: the transaction is still open).
-    Sink(SinkFailure),
-    /// A timer that fired without a record failed; the transaction is still open.
-    Timer(crate::error::BoxError),
-}
-
-impl From<StepError> for CycleError {
-    fn from(e: StepError) -> Self {
-        CycleError::Kafka(e)
-    }
-}
-
-/// What a cycle runs: the processing of each record, then the batch's state changes.
-pub(crate) trait Work {
-    /// The outputs of one input record (in a buffer reused from record to record), or the
-    /// processor's error.
-    fn process(&mut self, record: &InputRecord) -> Result<&[OutputRecord], crate::error::BoxError>;
-    /// The outputs of the timers due without a record (wall clock, idle partitions: see
-    /// [`crate::timers`]), fired at the start of the transaction.
-    fn fire_timers(&mut self) -> Result<&[OutputRecord], crate::error::BoxError> {
-        Ok(&[])
-    }
-    /// The changelog records of the state changes the batch made.
-    fn state_changes(&mut self) -> Vec<OutputRecord>;
-    /// The sink rows the batch made, with their records (taken once per attempt).
-    fn take_sink_rows(&mut self) -> Vec<SinkRow<AnyRow>>;
-}
-
-/// Where the cycle hands the batch's rows to the pipeline's sink ([`crate::sink`]).
-pub(crate) enum SinkStep<'a> {
-    /// The pipeline has no sink.
-    None,
-    /// Effectively-/at-least-once sink: written before the offsets join the transaction.
-    BeforeOffsets(&'a mut dyn ErasedSink, &'a tokio::runtime::Handle),
-    /// Exactly-once sink: only prepared; the caller writes it once the cycle committed.
-    /// `anchors`: partitions the sink has no offset for yet, with `next_offset` = the
-    /// batch's first offset; written (no rows) *before* the offsets join the transaction, so
-    /// the sink never lacks a resume point that Kafka's committed offset is already past.
-    AfterCommit { sink: &'a mut dyn ErasedSink, rt: &'a tokio::runtime::Handle, anchors: Vec<PartitionRange> },
-}
-
-/// What a cycle produced, and how long each phase took.
-#[derive(Debug, Default, Clone, Copy)]
-pub(crate) struct CycleStats {
-    pub outputs: u64,
-    /// Changelog records produced (state changes).
-    pub changelog: u64,
-    /// `begin_transaction`, the processor and enqueuing its outputs.
-    pub process: Duration,
-    /// Waiting for the last delivery report.
-    pub await_acks: Duration,
-    /// `send_offsets_to_transaction` + `commit_transaction` (zero for at-least-once).
-    pub commit: Duration,
-    /// Writing the sink (an exactly-once sink's write is timed by the task).
-    pub sink: Duration,
-}
-
 /// Runs one batch as one transaction, top to bottom. On error the transaction is left as
 /// it is (open, or in an unknown state after a commit failure) for the caller to classify:
 /// abort and replay, or drop the producer.
@@ -504,45 +441,98 @@ pub(crate) fn run_cycle(
     deadline: Deadline<'_>,
     sink: SinkStep<'_>,
 ) -> Result<CycleStats, CycleError> {
-    let mut stats = CycleStats::default();
-    let mut phase = Instant::now();
-    producer.begin()?;
-    let fired = work.fire_timers().map_err(CycleError::Timer)?;
-    for out in fired {
-        producer.send(out, None, deadline)?;
-    }
-    let fired = fired.len() as u64;
-    (stats.outputs, stats.changelog) = process_batch(batch, work, |out, origin| producer.send(out, origin, deadline))?;
-    stats.outputs += fired;
-    stats.process = lap(&mut phase);
-    producer.await_acks(deadline)?;
-    stats.await_acks = lap(&mut phase);
-    match sink {
-        SinkStep::None => {}
-        SinkStep::BeforeOffsets(sink, rt) => {
-            sink.prepare(partition_ranges(batch), work.take_sink_rows()).map_err(CycleError::Sink)?;
-            sink.write(rt, deadline.remaining()).map_err(CycleError::Sink)?;
-            stats.sink = lap(&mut phase);
+    let mut cycle = Cycle::begin(producer, work, deadline)?;
+    cycle.process(producer, batch, 0, work, deadline)?;
+    cycle.commit(producer, batch, work, commit_to, deadline, sink)
+}
+
+/// A cycle begun and not yet committed: [`run_cycle`] takes it through in one go; a task
+/// that processes its batch as it is collected (the first attempt of a batch, see
+/// [`crate::runtime::task`]) begins it at the batch's first record, processes each record
+/// as it arrives, and commits at the interval's end. Either way the steps, and what joins
+/// the transaction, come in the order of the module docs.
+pub(crate) struct Cycle {
+    stats: CycleStats,
+}
+
+impl Cycle {
+    /// `begin_transaction`, then the timers due without a record.
+    pub(crate) fn begin(
+        producer: &mut TxnProducer,
+        work: &mut dyn Work,
+        deadline: Deadline<'_>,
+    ) -> Result<Cycle, CycleError> {
+        let started = Instant::now();
+        producer.begin()?;
+        let fired = work.fire_timers().map_err(CycleError::Timer)?;
+        for out in fired {
+            producer.send(out, None, deadline)?;
         }
-        SinkStep::AfterCommit { sink, rt, anchors } => {
-            if !anchors.is_empty() {
-                sink.prepare(anchors, Vec::new()).map_err(CycleError::Sink)?;
+        let stats = CycleStats { outputs: fired.len() as u64, process: started.elapsed(), ..CycleStats::default() };
+        Ok(Cycle { stats })
+    }
+
+    /// Processes `records` — the batch's records from index `first` on — and produces
+    /// their outputs.
+    pub(crate) fn process(
+        &mut self,
+        producer: &mut TxnProducer,
+        records: &[InputRecord],
+        first: usize,
+        work: &mut dyn Work,
+        deadline: Deadline<'_>,
+    ) -> Result<(), CycleError> {
+        let started = Instant::now();
+        self.stats.outputs +=
+            process_records(records, first, work, |out, origin| producer.send(out, origin, deadline))?;
+        self.stats.process += started.elapsed();
+        Ok(())
+    }
+
+    /// The batch's state changes, every delivery report, the sink's step, the offsets and
+    /// the commit.
+    pub(crate) fn commit(
+        self,
+        producer: &mut TxnProducer,
+        batch: &[InputRecord],
+        work: &mut dyn Work,
+        commit_to: CommitTo<'_>,
+        deadline: Deadline<'_>,
+        sink: SinkStep<'_>,
+    ) -> Result<CycleStats, CycleError> {
+        let mut stats = self.stats;
+        let mut phase = Instant::now();
+        stats.changelog = send_state_changes(work, |out| producer.send(out, None, deadline))?;
+        stats.process += lap(&mut phase);
+        producer.await_acks(deadline)?;
+        stats.await_acks = lap(&mut phase);
+        match sink {
+            SinkStep::None => {}
+            SinkStep::BeforeOffsets(sink, rt) => {
+                sink.prepare(partition_ranges(batch), work.take_sink_rows()).map_err(CycleError::Sink)?;
                 sink.write(rt, deadline.remaining()).map_err(CycleError::Sink)?;
+                stats.sink = lap(&mut phase);
             }
-            // Prepared before the commit: a commit whose outcome is reconciled as committed
-            // still has its rows to write.
-            sink.prepare(partition_ranges(batch), work.take_sink_rows()).map_err(CycleError::Sink)?;
+            SinkStep::AfterCommit { sink, rt, anchors } => {
+                if !anchors.is_empty() {
+                    sink.prepare(anchors, Vec::new()).map_err(CycleError::Sink)?;
+                    sink.write(rt, deadline.remaining()).map_err(CycleError::Sink)?;
+                }
+                // Prepared before the commit: a commit whose outcome is reconciled as
+                // committed still has its rows to write.
+                sink.prepare(partition_ranges(batch), work.take_sink_rows()).map_err(CycleError::Sink)?;
+            }
         }
-    }
-    if let CommitTo::Transaction(group) = commit_to {
-        if !batch.is_empty() {
-            // A transaction of timers alone (crate::timers) consumed nothing.
-            producer.send_offsets(&next_offsets(batch), group, deadline)?;
+        if let CommitTo::Transaction(group) = commit_to {
+            if !batch.is_empty() {
+                // A transaction of timers alone (crate::timers) consumed nothing.
+                producer.send_offsets(&next_offsets(batch), group, deadline)?;
+            }
+            producer.commit(deadline)?;
+            stats.commit = lap(&mut phase);
         }
-        producer.commit(deadline)?;
-        stats.commit = lap(&mut phase);
+        Ok(stats)
     }
-    Ok(stats)
 }
 
 /// The processing part of a cycle: runs `work` over `batch` in order and hands `send` each
@@ -555,19 +545,40 @@ pub(crate) fn process_batch(
     work: &mut dyn Work,
     mut send: impl FnMut(&OutputRecord, Option<&InputRecord>) -> Result<(), StepError>,
 ) -> Result<(u64, u64), CycleError> {
-    let (mut outputs_sent, mut changes) = (0, 0);
-    for (index, record) in batch.iter().enumerate() {
-        let outputs = work.process(record).map_err(|error| CycleError::Processor { index, error })?;
+    let outputs = process_records(batch, 0, work, &mut send)?;
+    let changes = send_state_changes(work, |out| send(out, None))?;
+    Ok((outputs, changes))
+}
+
+/// Runs `work` over `records` (the batch's from index `first` on, for a processor error's
+/// index) and hands `send` each record's outputs; returns how many.
+fn process_records(
+    records: &[InputRecord],
+    first: usize,
+    work: &mut dyn Work,
+    mut send: impl FnMut(&OutputRecord, Option<&InputRecord>) -> Result<(), StepError>,
+) -> Result<u64, CycleError> {
+    let mut sent = 0;
+    for (i, record) in records.iter().enumerate() {
+        let outputs = work.process(record).map_err(|error| CycleError::Processor { index: first + i, error })?;
         for out in outputs {
             send(out, Some(record))?;
         }
-        outputs_sent += outputs.len() as u64;
+        sent += outputs.len() as u64;
     }
-    for change in work.state_changes() {
-        send(&change, None)?;
-        changes += 1;
+    Ok(sent)
+}
+
+/// Hands `send` the batch's state changes (changelog records); returns how many.
+fn send_state_changes(
+    work: &mut dyn Work,
+    mut send: impl FnMut(&OutputRecord) -> Result<(), StepError>,
+) -> Result<u64, StepError> {
+    let changes = work.state_changes();
+    for change in &changes {
+        send(change)?;
     }
-    Ok((outputs_sent, changes))
+    Ok(changes.len() as u64)
 }
 
 fn lap(since: &mut Instant) -> Duration {
@@ -588,6 +599,8 @@ mod delivery;
 mod offsets;
 mod step;
 mod watchdog;
+mod work;
 pub(crate) use delivery::DeliveryTracker;
 pub(crate) use offsets::{group_id_only, next_offset_per_partition, next_offsets};
 pub(crate) use step::{Step, StepError};
+pub(crate) use work::{CycleError, CycleStats, SinkStep, Work};

@@ -1,10 +1,13 @@
-//! 100,000 records over 4 partitions, transformed 1:1, in each guarantee.
+//! 100,000 records over 4 partitions, transformed 1:1, in each guarantee; and a batch
+//! processed as it is collected, against one collected first.
 
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use kafka_eos::Guarantee;
+use kafka_eos::observe::Outcome;
+use kafka_eos::{Guarantee, Topic};
 
-use crate::common::{spawn, topics, unique};
+use crate::common::{emit_reversed, spawn, topics, unique};
 
 const RECORDS: u64 = 100_000;
 
@@ -48,4 +51,70 @@ async fn at_least_once_loses_nothing() {
     let report = copy_all(Guarantee::AtLeastOnce).await;
     assert!(report.is_at_least_once(), "{report:?}");
     assert!(report.output_records >= RECORDS);
+}
+
+/// A batch's first attempt runs as the batch is collected: each record is processed, and
+/// its outputs produced into the open transaction, when it arrives, so a read_uncommitted
+/// reader sees them while the transaction is still open. Collected first
+/// (`process_while_collecting(false)`), the records are processed only at the interval's
+/// end, just before the commit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_is_processed_as_it_is_collected() {
+    const N: u64 = 50;
+    let interval = Duration::from_secs(8);
+    for streaming in [true, false] {
+        let t = topics(&format!("streaming-{streaming}"), 1, 0, 100).await;
+        let app = unique("streaming");
+        let first_processed = Arc::new(Mutex::new(None::<Instant>));
+        let committed_at = Arc::new(Mutex::new(None::<Instant>));
+        let (out, first, commit) = (Topic::new(&t.output), first_processed.clone(), committed_at.clone());
+        let builder = t
+            .pipeline(&app, Guarantee::ExactlyOnce)
+            .commit_interval(interval)
+            .transaction_timeout(Duration::from_secs(30))
+            .process_while_collecting(streaming)
+            .processor(move |ctx, r| {
+                first.lock().unwrap().get_or_insert_with(Instant::now);
+                emit_reversed(ctx, &out, r)
+            })
+            .on_transaction(move |e| {
+                if e.outcome == Outcome::Committed && e.records > 0 {
+                    commit.lock().unwrap().get_or_insert_with(Instant::now);
+                }
+            });
+        let run = spawn(builder);
+        t.produce(N).await;
+        // What a read_uncommitted reader sees of the outputs while nothing is committed
+        // (the summary read after each read: a read before the commit counts).
+        let mut seen_open = 0;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while run.handle.summary().records_in == 0 && seen_open < N {
+            let n = t.count_output_uncommitted().await;
+            if run.handle.summary().records_in == 0 {
+                seen_open = seen_open.max(n);
+            }
+            assert!(Instant::now() < deadline, "no commit within 60 s");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        run.wait_records_in(N, Duration::from_secs(60)).await;
+        let summary = run.stop().await;
+        let first = first_processed.lock().unwrap().expect("processed");
+        let committed = committed_at.lock().unwrap().expect("committed");
+        let processed_before_commit = committed - first;
+        if streaming {
+            assert_eq!(seen_open, N, "the outputs were not in the topic while the transaction was open");
+            assert!(
+                processed_before_commit >= interval / 2,
+                "processed {processed_before_commit:?} before the commit: not as the batch was collected"
+            );
+        } else {
+            assert!(
+                processed_before_commit < interval / 2,
+                "processed {processed_before_commit:?} before the commit: not after the collection"
+            );
+        }
+        let report = t.verify().await;
+        assert!(report.is_exactly_once(), "{report:?}");
+        assert_eq!((report.output_records, summary.records_in), (N, N), "{report:?}");
+    }
 }

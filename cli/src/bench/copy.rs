@@ -107,6 +107,7 @@ async fn pipeline(
         .guarantee(guarantee)
         .commit_interval(opts.tuning.commit_interval)
         .max_records_per_transaction(opts.tuning.max_records_per_transaction)
+        .process_while_collecting(opts.tuning.process_while_collecting)
         .handle_signals(false)
         .on_transaction(move |e| {
             if e.outcome == Outcome::Committed {

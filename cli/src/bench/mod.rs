@@ -187,6 +187,9 @@ pub struct Tuning {
     pub max_concurrent_transactions: Option<usize>,
     /// [`PipelineBuilder::workers`](kafka_eos::PipelineBuilder::workers); `None`: its default.
     pub workers: Option<usize>,
+    /// [`PipelineBuilder::process_while_collecting`](kafka_eos::PipelineBuilder::process_while_collecting).
+    /// Default `true`.
+    pub process_while_collecting: bool,
     /// Transactional calls without their watchdog (`PipelineBuilder::unguarded_transactional_calls`,
     /// benchmark-only): to measure the watchdog's cost. Default `false`.
     pub unguarded_calls: bool,
@@ -199,6 +202,7 @@ impl Default for Tuning {
             max_records_per_transaction: 10_000,
             max_concurrent_transactions: None,
             workers: None,
+            process_while_collecting: true,
             unguarded_calls: false,
         }
     }

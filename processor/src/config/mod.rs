@@ -177,6 +177,8 @@ pub struct PipelineConfig {
     pub commit_interval: Duration,
     /// Most input records in one transaction.
     pub max_records_per_transaction: usize,
+    /// Whether a batch's first attempt is processed as the batch is collected.
+    pub process_while_collecting: bool,
     /// Producer `transaction.timeout.ms`.
     pub transaction_timeout: Duration,
     /// Longest time a batch may keep failing (or a revocation wait) before giving up.

@@ -168,6 +168,7 @@ impl PipelineBuilder {
                 guarantee: self.guarantee,
                 commit_interval,
                 max_records_per_transaction: max_records,
+                process_while_collecting: self.process_while_collecting.unwrap_or(true),
                 transaction_timeout,
                 task_timeout: self.task_timeout.unwrap_or(Duration::from_secs(300)),
                 startup_timeout: self.startup_timeout.unwrap_or(Duration::from_secs(30)),

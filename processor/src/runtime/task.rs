@@ -13,11 +13,14 @@
 //!     +-- assign / shutdown
 //! ```
 //!
-//! The batch is only *collected* while the interval runs; the transaction is begun,
-//! processed, produced and committed in one go by [`run_cycle`]. So a revocation, which is
-//! only read between cycles, never finds a transaction open: it finds a collected batch,
-//! which it commits (keeping the work) or, if the partitions were *lost* (the group already
-//! gave them to someone else), drops without a transaction ever having begun.
+//! A batch's first attempt is processed as the batch is collected: its transaction begins
+//! at the first record, each record is processed and its outputs produced as it arrives,
+//! and the interval's end awaits the last acknowledgements and commits ([`streamed`]; with
+//! [`process_while_collecting(false)`](crate::PipelineBuilder::process_while_collecting)
+//! the batch is only collected, then run in one go by [`run_cycle`]). A revocation, read
+//! between records, commits the batch (keeping the work) or, if the partitions were *lost*
+//! (the group already gave them to someone else), aborts its open transaction and drops
+//! their records. Replays always run in one go.
 //!
 //! A batch that keeps *failing* would keep the task from reading its inbox until the task
 //! timeout: the consumer thread therefore sets the task's [`Interrupt`] before it sends a
@@ -58,9 +61,11 @@ mod failed;
 mod report;
 mod rewind;
 mod sink;
+mod streamed;
 mod unknown;
 use failed::give_up;
 use sink::anchors;
+use streamed::Streamed;
 mod state;
 
 /// Where partitions resume when the pipeline's sink stores their offsets ([`crate::sink`]).
@@ -150,6 +155,8 @@ pub(crate) struct Task {
     collect_started: Option<Instant>,
     /// Failed attempts of the timers firing without a record, in the batch in flight.
     timer_attempts: u32,
+    /// The first attempt of the batch being collected, run as its records arrive.
+    streamed: Option<Streamed>,
     /// The consumers of the pipeline's [tables](crate::table), made at the first
     /// partition that needs them.
     tables: Option<crate::table::reader::TableReader>,
@@ -180,6 +187,7 @@ impl Task {
             last_cycle_end: Instant::now(),
             collect_started: None,
             timer_attempts: 0,
+            streamed: None,
             tables: None,
             label,
             metrics,
@@ -256,6 +264,10 @@ impl Task {
                         continue; // never committed: read again by the partition's next owner, or after the rewind
                     }
                     if self.needs_restore(r.partition) {
+                        // Never inside an open transaction: a restore can outlast its timeout.
+                        if self.streamed.is_some() {
+                            self.flush(&mut batch);
+                        }
                         if let Err(e) = self.restore() {
                             self.stop(e);
                             continue;
@@ -266,7 +278,7 @@ impl Task {
                         deadline = Instant::now() + cfg.commit_interval;
                     }
                     batch.push(r);
-                    if batch.len() >= cfg.max_records_per_transaction {
+                    if !self.stream(&batch) || batch.len() >= cfg.max_records_per_transaction {
                         self.flush(&mut batch);
                     }
                 }
@@ -283,6 +295,11 @@ impl Task {
                 }
                 Ok(TaskMsg::Revoke { partitions, lost, reply }) => {
                     if lost {
+                        // Their outputs cannot be committed: the open transaction goes, and
+                        // the records of partitions kept are processed again.
+                        if !self.abandon_streamed() {
+                            batch.clear();
+                        }
                         // Only the lost partitions' records: a worker's batch also holds
                         // partitions it keeps (incremental rebalancing), committed as usual.
                         let before = batch.len();
@@ -353,6 +370,7 @@ impl Task {
     /// Commits the collected batch, retrying per the error classes, and empties it.
     fn flush(&mut self, batch: &mut Vec<InputRecord>) {
         if batch.is_empty() || self.stopped {
+            self.abandon_streamed();
             batch.clear();
             return;
         }
@@ -371,7 +389,16 @@ impl Task {
 
     /// Commits `batch` (empty: only the timers due), acting on how it ended, and empties it.
     fn finish(&mut self, batch: &mut Vec<InputRecord>) {
-        match self.commit_batch(batch) {
+        let flush = self.commit_batch(batch);
+        self.settle(flush, batch);
+        self.processing.batch_done();
+        self.timer_attempts = 0;
+        batch.clear();
+    }
+
+    /// Acts on how a batch (or the abort of an abandoned attempt) ended.
+    fn settle(&mut self, flush: Flush, batch: &[InputRecord]) {
+        match flush {
             Flush::Committed => {}
             Flush::GaveUp(e) => {
                 self.shared.shutdown.stats().producers_fenced.inc();
@@ -404,9 +431,6 @@ impl Task {
                 let _ = self.control.send(Control::Fenced { task: self.id, error: reason });
             }
         }
-        self.processing.batch_done();
-        self.timer_attempts = 0;
-        batch.clear();
     }
 
     /// Runs the batch's transaction until it commits, replaying it after aborts, within the
@@ -418,14 +442,18 @@ impl Task {
         let deadline = Deadline::interruptible(task_deadline, &interrupt);
         let mut backoff = Duration::from_millis(100);
         let mut last_error = None;
+        // The first attempt, if it ran as the batch was collected: its open transaction is
+        // closed first (interrupted, it fails at once and is aborted like any attempt).
+        let mut streamed = self.streamed.take();
         loop {
-            if let Some(because) = interrupt.expired() {
+            if let Some(because) = interrupt.expired().filter(|_| streamed.is_none()) {
                 // Interrupted during the pause before a replay: the aborted cycle is
                 // reported already, the drop gets an event of its own (no transaction).
                 let reason = match last_error {
                     Some(reason) => {
                         let outcome = Outcome::Dropped { because, reason: String::clone(&reason) };
-                        self.report(batch, &HashMap::new(), Duration::ZERO, CycleStats::default(), &outcome);
+                        let (now, nothing) = (Instant::now(), CycleStats::default());
+                        self.report(batch, &HashMap::new(), now, Duration::ZERO, nothing, &outcome);
                         reason
                     }
                     None => "interrupted before the first attempt".into(),
@@ -433,8 +461,10 @@ impl Task {
                 return Flush::Dropped { because, reason };
             }
             // Every attempt (a replay too) looks the tables up as they are now.
-            if let Err(e) = self.refresh_tables() {
-                return Flush::Stop(e);
+            if streamed.is_none() {
+                if let Err(e) = self.refresh_tables() {
+                    return Flush::Stop(e);
+                }
             }
             let Some(producer) = self.producer.as_mut() else {
                 return Flush::GaveUp(StepError::given_up());
@@ -469,7 +499,7 @@ impl Task {
                 duration_us = tracing::field::Empty,
             );
             let _entered = span.enter();
-            let started = Instant::now();
+            let closing = Instant::now();
             let rt = &self.shared.rt;
             let sink = match self.sink.as_deref_mut() {
                 None => SinkStep::None,
@@ -479,9 +509,11 @@ impl Task {
                 }
                 Some(s) => SinkStep::BeforeOffsets(s, rt),
             };
-            let mut work = self.processing.work();
-            let result = run_cycle(producer, batch, &mut work, commit_to, deadline, sink);
-            let outputs_per_partition = std::mem::take(&mut work.outputs_per_partition);
+            let (result, started) = match streamed.take() {
+                Some(s) => s.close(producer, batch, &mut self.processing.continued_work(), commit_to, deadline, sink),
+                None => (run_cycle(producer, batch, &mut self.processing.work(), commit_to, deadline, sink), closing),
+            };
+            let outputs_per_partition = self.processing.take_outputs();
             let elapsed = started.elapsed();
             // The state overlays follow the transaction: merged once it is known committed,
             // discarded once it is known aborted (after a Kafka error that may be later).
@@ -512,7 +544,7 @@ impl Task {
                     self.sink_failed(batch, f, deadline, task_deadline, &mut backoff)
                 }
             };
-            self.report(batch, &outputs_per_partition, elapsed, stats, &outcome);
+            self.report(batch, &outputs_per_partition, closing, elapsed, stats, &outcome);
             match next {
                 Next::Done(flush) => return flush,
                 Next::Retry(pause) => deadline.sleep(pause),

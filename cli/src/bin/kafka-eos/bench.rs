@@ -86,7 +86,7 @@ pub fn run(a: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
             max_records_per_transaction: 10_000,
             max_concurrent_transactions: a.max_concurrent_transactions,
             workers: a.workers,
-            unguarded_calls: false,
+            ..Tuning::default()
         },
         time_limit: Some(Duration::from_secs(a.duration_secs)),
         verify: true,

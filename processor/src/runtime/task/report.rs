@@ -10,11 +10,14 @@ use crate::runtime::TopicPartition;
 use crate::txn::CycleStats;
 
 impl Task {
-    /// Tells the hooks, the metrics, the span and the debug log how a cycle went.
+    /// Tells the hooks, the metrics, the span and the debug log how a cycle went. `closing`:
+    /// when the batch's collection ended (the cycle's start, or its closing steps' when the
+    /// batch was processed as it was collected); `total`: the transaction's wall time.
     pub(super) fn report(
         &mut self,
         batch: &[InputRecord],
         outputs_per_partition: &HashMap<TopicPartition, u64>,
+        closing: std::time::Instant,
         total: Duration,
         stats: CycleStats,
         outcome: &Outcome,
@@ -72,8 +75,7 @@ impl Task {
         // The batch's first cycle only: a replay collects nothing and follows its failure.
         let (collect, idle) = match self.collect_started.take() {
             Some(first) => {
-                let cycle_start = std::time::Instant::now().checked_sub(total).unwrap_or(first);
-                (cycle_start.saturating_duration_since(first), first.saturating_duration_since(self.last_cycle_end))
+                (closing.saturating_duration_since(first), first.saturating_duration_since(self.last_cycle_end))
             }
             None => (Duration::ZERO, Duration::ZERO),
         };

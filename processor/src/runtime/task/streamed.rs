@@ -1,0 +1,138 @@
+//! A batch processed as it is collected: the first attempt of a batch begins its
+//! transaction at the batch's first record and processes and produces each record as it
+//! arrives, so that the producer sends while the batch fills and the interval's end only
+//! waits for the last acknowledgements and commits
+//! ([`PipelineBuilder::process_while_collecting`](crate::PipelineBuilder::process_while_collecting)).
+//! Collecting first and then running the whole cycle left the producer idle while the batch
+//! filled and the consumer's records waiting while it was produced and committed: one busy
+//! partition alternated between the two.
+//!
+//! Only the *first* attempt streams. Its failure ends the batch at once (a processor error
+//! at the record that failed, a produce error at the record that saw it), and the batch then
+//! goes the way of any failed attempt ([`Task::commit_batch`]): aborted and replayed in one
+//! go, reconciled, or given up. What changes against a batch collected first:
+//! - **The transaction is open while the batch collects.** A revocation finds it open: the
+//!   batch is committed as before (the revocation is read between records, so the
+//!   transaction holds whole records). Partitions *lost* mid-batch cannot be committed:
+//!   the open transaction is aborted ([`Task::abandon_streamed`]) and the records of the
+//!   partitions kept are replayed by the batch's next attempt.
+//! - **Nothing long runs inside it.** A partition whose state must first be restored ends
+//!   the batch before the restore (a restore may outlast `transaction.timeout.ms`).
+//! - **The bounded per-partition mode does not stream** ([`crate::runtime::slots`]): a slot
+//!   bounds the transactions in flight, and one held while a batch collects would hold it
+//!   for the interval.
+
+use std::time::Instant;
+
+use super::{Flush, Task};
+use crate::record::InputRecord;
+use crate::runtime::interrupt::{Deadline, ABORT_GRACE};
+use crate::txn::{CommitTo, Cycle, CycleError, CycleStats, SinkStep};
+
+/// The first attempt of the batch being collected.
+pub(super) enum Streamed {
+    /// Begun at `started`, its records processed so far.
+    Open { cycle: Cycle, started: Instant },
+    /// It failed at `started`'s attempt: the batch is committed at once, this as its first
+    /// attempt's result.
+    Failed { error: CycleError, started: Instant },
+}
+
+impl Streamed {
+    /// The attempt's end: commits the open cycle, or gives the failure. Returns the result
+    /// and when the attempt began.
+    pub(super) fn close(
+        self,
+        producer: &mut crate::txn::TxnProducer,
+        batch: &[InputRecord],
+        work: &mut dyn crate::txn::Work,
+        commit_to: CommitTo<'_>,
+        deadline: Deadline<'_>,
+        sink: SinkStep<'_>,
+    ) -> (Result<CycleStats, CycleError>, Instant) {
+        match self {
+            Streamed::Open { cycle, started } => {
+                (cycle.commit(producer, batch, work, commit_to, deadline, sink), started)
+            }
+            Streamed::Failed { error, started } => (Err(error), started),
+        }
+    }
+}
+
+impl Task {
+    /// Whether the next batch's first attempt runs as it is collected. Not once the task's
+    /// interrupt has expired: such a batch is dropped before its first attempt
+    /// ([`Task::commit_batch`]), and no transaction should be opened for it.
+    fn streams(&self) -> bool {
+        self.shared.cfg.process_while_collecting
+            && self.shared.slots.is_none()
+            && self.producer.is_some()
+            && !self.stopped
+            && self.interrupt.expired().is_none()
+    }
+
+    /// Runs the record just added to `batch` through the batch's open attempt (begun at the
+    /// batch's first record). Returns `false` once that attempt failed: the caller commits
+    /// the batch at once, which handles the failure as any attempt's.
+    pub(super) fn stream(&mut self, batch: &[InputRecord]) -> bool {
+        if batch.len() == 1 && self.streams() {
+            // Read once per attempt, like a replay's; a failure is met again there.
+            if self.refresh_tables().is_ok() {
+                self.begin_streamed();
+            }
+        }
+        let deadline = Instant::now() + self.shared.cfg.task_timeout;
+        let deadline = Deadline::interruptible(deadline, &self.interrupt);
+        let (Some(Streamed::Open { cycle, started }), Some(producer)) =
+            (self.streamed.as_mut(), self.producer.as_mut())
+        else {
+            return !matches!(self.streamed, Some(Streamed::Failed { .. }));
+        };
+        let (started, last) = (*started, batch.len() - 1);
+        let mut work = self.processing.continued_work();
+        match cycle.process(producer, &batch[last..], last, &mut work, deadline) {
+            Ok(()) => true,
+            Err(error) => {
+                self.streamed = Some(Streamed::Failed { error, started });
+                false
+            }
+        }
+    }
+
+    fn begin_streamed(&mut self) {
+        let Some(producer) = self.producer.as_mut() else { return };
+        let started = Instant::now();
+        let deadline = Deadline::interruptible(started + self.shared.cfg.task_timeout, &self.interrupt);
+        self.streamed = Some(match Cycle::begin(producer, &mut self.processing.work(), deadline) {
+            Ok(cycle) => Streamed::Open { cycle, started },
+            Err(error) => Streamed::Failed { error, started },
+        });
+    }
+
+    /// Aborts the batch's open attempt, if any, without replaying it: its partitions were
+    /// lost, or the pipeline stops. The state overlays go with it; what the batch still
+    /// holds is processed again by its next attempt. Returns `false` if the abort failed:
+    /// the producer is then given up (or replaced, its partitions rewound), and the batch
+    /// must be dropped whole.
+    pub(super) fn abandon_streamed(&mut self) -> bool {
+        if self.streamed.take().is_none() {
+            return true;
+        }
+        self.discard_states();
+        let Some(producer) = self.producer.as_mut() else { return false };
+        let deadline = Deadline::interruptible(Instant::now() + self.shared.cfg.task_timeout, &self.interrupt);
+        let aborted = producer.abort(deadline.with_grace(ABORT_GRACE));
+        match aborted {
+            Ok(()) => {
+                self.shared.shutdown.stats().transactions_aborted.inc();
+                tracing::debug!(task = self.id, "open transaction of the collecting batch aborted");
+                true
+            }
+            // Its fate unknown: the producer cannot be trusted with the next batch.
+            Err(e) => {
+                self.settle(Flush::GaveUp(e), &[]);
+                false
+            }
+        }
+    }
+}
