@@ -163,6 +163,8 @@ fn control(rt: &tokio::runtime::Runtime, subjects: &[Who], (n, txns, reps): (usi
     let cluster = broker();
     let bootstrap = cluster.bootstrap_servers();
     let broker_pids = common::broker_pids(&cluster, args);
+    // Read before any split: the count follows this process's affinity.
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let topic = unique_name("lat-control-in");
     let input = Input::create(&bootstrap, &topic, 1, 1, ((WARMUP + txns) * n) as u64, 100, Properties::default())
         .unwrap_or_else(|e| fail(&format!("producing the input {topic}: {e}")));
@@ -176,7 +178,7 @@ fn control(rt: &tokio::runtime::Runtime, subjects: &[Who], (n, txns, reps): (usi
                 // The A/B: the calls' watchdog off (`second`), or the cores split.
                 let (unguarded, split_now) = (second && !split, second && split);
                 if split {
-                    split_cores(&broker_pids, split_now);
+                    split_cores(&broker_pids, split_now, cores);
                 }
                 let lat = Arc::new(Mutex::new(Latencies::new()));
                 if let Err(e) = run_ours(rt, &input, &unique_name("lat-control-out"), g, n, &lat, unguarded) {
@@ -202,7 +204,7 @@ fn control(rt: &tokio::runtime::Runtime, subjects: &[Who], (n, txns, reps): (usi
         }
     }
     if split {
-        split_cores(&broker_pids, false);
+        split_cores(&broker_pids, false, cores);
     }
     drop(cluster);
 }
@@ -211,8 +213,7 @@ fn control(rt: &tokio::runtime::Runtime, subjects: &[Who], (n, txns, reps): (usi
 /// process's (the others), or gives every thread every core again: `taskset` on every
 /// thread of each process. Threads made later (the next pipeline's) inherit their
 /// creator's set.
-fn split_cores(broker_pids: &[u32], split: bool) {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+fn split_cores(broker_pids: &[u32], split: bool, cores: usize) {
     if cores < 2 || broker_pids.is_empty() {
         fail("--split-cores needs two cores and a local broker (unset KAFKA_BOOTSTRAP)");
     }

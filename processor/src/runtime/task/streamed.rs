@@ -81,13 +81,12 @@ impl Task {
                 self.begin_streamed();
             }
         }
-        let deadline = Instant::now() + self.shared.cfg.task_timeout;
-        let deadline = Deadline::interruptible(deadline, &self.interrupt);
         let (Some(Streamed::Open { cycle, started }), Some(producer)) =
             (self.streamed.as_mut(), self.producer.as_mut())
         else {
             return !matches!(self.streamed, Some(Streamed::Failed { .. }));
         };
+        let deadline = Deadline::interruptible(Instant::now() + self.shared.cfg.task_timeout, &self.interrupt);
         let (started, last) = (*started, batch.len() - 1);
         let mut work = self.processing.continued_work();
         match cycle.process(producer, &batch[last..], last, &mut work, deadline) {
