@@ -33,7 +33,7 @@ use crate::txn::{CommitTo, Cycle, CycleError, CycleStats, SinkStep};
 pub(super) enum Streamed {
     /// Begun at `started`, its records processed so far.
     Open { cycle: Cycle, started: Instant },
-    /// It failed at `started`'s attempt: the batch is committed at once, this as its first
+    /// Begun at `started`, it failed: the batch is committed at once, with this as its first
     /// attempt's result.
     Failed { error: CycleError, started: Instant },
 }
