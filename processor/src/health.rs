@@ -7,13 +7,20 @@
 //! (the report is `serde::Serialize`):
 //!
 //! ```json
-//! {"healthy":true,"partitions":[{"topic":"orders","partition":0,"last_commit_age_ms":80,"uncommitted_records":12,"stalled_ms":0}],"starting":[]}
+//! {"healthy":true,"partitions":[{"topic":"orders","partition":0,"last_commit_age_ms":80,"uncommitted_records":12,"stalled_ms":0}],"starting":[],"unserved":[]}
 //! ```
 //!
 //! `starting` lists the tasks whose start has not completed — a producer's
 //! `init_transactions` waiting for its coordinator, a sink that does not answer — with what
 //! they are doing: the first place to look when partitions are assigned and nothing moves.
 //! A start older than the threshold makes the report unhealthy too.
+//!
+//! `unserved` lists the assigned partitions that have no task: per-partition mode's task
+//! bound left them waiting for room
+//! ([`max_partition_tasks`](crate::PipelineBuilder::max_partition_tasks)), or their task's
+//! start failed and is being retried. They do not make the report unhealthy — restarting
+//! the instance would not serve them, more instances (or a higher bound) would — so alert
+//! on the list, or on the `kafka_eos_partitions_unserved` gauge.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -52,6 +59,19 @@ pub struct StartingTask {
     pub starting_ms: u64,
 }
 
+/// An assigned partition that has no task.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct UnservedPartition {
+    /// Input topic.
+    pub topic: String,
+    /// Input partition.
+    pub partition: i32,
+    /// Why: `waiting for room: …` under the task bound, or the last start's error.
+    pub reason: String,
+    /// Milliseconds since it was left unserved.
+    pub unserved_ms: u64,
+}
+
 /// What `/health` reports.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 pub struct HealthReport {
@@ -62,6 +82,8 @@ pub struct HealthReport {
     pub partitions: Vec<PartitionHealth>,
     /// Tasks still starting, oldest first.
     pub starting: Vec<StartingTask>,
+    /// Assigned partitions without a task, longest unserved first (see the module doc).
+    pub unserved: Vec<UnservedPartition>,
 }
 
 /// Progress of one partition, updated by the consumer thread (dispatch) and its task (commit).
@@ -81,6 +103,8 @@ pub(crate) struct Health {
     partitions: RwLock<HashMap<TopicPartition, Arc<Progress>>>,
     /// Tasks starting, by task id.
     starting: Mutex<HashMap<u64, Starting>>,
+    /// Assigned partitions without a task: why, and since when.
+    unserved: Mutex<HashMap<TopicPartition, (String, Instant)>>,
 }
 
 /// A task's start in progress: its label, where it reports its phase, since when.
@@ -88,7 +112,28 @@ type Starting = (String, Arc<Interrupt>, Instant);
 
 impl Health {
     pub(crate) fn new(threshold: Duration) -> Health {
-        Health { threshold, partitions: RwLock::new(HashMap::new()), starting: Mutex::new(HashMap::new()) }
+        Health {
+            threshold,
+            partitions: RwLock::new(HashMap::new()),
+            starting: Mutex::new(HashMap::new()),
+            unserved: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// `tp` has no task, for `reason` (kept since the first time); returns how many
+    /// partitions are unserved now.
+    pub(crate) fn unserved(&self, tp: &TopicPartition, reason: &str) -> usize {
+        let mut map = self.unserved.lock().unwrap_or_else(|p| p.into_inner());
+        let entry = map.entry(tp.clone()).or_insert_with(|| (String::new(), Instant::now()));
+        reason.clone_into(&mut entry.0);
+        map.len()
+    }
+
+    /// `tp` has a task, or is no longer assigned; returns how many partitions are unserved now.
+    pub(crate) fn served(&self, tp: &TopicPartition) -> usize {
+        let mut map = self.unserved.lock().unwrap_or_else(|p| p.into_inner());
+        map.remove(tp);
+        map.len()
     }
 
     /// Task `id` (labelled `label`) begins its start; `interrupt` carries its phase.
@@ -181,7 +226,18 @@ impl Health {
         let threshold = self.threshold.as_millis() as u64;
         let healthy =
             partitions.iter().all(|p| p.stalled_ms < threshold) && starting.iter().all(|t| t.starting_ms < threshold);
-        HealthReport { healthy, partitions, starting }
+        let mut unserved: Vec<UnservedPartition> = (self.unserved.lock().unwrap_or_else(|p| p.into_inner()).iter())
+            .map(|((topic, partition), (reason, since))| UnservedPartition {
+                topic: topic.to_string(),
+                partition: *partition,
+                reason: reason.clone(),
+                unserved_ms: since.elapsed().as_millis() as u64,
+            })
+            .collect();
+        unserved.sort_by(|a, b| {
+            b.unserved_ms.cmp(&a.unserved_ms).then_with(|| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)))
+        });
+        HealthReport { healthy, partitions, starting, unserved }
     }
 }
 
@@ -207,5 +263,27 @@ mod tests {
         health.started(7);
         let report = health.report();
         assert!(report.healthy && report.starting.is_empty(), "{report:?}");
+    }
+
+    #[test]
+    fn an_unserved_partition_is_listed_with_its_latest_reason_until_served_and_leaves_health_alone() {
+        let health = Health::new(Duration::from_millis(10));
+        let tp: TopicPartition = ("in".into(), 3);
+        assert_eq!(health.unserved(&tp, "waiting for room"), 1);
+        assert_eq!(health.unserved(&("in".into(), 4), "init_transactions timed out"), 2);
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(health.unserved(&tp, "still waiting"), 2);
+        let report = health.report();
+        assert!(report.healthy, "unserved partitions do not make the report unhealthy: {report:?}");
+        let listed: Vec<(i32, &str)> = report.unserved.iter().map(|u| (u.partition, u.reason.as_str())).collect();
+        assert_eq!(
+            listed,
+            [(3, "still waiting"), (4, "init_transactions timed out")],
+            "ordered by wait, then partition"
+        );
+        assert!(report.unserved.iter().all(|u| u.unserved_ms >= 20), "the wait counts from the first time: {report:?}");
+        assert_eq!(health.served(&tp), 1);
+        assert_eq!(health.served(&tp), 1, "serving twice is harmless");
+        assert_eq!(health.report().unserved.len(), 1);
     }
 }

@@ -24,6 +24,7 @@
 //! | `kafka_eos_rebalances_total` | counter | assignments received |
 //! | `kafka_eos_transaction_reconciled_total{outcome}` | counter | transactions whose outcome was unknown to the task (a commit step without a definite answer, a fatal producer, a refused abort), fenced with a fresh producer and reconciled from the stable committed offsets: `outcome` = `committed` or `aborted` (then replayed) |
 //! | `kafka_eos_producers_fenced_total` | counter | producers given up: fenced by a newer owner, or an unknown outcome that could not be reconciled (the partitions go back to the group) |
+//! | `kafka_eos_partitions_unserved` | gauge | assigned partitions without a task: left waiting by per-partition mode's task bound (`max_partition_tasks`), or whose task's start is being retried |
 //! | `kafka_eos_consumer_lag` | gauge | librdkafka's consumer lag per partition (statistics) |
 //! | `kafka_eos_producer_epoch{transactional_id}` | gauge | librdkafka's `eos.producer_epoch` (statistics) |
 //! | `kafka_eos_state_restore_seconds{store}` | histogram | time to rebuild a partition's stores from their changelogs |
@@ -166,6 +167,10 @@ pub(crate) fn rebalance(pipeline: &str) {
 
 pub(crate) fn producer_fenced(pipeline: &str) {
     counter!("kafka_eos_producers_fenced_total", "pipeline" => pipeline.to_string()).increment(1);
+}
+
+pub(crate) fn partitions_unserved(pipeline: &str, n: usize) {
+    gauge!("kafka_eos_partitions_unserved", "pipeline" => pipeline.to_string()).set(n as f64);
 }
 
 pub(crate) fn consumer_lag(pipeline: &str, topic: &str, partition: i32, lag: i64) {

@@ -162,3 +162,65 @@ async fn a_transaction_bound_lets_one_partition_commit_at_a_time() {
         }
     }
 }
+
+/// `max_partition_tasks(2)` (issue 11: degrade gracefully): one instance assigned all four
+/// partitions runs two tasks and leaves the other two unserved — listed in `/health` with
+/// the reason, nothing committed for them — while the two it serves keep committing. A
+/// second instance (bound 2 too) takes two partitions; the first then serves the rest, and
+/// the copy ends exactly once with nothing left unserved.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_bound_leaves_the_partitions_past_it_unserved_until_room_frees() {
+    use std::collections::BTreeSet;
+    use std::sync::{Arc, Mutex};
+    use std::time::Instant;
+
+    use kafka_eos::observe::{Outcome, TransactionEvent};
+
+    use crate::common::{spawn, topics, unique};
+
+    let t = topics("task-bound", 4, 2_000, 100).await;
+    let app = unique("task-bound");
+    type Seen = Arc<Mutex<BTreeSet<i32>>>;
+    let member = |id: &str, seen: &Seen| {
+        let seen = seen.clone();
+        spawn(t.pipeline(&app, Guarantee::ExactlyOnce).instance_id(id).max_partition_tasks(2).on_transaction(
+            move |e: &TransactionEvent| {
+                if e.outcome == Outcome::Committed {
+                    seen.lock().unwrap().extend(e.partitions.iter().map(|(_, p)| *p));
+                }
+            },
+        ))
+    };
+    let (seen_a, seen_b): (Seen, Seen) = Default::default();
+    let a = member("a", &seen_a);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let unserved =
+        |h: &kafka_eos::health::HealthReport| -> BTreeSet<i32> { h.unserved.iter().map(|u| u.partition).collect() };
+    while seen_a.lock().unwrap().len() < 2 || unserved(&a.handle.health()).len() < 2 {
+        assert!(Instant::now() < deadline, "A never served two partitions: {:?}", a.handle.health());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Input keeps coming for every partition; only the served two commit it.
+    t.produce(2_000).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let health = a.handle.health();
+    let (served, held) = (seen_a.lock().unwrap().clone(), unserved(&health));
+    assert_eq!(served.len(), 2, "A committed for exactly its two tasks: {served:?}");
+    assert_eq!(held.len(), 2, "{health:?}");
+    assert!(served.is_disjoint(&held), "served {served:?}, unserved {held:?}");
+    assert!(
+        health.unserved.iter().all(|u| u.reason.contains("waiting for room") && u.unserved_ms >= 3_000),
+        "{health:?}"
+    );
+    assert!(health.healthy, "unserved partitions leave the report healthy: {health:?}");
+    let b = member("b", &seen_b);
+    t.wait_caught_up(&app, Duration::from_secs(90)).await;
+    let (ha, hb) = (a.handle.health(), b.handle.health());
+    assert!(ha.unserved.is_empty() && hb.unserved.is_empty(), "{ha:?} {hb:?}");
+    let (sa, sb) = (a.stop().await, b.stop().await);
+    let all: BTreeSet<i32> = seen_a.lock().unwrap().union(&seen_b.lock().unwrap()).copied().collect();
+    assert_eq!(all, (0..4).collect(), "every partition committed in the end");
+    let report = t.verify().await;
+    assert!(report.is_exactly_once(), "{report:?}");
+    assert_eq!(sa.records_in + sb.records_in, report.input_records, "{sa:?} {sb:?}");
+}

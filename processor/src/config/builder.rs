@@ -41,6 +41,7 @@ pub struct PipelineBuilder {
     static_membership: bool,
     workers: Option<usize>,
     max_concurrent_transactions: Option<usize>,
+    max_partition_tasks: Option<usize>,
     ops_address: Option<std::net::SocketAddr>,
     health_threshold: Option<Duration>,
     statistics_interval: Option<Duration>,
@@ -373,6 +374,23 @@ impl PipelineBuilder {
     /// timeout, or sooner on revocation.
     pub fn max_concurrent_transactions(mut self, n: usize) -> Self {
         self.max_concurrent_transactions = Some(n);
+        self
+    }
+
+    /// [`Guarantee::ExactlyOnce`] only: at most `n` partition tasks (each a producer, its
+    /// librdkafka threads and a connection per broker) run in this instance at once. The
+    /// partitions assigned past the bound stay assigned but *unserved*: paused, listed in
+    /// [`HealthReport::unserved`](crate::health::HealthReport::unserved), and started as soon as a
+    /// revocation makes room — so an instance given more partitions than it can hold keeps
+    /// the ones it holds committing, instead of running out of open files (when every
+    /// producer's connections fail at once) or threads. Default: as many as the process's
+    /// open-file limit (`RLIMIT_NOFILE`) holds on this cluster, about 4 files per broker per
+    /// partition (`docs/scaling.md`); no bound where the platform reports no limit. The
+    /// trade-off: an unserved partition's lag grows until the group moves it (more
+    /// instances) or room frees; `usize::MAX` turns the bound off, for a process whose
+    /// limits were sized by hand.
+    pub fn max_partition_tasks(mut self, n: usize) -> Self {
+        self.max_partition_tasks = Some(n);
         self
     }
 

@@ -204,6 +204,9 @@ pub struct PipelineConfig {
     /// [`Guarantee::ExactlyOnce`]: at most this many partitions run a transaction at once
     /// (`None`: no bound). See [`PipelineBuilder::max_concurrent_transactions`](crate::PipelineBuilder::max_concurrent_transactions).
     pub max_concurrent_transactions: Option<usize>,
+    /// [`Guarantee::ExactlyOnce`]: at most this many partition tasks run at once (`None`: as
+    /// many as the open-file limit holds). See [`PipelineBuilder::max_partition_tasks`](crate::PipelineBuilder::max_partition_tasks).
+    pub max_partition_tasks: Option<usize>,
     /// Where `/metrics` and `/health` are served, if anywhere.
     pub ops_address: Option<std::net::SocketAddr>,
     /// How long input may wait without a commit before `/health` reports unhealthy.

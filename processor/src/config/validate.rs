@@ -84,8 +84,8 @@ impl PipelineBuilder {
         };
         group.validate(c)?;
         let workers = self.workers.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-        if workers == 0 || self.max_concurrent_transactions == Some(0) {
-            return cfg_err("workers and max_concurrent_transactions must be at least 1".into());
+        if workers == 0 || self.max_concurrent_transactions == Some(0) || self.max_partition_tasks == Some(0) {
+            return cfg_err("workers, max_concurrent_transactions and max_partition_tasks must be at least 1".into());
         }
         let p = &self.producer_properties;
         if p.get("transactional.id").is_some() {
@@ -180,6 +180,7 @@ impl PipelineBuilder {
                 group,
                 workers,
                 max_concurrent_transactions: self.max_concurrent_transactions,
+                max_partition_tasks: self.max_partition_tasks,
                 statistics_interval: self.statistics_interval.unwrap_or(if self.ops_address.is_some() {
                     Duration::from_secs(5)
                 } else {

@@ -10,9 +10,13 @@
 //! 80 partitions; past it librdkafka cannot open sockets, and every transaction times out.
 //!
 //! The library does not raise the limit itself (a process-wide setting is the
-//! application's to change). It says so instead: a warning at start-up when the input
-//! topics have more partitions than the limit allows one instance, and an error each time
-//! an assignment takes the instance past it, naming the remedies.
+//! application's to change). It bounds the partition tasks instead
+//! ([`PipelineBuilder::max_partition_tasks`](crate::PipelineBuilder::max_partition_tasks),
+//! by default what the limit holds): the partitions assigned past the bound are left
+//! unserved (paused) until room frees, so the ones served keep their connections. It says
+//! so too: a warning at start-up when the input topics have more partitions than the bound
+//! allows one instance, and an error each time an assignment leaves partitions unserved,
+//! naming the remedies.
 
 use crate::config::PipelineConfig;
 use crate::Guarantee;
@@ -72,14 +76,57 @@ pub(crate) fn over_limit(partitions: usize, brokers: usize, limit: Option<u64>) 
     })
 }
 
+/// Per-partition mode's bound on running partition tasks: the configured one, or as many
+/// as the open-file limit holds (at least one); `None` in the other guarantees, or where
+/// no limit is known and none is configured.
+pub(crate) fn task_bound(cfg: &PipelineConfig, brokers: usize) -> Option<usize> {
+    if cfg.guarantee != Guarantee::ExactlyOnce {
+        return None;
+    }
+    match cfg.max_partition_tasks {
+        Some(usize::MAX) => None,
+        Some(n) => Some(n),
+        None => open_files_limit().map(|l| usize::try_from(partitions_within(l, brokers)).unwrap_or(usize::MAX).max(1)),
+    }
+}
+
+/// What an assignment that leaves `unserved` partitions without a task says: why, and what
+/// to do.
+pub(crate) fn unserved_message(unserved: usize, bound: usize, brokers: usize, configured: bool) -> String {
+    let why = if configured {
+        "PipelineBuilder::max_partition_tasks".to_string()
+    } else {
+        match open_files_limit() {
+            Some(l) => format!("what the open-file limit of {l} (RLIMIT_NOFILE) holds on {brokers} broker(s)"),
+            None => "the configured bound".to_string(),
+        }
+    };
+    format!(
+        "per-partition exactly-once: {unserved} assigned partition(s) are left unserved (paused, their lag \
+         growing) because this instance runs {bound} partition tasks, {why}; each is a producer with about \
+         {FILES_PER_BROKER} open files and 2 threads per broker. They start as soon as a revocation makes room. \
+         Run more instances, raise the limit (`ulimit -n`, systemd `LimitNOFILE=`, the container runtime's \
+         nofile ulimit) or max_partition_tasks, or use Guarantee::ExactlyOncePerConsumer"
+    )
+}
+
 /// Start-up: warns if this instance, alone in its group, could not hold every input
 /// partition's producer.
 pub(crate) fn warn_at_start(cfg: &PipelineConfig, input_partitions: usize, brokers: usize) {
     if cfg.guarantee != Guarantee::ExactlyOnce {
         return;
     }
-    if let Some(message) = over_limit(input_partitions, brokers, open_files_limit()) {
-        tracing::warn!("{message} (if this instance ever owns every input partition)");
+    match task_bound(cfg, brokers) {
+        Some(bound) if bound < input_partitions => tracing::warn!(
+            "per-partition exactly-once runs at most {bound} partition tasks in this instance, and the inputs \
+             have {input_partitions} partitions: alone in its group, it would leave {} of them unserved",
+            input_partitions - bound
+        ),
+        _ => {
+            if let Some(message) = over_limit(input_partitions, brokers, open_files_limit()) {
+                tracing::warn!("{message} (if this instance ever owns every input partition)");
+            }
+        }
     }
 }
 

@@ -180,6 +180,10 @@ pub(crate) struct Shared {
     /// Per-partition mode's bound on concurrent transaction cycles
     /// ([`PipelineConfig::max_concurrent_transactions`]); `None`: unbounded.
     pub slots: Option<slots::Slots>,
+    /// Per-partition mode's bound on running partition tasks
+    /// ([`PipelineConfig::max_partition_tasks`], or what the open-file limit holds);
+    /// `None`: unbounded, and always in the other guarantees.
+    pub max_tasks: Option<usize>,
 }
 
 impl Shared {
@@ -344,6 +348,7 @@ impl Pipeline {
             control: control_tx,
             shutdown: self.handle.clone(),
             brokers: cluster.brokers,
+            max_tasks: limits::task_bound(&self.cfg, cluster.brokers),
             slots: match self.cfg.guarantee {
                 crate::Guarantee::ExactlyOnce => self.cfg.max_concurrent_transactions.map(slots::Slots::new),
                 _ => None,

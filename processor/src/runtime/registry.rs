@@ -40,8 +40,9 @@ pub(super) struct Registry {
     pub(super) tasks: HashMap<u64, TaskHandle>,
     /// Records waiting for room in their task's queue, per partition.
     pub(super) pending: Pending,
-    /// Assigned partitions whose task could not start (its producer failed to initialise):
-    /// paused, routed nowhere, retried from the consumer thread's loop.
+    /// Assigned partitions whose task could not start (its producer failed to initialise),
+    /// or that wait for room under the task bound: paused, routed nowhere, retried from the
+    /// consumer thread's loop.
     pub(super) unstarted: HashMap<TopicPartition, Unstarted>,
     /// Partitions paused because their pending queue grew past its bound (see
     /// [`pending`](super::pending)), or because they are unstarted.
@@ -62,9 +63,13 @@ impl Registry {
     }
 }
 
-/// An assigned partition whose task could not start yet.
+/// An assigned partition whose task could not start yet: its start failed, or it waits
+/// for room under per-partition mode's task bound ([`Shared::max_tasks`]).
 pub(super) struct Unstarted {
-    /// When its first attempt failed: it is given up on after the task timeout.
+    /// Waiting for room, not failed: started as soon as the bound allows, never timed out.
+    pub(super) waiting: bool,
+    /// When its first attempt failed (or, waiting, when it began to wait): a failed one is
+    /// given up on after the task timeout.
     pub(super) since: Instant,
     /// When to try again.
     pub(super) next: Instant,
@@ -77,11 +82,29 @@ pub(super) struct Unstarted {
 impl Unstarted {
     pub(super) fn new(last: String) -> Unstarted {
         let now = Instant::now();
-        Unstarted { since: now, next: now + Duration::from_secs(1), backoff: Duration::from_secs(2), last }
+        Unstarted {
+            waiting: false,
+            since: now,
+            next: now + Duration::from_secs(1),
+            backoff: Duration::from_secs(2),
+            last,
+        }
     }
 
-    /// Another failed attempt.
+    /// A partition left without a task by the task bound.
+    pub(super) fn waiting(bound: usize) -> Unstarted {
+        let mut u = Unstarted::new(format!("waiting for room: {bound} partition tasks running (max_partition_tasks)"));
+        u.waiting = true;
+        u.next = u.since;
+        u
+    }
+
+    /// Another failed attempt (a waiting partition's first: its task timeout starts now).
     pub(super) fn failed_again(&mut self, last: String) {
+        if std::mem::take(&mut self.waiting) {
+            *self = Unstarted::new(last);
+            return;
+        }
         self.next = Instant::now() + self.backoff;
         self.backoff = (self.backoff * 2).min(Duration::from_secs(30));
         self.last = last;
@@ -251,4 +274,23 @@ pub(crate) fn join_by(thread: JoinHandle<()>, deadline: Instant) -> bool {
         let _ = thread.join();
     }
     finished
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_waiting_partition_is_due_at_once_and_its_first_failure_starts_its_task_timeout() {
+        let mut u = Unstarted::waiting(8);
+        assert!(u.waiting && u.next <= Instant::now(), "due as soon as there is room");
+        assert!(u.last.contains("8 partition tasks"), "{}", u.last);
+        std::thread::sleep(Duration::from_millis(20));
+        u.failed_again("init_transactions timed out".into());
+        assert!(!u.waiting, "a start that failed is a failure, retried with backoff");
+        assert!(u.since.elapsed() < Duration::from_millis(20), "its task timeout counts from this failure");
+        assert_eq!((u.backoff, u.last.as_str()), (Duration::from_secs(2), "init_transactions timed out"));
+        u.failed_again("again".into());
+        assert_eq!(u.backoff, Duration::from_secs(4), "then doubling as before");
+    }
 }

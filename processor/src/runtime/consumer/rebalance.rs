@@ -30,15 +30,21 @@ impl Rebalancer {
         let deadline = Instant::now() + shared.cfg.task_timeout;
         if shared.cfg.guarantee == Guarantee::ExactlyOnce {
             let groups = by_task(&shared.cfg, partitions);
-            // A producer per partition: say so before the process runs out of open files.
-            let producers = {
+            // A producer per partition: say so before the process runs out of open files
+            // (a bound above the limit, or none where the limit is unknown).
+            let (producers, mut room) = {
                 let reg = self.registry();
-                reg.tasks.len() + reg.unstarted.len() + groups.len()
+                let wanted = reg.tasks.len() + reg.unstarted.len() + groups.len();
+                (
+                    wanted.min(shared.max_tasks.unwrap_or(usize::MAX)),
+                    shared.max_tasks.map(|b| b.saturating_sub(reg.tasks.len())),
+                )
             };
             if let Some(m) = limits::over_limit(producers, shared.brokers, limits::open_files_limit()) {
                 tracing::error!("{m}");
             }
             let mut pending = Vec::new();
+            let mut unserved = Vec::new();
             for group in groups {
                 // Co-partitioned inputs: partition n of another input may be running
                 // already (an incremental protocol assigns in steps): its task takes it.
@@ -48,6 +54,15 @@ impl Rebalancer {
                         return self.set_fatal(e);
                     }
                     continue;
+                }
+                // Past the task bound the partition stays assigned but unserved (paused
+                // once the assignment is applied), until a revocation makes room.
+                if room == Some(0) {
+                    unserved.extend(group);
+                    continue;
+                }
+                if let Some(r) = room.as_mut() {
+                    *r -= 1;
                 }
                 let id = self.registry().next_id();
                 match spawn_partition_task(shared, id, &group) {
@@ -71,10 +86,21 @@ impl Rebalancer {
                         tracing::warn!(partitions = ?group, error = %e, "the partition's producer cannot be initialised; retrying it while the others run");
                         let mut reg = self.registry();
                         for tp in group {
+                            self.note_unserved(&tp, &e.to_string());
                             reg.unstarted.insert(tp, Unstarted::new(e.to_string()));
                         }
                     }
                     Err(e) => self.set_fatal(e),
+                }
+            }
+            if let (false, Some(bound)) = (unserved.is_empty(), shared.max_tasks) {
+                let configured = shared.cfg.max_partition_tasks.is_some();
+                tracing::error!("{}", limits::unserved_message(unserved.len(), bound, shared.brokers, configured));
+                let mut reg = self.registry();
+                for tp in unserved {
+                    let waiting = Unstarted::waiting(bound);
+                    self.note_unserved(&tp, &waiting.last);
+                    reg.unstarted.insert(tp, waiting);
                 }
             }
         } else {
@@ -158,7 +184,9 @@ impl Rebalancer {
                 // Records waiting for room were never given to the task: the next owner
                 // reads them again from the committed offset.
                 reg.pending.remove(&tp);
-                reg.unstarted.remove(&tp);
+                if reg.unstarted.remove(&tp).is_some() {
+                    self.note_served(&tp);
+                }
                 if reg.paused.remove(&tp) {
                     paused.push((tp.clone(), 0));
                 }

@@ -1,6 +1,7 @@
 //! Failures kept local to their partitions (issue 11): a task that replaced its producer in
 //! place gets its partitions rewound ([`Rebalancer::rewind`]); a partition whose task could
-//! not start on assignment is paused and its task retried ([`Rebalancer::start_unstarted`]).
+//! not start on assignment, or that per-partition mode's task bound left waiting for room,
+//! is paused and its task retried ([`Rebalancer::start_unstarted`]).
 //! Both move partitions to where they resume (their committed offsets, or the offsets an
 //! exactly-once sink stored) from the consumer thread, with no poll between the seek and the
 //! routing that depends on it.
@@ -12,7 +13,7 @@ use rdkafka::{Offset, TopicPartitionList};
 
 use super::Rebalancer;
 use crate::error::Error;
-use crate::runtime::registry::{by_task, send_bounded, spawn_partition_task, to_tpl, wait_ready, Registry};
+use crate::runtime::registry::{by_task, send_bounded, spawn_partition_task, to_tpl, wait_ready, Registry, Unstarted};
 use crate::runtime::task::TaskMsg;
 use crate::runtime::TopicPartition;
 
@@ -83,17 +84,46 @@ impl Rebalancer {
     /// crashed in between); seeking there skipped the batches in between for good (the
     /// chaos suite's postgres-sink, 21 rows missing, with PostgreSQL down while the
     /// partition's task first started).
+    ///
+    /// Under the task bound ([`Shared::max_tasks`](crate::runtime::Shared::max_tasks)) at
+    /// most as many start as there is room for; a failed partition due while there is none
+    /// waits for room like the others, its task timeout restarting at its next attempt.
     pub(super) fn start_unstarted(&self, consumer: &BaseConsumer<Self>) {
         let cfg = &self.shared.cfg;
         // Due partitions, with their co-partitioned siblings (one task starts for them all).
-        let due: Vec<TopicPartition> = {
-            let reg = self.registry();
+        let (due, mut room): (Vec<TopicPartition>, Option<usize>) = {
+            let mut reg = self.registry();
+            if reg.unstarted.is_empty() {
+                return;
+            }
             let now = Instant::now();
-            let tasks: std::collections::HashSet<(String, i32)> =
-                reg.unstarted.iter().filter(|(_, u)| u.next <= now).map(|(tp, _)| cfg.task_of(&tp.0, tp.1)).collect();
-            reg.unstarted.keys().filter(|tp| tasks.contains(&cfg.task_of(&tp.0, tp.1))).cloned().collect()
+            let room = self.shared.max_tasks.map(|b| b.saturating_sub(reg.tasks.len()));
+            if let (Some(0), Some(bound)) = (room, self.shared.max_tasks) {
+                let due: Vec<TopicPartition> = reg
+                    .unstarted
+                    .iter()
+                    .filter(|(_, u)| !u.waiting && u.next <= now)
+                    .map(|(tp, _)| tp.clone())
+                    .collect();
+                for tp in due {
+                    let waiting = Unstarted::waiting(bound);
+                    self.note_unserved(&tp, &waiting.last);
+                    reg.unstarted.insert(tp, waiting);
+                }
+                return;
+            }
+            let tasks: std::collections::HashSet<(String, i32)> = (reg.unstarted.iter())
+                .filter(|(_, u)| u.waiting || u.next <= now)
+                .map(|(tp, _)| cfg.task_of(&tp.0, tp.1))
+                .collect();
+            (reg.unstarted.keys().filter(|tp| tasks.contains(&cfg.task_of(&tp.0, tp.1))).cloned().collect(), room)
         };
         for group in by_task(cfg, due) {
+            match room.as_mut() {
+                Some(0) => break, // the rest wait for the next room (converted above next time)
+                Some(r) => *r -= 1,
+                None => {}
+            }
             let id = self.registry().next_id();
             let started = spawn_partition_task(&self.shared, id, &group)
                 .and_then(|(handle, ready)| wait_ready(ready, Instant::now() + cfg.task_timeout).map(|r| (handle, r)));
@@ -110,6 +140,7 @@ impl Rebalancer {
                     let mut resume = Vec::new();
                     for tp in &group {
                         reg.unstarted.remove(tp);
+                        self.note_served(tp);
                         reg.routes.insert(tp.clone(), id);
                         if reg.paused.remove(tp) {
                             resume.push((tp.clone(), 0));
@@ -127,7 +158,7 @@ impl Rebalancer {
                 }
                 Err(last) => {
                     let u = reg.unstarted.get_mut(&group[0]).expect("checked above");
-                    if u.since.elapsed() >= cfg.task_timeout {
+                    if !u.waiting && u.since.elapsed() >= cfg.task_timeout {
                         let what = format!("starting the task of {group:?}");
                         drop(reg);
                         return self.set_fatal(Error::TaskTimeout { what, timeout: cfg.task_timeout, last });
@@ -136,11 +167,26 @@ impl Rebalancer {
                     for tp in &group {
                         if let Some(u) = reg.unstarted.get_mut(tp) {
                             u.failed_again(last.clone());
+                            self.note_unserved(tp, &last);
                         }
                     }
                 }
             }
         }
+    }
+}
+
+impl Rebalancer {
+    /// `tp` is assigned without a task, for `reason`: `/health` lists it, the gauge counts it.
+    pub(super) fn note_unserved(&self, tp: &TopicPartition, reason: &str) {
+        let n = self.shared.shutdown.health_state().unserved(tp, reason);
+        crate::metrics::partitions_unserved(&self.shared.cfg.application_id, n);
+    }
+
+    /// `tp` got its task, or was revoked.
+    pub(super) fn note_served(&self, tp: &TopicPartition) {
+        let n = self.shared.shutdown.health_state().served(tp);
+        crate::metrics::partitions_unserved(&self.shared.cfg.application_id, n);
     }
 }
 
