@@ -3,7 +3,8 @@
 //! rolling restart of 4 instances without and with static membership.
 //!
 //! `cargo bench --bench scale_study [-- --quick] [--only study|rolling] [--partitions
-//! 64,256] [--subjects exactly-once] [--phase-secs 30] [--rate 5000] [--records N]`. The
+//! 64,256] [--subjects exactly-once] [--phase-secs 30] [--rate 5000] [--records N]
+//! [--brokers 3]`. The
 //! runs are `kafka_eos_cli::scale::study` and `kafka_eos_cli::scale::rolling` (see their
 //! docs for every figure). Full mode: a local 3-broker cluster (replication 3); the sizes
 //! over 64, 256 and 1,024 partitions, the three guarantees, 30 s phases, 5,000 records/s;
@@ -30,7 +31,7 @@ const GUARANTEES: [Guarantee; 3] = [Guarantee::ExactlyOnce, Guarantee::ExactlyOn
 fn main() {
     let args = Args::parse();
     init_tracing();
-    let nodes = if args.quick { 1 } else { 3 };
+    let nodes = args.brokers.unwrap_or(if args.quick { 1 } else { 3 }).max(1);
     let cluster = broker_with(ClusterConfig::with_nodes(nodes));
     let bootstrap = cluster.bootstrap_servers();
     let partitions = match (&args.partitions[..], args.quick) {

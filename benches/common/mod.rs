@@ -72,6 +72,10 @@ pub struct Args {
     /// scale_study: input records per second instead of the mode's default.
     #[arg(long)]
     pub rate: Option<u64>,
+    /// scale_study: brokers in the local cluster (the topics' replication factor) instead of
+    /// the mode's default (3 full, 1 quick).
+    #[arg(long)]
+    pub brokers: Option<usize>,
     /// scale_study: run only one of its parts, `study` (the group's sizes) or `rolling` (the
     /// rolling restart with and without static membership).
     #[arg(long)]

@@ -1,12 +1,28 @@
 //! Scaling out under incremental rebalancing (issue 11): partitions that stay with their
 //! instance keep committing while others move.
 
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use kafka_eos::observe::{Outcome, TransactionEvent};
 use kafka_eos::{Guarantee, Rebalancing};
 use kafka_eos_cli::scale::{join_third, JoinOptions};
 
 use crate::common::bootstrap;
+
+/// The input partitions an instance committed transactions for.
+type Seen = Arc<Mutex<BTreeSet<i32>>>;
+
+/// A transaction hook that adds every committed transaction's partitions to `seen`.
+fn record_committed(seen: &Seen) -> impl Fn(&TransactionEvent) + Send + Sync + 'static {
+    let seen = seen.clone();
+    move |e: &TransactionEvent| {
+        if e.outcome == Outcome::Committed {
+            seen.lock().unwrap().extend(e.partitions.iter().map(|(_, p)| *p));
+        }
+    }
+}
 
 /// Two instances share 16 partitions while input flows; a third joins
 /// ([`join_third`]). Under each incremental protocol, every partition that stays with its
@@ -57,28 +73,17 @@ async fn a_joining_instance_leaves_unmoved_partitions_committing() {
 /// two more assignments). The copy ends exactly once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_static_member_restarted_in_time_gets_its_partitions_back_without_a_rebalance() {
-    use std::collections::BTreeSet;
-    use std::sync::{Arc, Mutex};
-
-    use kafka_eos::observe::{Outcome, TransactionEvent};
-
     use crate::common::{spawn, topics, unique};
 
     let t = topics("static", 4, 0, 100).await;
     let app = unique("static");
-    type Seen = Arc<Mutex<BTreeSet<i32>>>;
     let member = |id: &str, seen: &Seen| {
-        let seen = seen.clone();
         spawn(
             t.pipeline(&app, Guarantee::ExactlyOnce)
                 .instance_id(id)
                 .static_membership(true)
                 .consumer_property("session.timeout.ms", "30000")
-                .on_transaction(move |e: &TransactionEvent| {
-                    if e.outcome == Outcome::Committed {
-                        seen.lock().unwrap().extend(e.partitions.iter().map(|(_, p)| *p));
-                    }
-                }),
+                .on_transaction(record_committed(seen)),
         )
     };
     let (seen_a, seen_b, seen_a2): (Seen, Seen, Seen) = Default::default();
@@ -120,10 +125,7 @@ async fn a_static_member_restarted_in_time_gets_its_partitions_back_without_a_re
 /// same copy does overlap its cycles (the control: the check can fail).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_transaction_bound_lets_one_partition_commit_at_a_time() {
-    use std::sync::{Arc, Mutex};
     use std::time::Instant;
-
-    use kafka_eos::observe::{Outcome, TransactionEvent};
 
     use crate::common::{spawn, topics, unique};
 
@@ -170,26 +172,19 @@ async fn a_transaction_bound_lets_one_partition_commit_at_a_time() {
 /// the copy ends exactly once with nothing left unserved.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_task_bound_leaves_the_partitions_past_it_unserved_until_room_frees() {
-    use std::collections::BTreeSet;
-    use std::sync::{Arc, Mutex};
     use std::time::Instant;
-
-    use kafka_eos::observe::{Outcome, TransactionEvent};
 
     use crate::common::{spawn, topics, unique};
 
     let t = topics("task-bound", 4, 2_000, 100).await;
     let app = unique("task-bound");
-    type Seen = Arc<Mutex<BTreeSet<i32>>>;
     let member = |id: &str, seen: &Seen| {
-        let seen = seen.clone();
-        spawn(t.pipeline(&app, Guarantee::ExactlyOnce).instance_id(id).max_partition_tasks(2).on_transaction(
-            move |e: &TransactionEvent| {
-                if e.outcome == Outcome::Committed {
-                    seen.lock().unwrap().extend(e.partitions.iter().map(|(_, p)| *p));
-                }
-            },
-        ))
+        spawn(
+            t.pipeline(&app, Guarantee::ExactlyOnce)
+                .instance_id(id)
+                .max_partition_tasks(2)
+                .on_transaction(record_committed(seen)),
+        )
     };
     let (seen_a, seen_b): (Seen, Seen) = Default::default();
     let a = member("a", &seen_a);
