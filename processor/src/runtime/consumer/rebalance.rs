@@ -98,9 +98,7 @@ impl Rebalancer {
                 tracing::error!("{}", limits::unserved_message(unserved.len(), bound, shared.brokers, configured));
                 let mut reg = self.registry();
                 for tp in unserved {
-                    let waiting = Unstarted::waiting(bound);
-                    self.note_unserved(&tp, &waiting.last);
-                    reg.unstarted.insert(tp, waiting);
+                    self.leave_waiting(&mut reg, tp, bound);
                 }
             }
         } else {

@@ -106,9 +106,7 @@ impl Rebalancer {
                     .map(|(tp, _)| tp.clone())
                     .collect();
                 for tp in due {
-                    let waiting = Unstarted::waiting(bound);
-                    self.note_unserved(&tp, &waiting.last);
-                    reg.unstarted.insert(tp, waiting);
+                    self.leave_waiting(&mut reg, tp, bound);
                 }
                 return;
             }
@@ -174,9 +172,14 @@ impl Rebalancer {
             }
         }
     }
-}
 
-impl Rebalancer {
+    /// Leaves the assigned `tp` without a task until the task bound `bound` has room.
+    pub(super) fn leave_waiting(&self, reg: &mut Registry, tp: TopicPartition, bound: usize) {
+        let waiting = Unstarted::waiting(bound);
+        self.note_unserved(&tp, &waiting.last);
+        reg.unstarted.insert(tp, waiting);
+    }
+
     /// `tp` is assigned without a task, for `reason`: `/health` lists it, the gauge counts it.
     pub(super) fn note_unserved(&self, tp: &TopicPartition, reason: &str) {
         let n = self.shared.shutdown.health_state().unserved(tp, reason);
