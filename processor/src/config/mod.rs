@@ -45,6 +45,9 @@ pub use properties::{client_error, is_sensitive, Properties};
 use crate::error::{Error, Result};
 use crate::state::StoreDef;
 
+/// [`PipelineBuilder::max_concurrent_transactions`]'s default (measured in `docs/scaling.md`).
+pub(crate) const DEFAULT_MAX_CONCURRENT_TRANSACTIONS: usize = 128;
+
 /// The delivery guarantee of a pipeline. Chosen per pipeline: exactly-once costs a
 /// transaction per batch (a few milliseconds of coordinator round trips, amortised over
 /// the commit interval); at-least-once costs nothing extra but may write an output twice
@@ -201,9 +204,9 @@ pub struct PipelineConfig {
     /// Worker tasks sharing the instance's partitions under
     /// [`Guarantee::ExactlyOncePerConsumer`] and [`Guarantee::AtLeastOnce`].
     pub workers: usize,
-    /// [`Guarantee::ExactlyOnce`]: at most this many partitions run a transaction at once
-    /// (`None`: no bound). See [`PipelineBuilder::max_concurrent_transactions`](crate::PipelineBuilder::max_concurrent_transactions).
-    pub max_concurrent_transactions: Option<usize>,
+    /// [`Guarantee::ExactlyOnce`]: at most this many partitions run a transaction at once,
+    /// once more partition tasks than this run. See [`PipelineBuilder::max_concurrent_transactions`](crate::PipelineBuilder::max_concurrent_transactions).
+    pub max_concurrent_transactions: usize,
     /// [`Guarantee::ExactlyOnce`]: at most this many partition tasks run at once (`None`: as
     /// many as the open-file limit holds). See [`PipelineBuilder::max_partition_tasks`](crate::PipelineBuilder::max_partition_tasks).
     pub max_partition_tasks: Option<usize>,

@@ -179,7 +179,9 @@ impl PipelineBuilder {
                 instance_id,
                 group,
                 workers,
-                max_concurrent_transactions: self.max_concurrent_transactions,
+                max_concurrent_transactions: self
+                    .max_concurrent_transactions
+                    .unwrap_or(crate::config::DEFAULT_MAX_CONCURRENT_TRANSACTIONS),
                 max_partition_tasks: self.max_partition_tasks,
                 statistics_interval: self.statistics_interval.unwrap_or(if self.ops_address.is_some() {
                     Duration::from_secs(5)

@@ -178,8 +178,8 @@ pub(crate) struct Shared {
     /// with it: [`limits`]).
     pub brokers: usize,
     /// Per-partition mode's bound on concurrent transaction cycles
-    /// ([`PipelineConfig::max_concurrent_transactions`]); `None`: unbounded.
-    pub slots: Option<slots::Slots>,
+    /// ([`PipelineConfig::max_concurrent_transactions`]); `None` in the other guarantees.
+    pub slots: Option<Arc<slots::Slots>>,
     /// Per-partition mode's bound on running partition tasks
     /// ([`PipelineConfig::max_partition_tasks`], or what the open-file limit holds);
     /// `None`: unbounded, and always in the other guarantees.
@@ -350,7 +350,7 @@ impl Pipeline {
             brokers: cluster.brokers,
             max_tasks: limits::task_bound(&self.cfg, cluster.brokers),
             slots: match self.cfg.guarantee {
-                crate::Guarantee::ExactlyOnce => self.cfg.max_concurrent_transactions.map(slots::Slots::new),
+                crate::Guarantee::ExactlyOnce => Some(Arc::new(slots::Slots::new(self.cfg.max_concurrent_transactions))),
                 _ => None,
             },
         });

@@ -160,6 +160,9 @@ pub(crate) struct Task {
     /// The consumers of the pipeline's [tables](crate::table), made at the first
     /// partition that needs them.
     tables: Option<crate::table::reader::TableReader>,
+    /// Per-partition mode: counted by the transaction slots while the task lives (the bound
+    /// is engaged only past as many tasks as slots: [`crate::runtime::slots`]).
+    _member: Option<crate::runtime::slots::Member>,
 }
 
 impl Task {
@@ -189,6 +192,7 @@ impl Task {
             timer_attempts: 0,
             streamed: None,
             tables: None,
+            _member: shared.slots.as_ref().map(|s| s.join()),
             label,
             metrics,
             id,
@@ -481,9 +485,11 @@ impl Task {
                 Some(g) => CommitTo::Transaction(g),
                 None => CommitTo::Consumer,
             };
-            // Per-partition mode with a bound: wait for a slot (runtime::slots).
+            // Per-partition mode: wait for a transaction slot (runtime::slots; never blocks
+            // while the bound is not engaged). A streamed attempt's transaction is open
+            // already: it holds none, and must not wait.
             let shared = self.shared.clone();
-            let _slot = match shared.slots.as_ref().map(|s| s.acquire(&deadline)) {
+            let slot = match shared.slots.as_ref().filter(|_| streamed.is_none()).map(|s| s.acquire(&deadline)) {
                 Some(None) if interrupt.expired().is_some() => continue, // dropped at the top
                 Some(None) => return Flush::Stop(Slots::timed_out(cfg.task_timeout)),
                 Some(Some(slot)) => Some(slot),
@@ -547,7 +553,10 @@ impl Task {
             self.report(batch, &outputs_per_partition, closing, elapsed, stats, &outcome);
             match next {
                 Next::Done(flush) => return flush,
-                Next::Retry(pause) => deadline.sleep(pause),
+                Next::Retry(pause) => {
+                    drop(slot); // others commit while this batch pauses
+                    deadline.sleep(pause)
+                }
             }
         }
     }

@@ -18,9 +18,10 @@
 //!   partitions kept are replayed by the batch's next attempt.
 //! - **Nothing long runs inside it.** A partition whose state must first be restored ends
 //!   the batch before the restore (a restore may outlast `transaction.timeout.ms`).
-//! - **The bounded per-partition mode does not stream** ([`crate::runtime::slots`]): a slot
-//!   bounds the transactions in flight, and one held while a batch collects would hold it
-//!   for the interval.
+//! - **Per-partition mode does not stream while its transaction bound is engaged**
+//!   ([`crate::runtime::slots`]: more partition tasks than slots): a slot bounds the
+//!   transactions in flight, and one held while a batch collects would hold it for the
+//!   interval. Below the bound nobody waits for a slot, and batches stream.
 
 use std::time::Instant;
 
@@ -65,7 +66,7 @@ impl Task {
     /// ([`Task::commit_batch`]), and no transaction should be opened for it.
     fn streams(&self) -> bool {
         self.shared.cfg.process_while_collecting
-            && self.shared.slots.is_none()
+            && self.shared.slots.as_ref().is_none_or(|s| !s.engaged())
             && self.producer.is_some()
             && !self.stopped
             && self.interrupt.expired().is_none()
