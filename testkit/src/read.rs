@@ -16,7 +16,11 @@ use rdkafka::{Offset, TopicPartitionList};
 /// Reads `topic` with `read_committed` (unless the client's properties say otherwise) from
 /// the beginning until every partition reports its end, calling `f` for each record; fails with [`Error::TaskTimeout`] at `deadline`.
 /// The end is the last stable offset when the read reaches it: records of transactions
-/// still open then are not read.
+/// still open then are not read. So the read first waits, up to [`SETTLE`], until no
+/// partition has a transaction in progress (its last stable offset equals its high
+/// watermark): the coordinator writes a committed transaction's markers *after* it told
+/// the producer that the commit succeeded, so a read started just after a pipeline's last
+/// commit could otherwise stop short of records that are committed.
 pub fn read_to_end(
     client: &Client,
     topic: &str,
@@ -51,6 +55,10 @@ pub fn read_to_end(
         let _ = tpl.add_partition_offset(topic, *p, Offset::Beginning);
     }
     consumer.assign(&tpl).map_err(|e| Error::kafka(format!("assigning {topic} to a reader"), e))?;
+    let committed_only = cc.get("isolation.level") == Some("read_committed");
+    if committed_only {
+        settle(client, &consumer, topic, &partitions, deadline.min(Instant::now() + SETTLE));
+    }
     let mut at_end: HashSet<i32> = HashSet::new();
     while at_end.len() < partitions.len() {
         if Instant::now() >= deadline {
@@ -73,6 +81,38 @@ pub fn read_to_end(
         }
     }
     Ok(())
+}
+
+/// How long a read waits for the transactions in progress on its topic to complete: longer
+/// than the default `transaction.timeout.ms` (10 s), after which the coordinator aborts a
+/// transaction its producer left open.
+pub const SETTLE: Duration = Duration::from_secs(15);
+
+/// Waits until `until` for every partition's last stable offset (what `committed`, a
+/// read_committed consumer, lists) to reach its high watermark (what a read_uncommitted one
+/// lists); returns early, leaving the read to stop at the last stable offset, if that does
+/// not happen in time (a transaction left open longer) or the offsets cannot be listed.
+fn settle(client: &Client, committed: &BaseConsumer<QuietEof>, topic: &str, partitions: &[i32], until: Instant) {
+    let mut cc = client.config();
+    client.properties.apply(&mut cc);
+    cc.set("group.id", "kafka-eos-reader").set("isolation.level", "read_uncommitted");
+    let Ok(uncommitted) = cc.create::<BaseConsumer>() else { return };
+    let mut open: Vec<i32> = partitions.to_vec();
+    while !open.is_empty() && Instant::now() < until {
+        let ask = Duration::from_secs(5);
+        open.retain(|&p| {
+            match (committed.fetch_watermarks(topic, p, ask), uncommitted.fetch_watermarks(topic, p, ask)) {
+                (Ok((_, stable)), Ok((_, high))) => stable < high,
+                _ => false,
+            }
+        });
+        if !open.is_empty() {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    if !open.is_empty() {
+        tracing::debug!(topic, partitions = open.len(), "reading with transactions still in progress");
+    }
 }
 
 /// Every committed record of `topic`, in offset order per partition (partitions one after

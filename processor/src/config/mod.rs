@@ -46,7 +46,7 @@ use crate::error::{Error, Result};
 use crate::state::StoreDef;
 
 /// [`PipelineBuilder::max_concurrent_transactions`]'s default (measured in `docs/scaling.md`).
-pub(crate) const DEFAULT_MAX_CONCURRENT_TRANSACTIONS: usize = 128;
+pub(crate) const DEFAULT_MAX_CONCURRENT_TRANSACTIONS: usize = 32;
 
 /// The delivery guarantee of a pipeline. Chosen per pipeline: exactly-once costs a
 /// transaction per batch (a few milliseconds of coordinator round trips, amortised over

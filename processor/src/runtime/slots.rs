@@ -60,7 +60,11 @@ pub(crate) struct Member(Arc<Slots>);
 impl Slots {
     pub(crate) fn new(n: usize) -> Slots {
         let capacity = n.max(1);
-        Slots { capacity, state: Mutex::new(State { free: capacity, queue: VecDeque::new() }), members: AtomicUsize::new(0) }
+        Slots {
+            capacity,
+            state: Mutex::new(State { free: capacity, queue: VecDeque::new() }),
+            members: AtomicUsize::new(0),
+        }
     }
 
     /// Counts a partition task until the returned guard is dropped.
@@ -178,9 +182,9 @@ mod tests {
         let order = Arc::new(Mutex::new(Vec::new()));
         let mut threads = Vec::new();
         for i in 0..8 {
-            let (slots, order) = (slots.clone(), order.clone());
+            let (mine, order) = (slots.clone(), order.clone());
             threads.push(std::thread::spawn(move || {
-                let _slot = slots.acquire(&forever()).expect("a slot within 30 s");
+                let _slot = mine.acquire(&forever()).expect("a slot within 30 s");
                 order.lock().unwrap().push(i);
             }));
             // Queued before the next one starts: the arrival order is i's order.

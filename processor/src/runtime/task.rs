@@ -214,7 +214,17 @@ impl Task {
             });
         }
         task.interrupt.set_phase("initialising its producer: init_transactions");
-        task.ensure_producer()?;
+        {
+            // Per-partition mode past its transaction bound: a thousand init_transactions at
+            // once are the same storm as a thousand commits (runtime::slots).
+            let shared = task.shared.clone();
+            let deadline = Deadline::interruptible(Instant::now() + shared.cfg.task_timeout, &task.interrupt);
+            let _slot = match shared.slots.as_ref().filter(|s| s.engaged()) {
+                Some(slots) => Some(slots.acquire(&deadline).ok_or_else(|| Slots::timed_out(shared.cfg.task_timeout))?),
+                None => None,
+            };
+            task.ensure_producer()?;
+        }
         task.interrupt.set_phase("connecting the sink");
         task.connect_sink()?;
         task.interrupt.set_phase("claiming its partitions in the sink");

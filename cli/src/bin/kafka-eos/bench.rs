@@ -50,7 +50,7 @@ pub struct Args {
     #[arg(long = "subject", value_parser = parse_subject)]
     subjects: Vec<Subject>,
     /// Exactly-once's bound on partitions in a transaction at once
-    /// (`PipelineBuilder::max_concurrent_transactions`) [default: the library's, 128].
+    /// (`PipelineBuilder::max_concurrent_transactions`) [default: the library's, 32].
     #[arg(long)]
     max_concurrent_transactions: Option<usize>,
     /// Worker threads of the per-consumer and at-least-once pipelines
