@@ -374,9 +374,10 @@ impl PipelineBuilder {
     /// small transactional requests and the machine with runnable threads until produce
     /// requests time out and batches abort and replay. Measured on one broker sharing two
     /// cores with the pipeline (`docs/scaling.md`): with 32 slots 0 % of the transactions
-    /// aborted at 256 and 1,024 partitions and 0–3.9 % at 512, where no bound aborted 22 %,
-    /// 47 % and 92 %; 32 also copied the most records/s of 32, 64 and 128 at 256 and 1,024
-    /// partitions. Raise it for brokers with cores of their own. The trade-off: an
+    /// aborted at 256 partitions, 0.2 % at 512 and 0 % at 1,024 (two runs), where no bound
+    /// aborted 22 %, 47 % and 92 %; 32 also copied the most records/s of 32, 64 and 128 at
+    /// 256 and 1,024 partitions (64 did at 512). Raise it for brokers with cores of their
+    /// own. The trade-off: an
     /// engaged bound adds the wait for a slot to each partition's commit latency, and a
     /// smaller `n` makes each partition's transactions fewer and larger. A value at least
     /// the number of partitions an instance can hold turns the bound off. A waiting task
