@@ -377,9 +377,9 @@ impl PipelineBuilder {
     /// aborted at 256 partitions, 0.2 % at 512 and 0 % at 1,024 (two runs), where no bound
     /// aborted 22 %, 47 % and 92 %; 32 also copied the most records/s of 32, 64 and 128 at
     /// 256 and 1,024 partitions (64 did at 512). Raise it for brokers with cores of their
-    /// own. The trade-off: an
-    /// engaged bound adds the wait for a slot to each partition's commit latency, and a
-    /// smaller `n` makes each partition's transactions fewer and larger. A value at least
+    /// own. The trade-off: an engaged bound adds the wait for a slot to each partition's
+    /// commit latency, and a smaller `n` makes each partition's transactions fewer and
+    /// larger. A value at least
     /// the number of partitions an instance can hold turns the bound off. A waiting task
     /// gives up like a failing batch: at the task timeout, or sooner on revocation.
     pub fn max_concurrent_transactions(mut self, n: usize) -> Self {

@@ -104,6 +104,19 @@ impl Slots {
         }
     }
 
+    /// A slot for a task's first `init_transactions`, only while the bound is engaged;
+    /// [`Slots::timed_out`] if none came within `timeout`.
+    pub(crate) fn acquire_if_engaged<'a>(
+        &'a self,
+        deadline: &Deadline<'_>,
+        timeout: Duration,
+    ) -> crate::error::Result<Option<Slot<'a>>> {
+        if !self.engaged() {
+            return Ok(None);
+        }
+        self.acquire(deadline).map(Some).ok_or_else(|| Slots::timed_out(timeout))
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }

@@ -215,14 +215,12 @@ impl Task {
         }
         task.interrupt.set_phase("initialising its producer: init_transactions");
         {
-            // Per-partition mode past its transaction bound: a thousand init_transactions at
-            // once are the same storm as a thousand commits (runtime::slots).
+            // Past the transaction bound, a thousand init_transactions at once are the same
+            // storm as a thousand commits (runtime::slots).
             let shared = task.shared.clone();
             let deadline = Deadline::interruptible(Instant::now() + shared.cfg.task_timeout, &task.interrupt);
-            let _slot = match shared.slots.as_ref().filter(|s| s.engaged()) {
-                Some(slots) => Some(slots.acquire(&deadline).ok_or_else(|| Slots::timed_out(shared.cfg.task_timeout))?),
-                None => None,
-            };
+            let _slot =
+                shared.slots.as_ref().map(|s| s.acquire_if_engaged(&deadline, shared.cfg.task_timeout)).transpose()?;
             task.ensure_producer()?;
         }
         task.interrupt.set_phase("connecting the sink");
