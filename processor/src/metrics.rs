@@ -22,6 +22,7 @@
 //! | `kafka_eos_txn_time_ns_total{call}` | counter | time blocked in `init`, `begin`, `send_offsets`, `commit`, `abort` |
 //! | `kafka_eos_txn_init_latency_seconds` | histogram | `init_transactions` (per producer creation) |
 //! | `kafka_eos_rebalances_total` | counter | assignments received |
+//! | `kafka_eos_rebalance_callback_seconds{step}` | histogram | a rebalance callback's run, `step` = `assign` (tasks started, producers initialised), `revoke` (moved tasks' last commits) or `error`; under the incremental protocols librdkafka pauses every assigned partition meanwhile |
 //! | `kafka_eos_transaction_reconciled_total{outcome}` | counter | transactions whose outcome was unknown to the task (a commit step without a definite answer, a fatal producer, a refused abort), fenced with a fresh producer and reconciled from the stable committed offsets: `outcome` = `committed` or `aborted` (then replayed) |
 //! | `kafka_eos_producers_fenced_total` | counter | producers given up: fenced by a newer owner, or an unknown outcome that could not be reconciled (the partitions go back to the group) |
 //! | `kafka_eos_partitions_unserved` | gauge | assigned partitions without a task: left waiting by per-partition mode's task bound (`max_partition_tasks`), or whose task's start is being retried |
@@ -163,6 +164,13 @@ impl TaskMetrics {
 
 pub(crate) fn rebalance(pipeline: &str) {
     counter!("kafka_eos_rebalances_total", "pipeline" => pipeline.to_string()).increment(1);
+}
+
+/// One rebalance callback's run on the consumer thread, `step` = `assign`, `revoke` or
+/// `error`: under the incremental protocols every assigned partition is paused for it.
+pub(crate) fn rebalance_callback(pipeline: &str, step: &'static str, took: Duration) {
+    histogram!("kafka_eos_rebalance_callback_seconds", "pipeline" => pipeline.to_string(), "step" => step)
+        .record(took.as_secs_f64());
 }
 
 pub(crate) fn producer_fenced(pipeline: &str) {

@@ -18,6 +18,9 @@
 //!   and not by a newcomer;
 //! - **unmoved gap**: the longest gap between two commits of an unmoved partition (the
 //!   window's edges count as commits) — what incremental rebalancing keeps short;
+//! - **steady gap**: the same, over the phase's second half for every partition that one
+//!   instance committed there: the gap the input's sparsity and the machine's load make with
+//!   no membership change, against which the unmoved gap is to be read;
 //! - **moved pause**: the longest time a moved partition went from a commit at its old
 //!   owner to one at its new owner;
 //! - **all committing**: from the change until every partition had committed at its new
@@ -135,6 +138,9 @@ pub struct PhaseReport {
     pub instances: usize,
     /// The commit-gap analysis of the phase's window.
     pub pauses: Pauses,
+    /// The longest gap between two commits of a partition over the phase's second half,
+    /// long after its change: the baseline of [`Pauses::longest_unmoved_gap`].
+    pub steady_gap: Duration,
     /// Records copied per second over the phase's second half.
     pub throughput: f64,
     /// Records written but not yet copied at the phase's end.
@@ -232,12 +238,15 @@ pub fn run(opts: &StudyOptions) -> Result<StudyReport, String> {
     let mut phases = Vec::new();
     for (k, r) in raw.iter().enumerate() {
         let p = pauses(&log, r.change, r.end, &r.newcomers, Some(opts.partitions));
+        let half = r.change + (r.end.saturating_sub(r.change)) / 2;
+        let steady_gap = pauses(&log, half, r.end, &BTreeSet::new(), None).longest_unmoved_gap;
         let (mid, last) = (&r.mid, &r.last);
         let secs = (last.0 - mid.0).as_secs_f64().max(1e-3);
         let before = if k == 0 { Summary::default() } else { raw[k - 1].last.1 };
         phases.push(PhaseReport {
             instances: r.instances,
             pauses: p,
+            steady_gap,
             throughput: last.1.records_out.saturating_sub(mid.1.records_out) as f64 / secs,
             backlog: r.backlog,
             committed: last.1.transactions_committed.saturating_sub(before.transactions_committed),

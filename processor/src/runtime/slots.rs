@@ -19,6 +19,12 @@
 //!   commit gap grows because others keep barging past it.
 //! - **Bounded waits.** A wait ends at the batch's deadline, which a revocation brings
 //!   forward, so a task never holds the rebalance up longer than without slots.
+//! - **Revocations first.** A batch that a rebalance or a shutdown is waiting for queues
+//!   ahead of the others, behind earlier urgent ones ([`Slots::acquire`]): the
+//!   consumer thread waits for it inside the rebalance callback, and under the incremental
+//!   protocols every partition of the instance is paused meanwhile (measured before this:
+//!   revocation callbacks of 3.2–6.8 s with the bound engaged at 64 partitions on the
+//!   shared 2-core machine, against 2.4–2.6 s below it).
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -47,6 +53,8 @@ struct State {
 struct Waiter {
     /// Set (under the state's lock) when a released slot was handed to this waiter.
     granted: AtomicBool,
+    /// Queued ahead of every waiter that is not (see the module docs); set under the lock.
+    urgent: AtomicBool,
     woken: Condvar,
 }
 
@@ -80,14 +88,17 @@ impl Slots {
     }
 
     /// Waits for a free slot, behind the tasks that waited first, until `deadline` (which a
-    /// revocation may bring forward); `None` if it passed first.
-    pub(crate) fn acquire<'a>(&'a self, deadline: &Deadline<'_>) -> Option<Slot<'a>> {
+    /// revocation may bring forward); `None` if it passed first. Once `urgent()` says so
+    /// (checked on every wake-up: a revocation can come while the task waits), it waits
+    /// behind the urgent ones only.
+    pub(crate) fn acquire<'a>(&'a self, deadline: &Deadline<'_>, urgent: &dyn Fn() -> bool) -> Option<Slot<'a>> {
         let mut state = self.lock();
         if state.free > 0 && state.queue.is_empty() {
             state.free -= 1;
             return Some(Slot(self));
         }
-        let me = Arc::new(Waiter { granted: AtomicBool::new(false), woken: Condvar::new() });
+        let me =
+            Arc::new(Waiter { granted: AtomicBool::new(false), urgent: AtomicBool::new(false), woken: Condvar::new() });
         state.queue.push_back(me.clone());
         loop {
             if me.granted.load(Ordering::SeqCst) {
@@ -97,6 +108,12 @@ impl Slots {
             if left.is_zero() {
                 state.queue.retain(|w| !Arc::ptr_eq(w, &me));
                 return None;
+            }
+            if !me.urgent.load(Ordering::SeqCst) && urgent() {
+                state.queue.retain(|w| !Arc::ptr_eq(w, &me));
+                me.urgent.store(true, Ordering::SeqCst);
+                let at = state.queue.iter().position(|w| !w.urgent.load(Ordering::SeqCst)).unwrap_or(state.queue.len());
+                state.queue.insert(at, me.clone());
             }
             // Re-check the deadline now and then: an interruption moves it without a notify.
             let wait = left.min(Duration::from_millis(50));
@@ -114,7 +131,7 @@ impl Slots {
         if !self.engaged() {
             return Ok(None);
         }
-        self.acquire(deadline).map(Some).ok_or_else(|| Slots::timed_out(timeout))
+        self.acquire(deadline, &|| false).map(Some).ok_or_else(|| Slots::timed_out(timeout))
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -155,7 +172,7 @@ impl Drop for Member {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
     use std::sync::Arc;
     use std::time::Instant;
 
@@ -173,7 +190,7 @@ mod tests {
             .map(|_| {
                 let (slots, now, max) = (slots.clone(), now.clone(), max.clone());
                 std::thread::spawn(move || {
-                    let _slot = slots.acquire(&forever()).expect("a slot within 30 s");
+                    let _slot = slots.acquire(&forever(), &|| false).expect("a slot within 30 s");
                     let held = now.fetch_add(1, Ordering::SeqCst) + 1;
                     max.fetch_max(held, Ordering::SeqCst);
                     std::thread::sleep(Duration::from_millis(20));
@@ -191,13 +208,13 @@ mod tests {
     #[test]
     fn waiters_are_served_in_the_order_they_came() {
         let slots = Arc::new(Slots::new(1));
-        let held = slots.acquire(&forever()).unwrap();
+        let held = slots.acquire(&forever(), &|| false).unwrap();
         let order = Arc::new(Mutex::new(Vec::new()));
         let mut threads = Vec::new();
         for i in 0..8 {
             let (mine, order) = (slots.clone(), order.clone());
             threads.push(std::thread::spawn(move || {
-                let _slot = mine.acquire(&forever()).expect("a slot within 30 s");
+                let _slot = mine.acquire(&forever(), &|| false).expect("a slot within 30 s");
                 order.lock().unwrap().push(i);
             }));
             // Queued before the next one starts: the arrival order is i's order.
@@ -212,10 +229,10 @@ mod tests {
         assert_eq!(*order.lock().unwrap(), (0..8).collect::<Vec<_>>());
         // A newcomer does not barge past a queue: with the slot held and one waiter queued,
         // a release goes to the waiter, not to whoever asks next.
-        let held = slots.acquire(&forever()).unwrap();
+        let held = slots.acquire(&forever(), &|| false).unwrap();
         let waiter = {
             let slots = slots.clone();
-            std::thread::spawn(move || slots.acquire(&forever()).map(|_| ()).is_some())
+            std::thread::spawn(move || slots.acquire(&forever(), &|| false).map(|_| ()).is_some())
         };
         while slots.lock().queue.is_empty() {
             std::thread::yield_now();
@@ -226,15 +243,47 @@ mod tests {
     }
 
     #[test]
+    fn urgent_waiters_go_ahead_of_the_others_in_the_order_they_came() {
+        let slots = Arc::new(Slots::new(1));
+        let held = slots.acquire(&forever(), &|| false).unwrap();
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let revoked = Arc::new(AtomicBool::new(false));
+        let mut threads = Vec::new();
+        // Arrivals: plain 0, urgent 1, plain 2 (revoked while it waits), urgent 3.
+        for (i, urgent) in [(0, false), (1, true), (2, false), (3, true)] {
+            let (mine, order, revoked) = (slots.clone(), order.clone(), revoked.clone());
+            threads.push(std::thread::spawn(move || {
+                let urgent = move || urgent || (i == 2 && revoked.load(Ordering::SeqCst));
+                let _slot = mine.acquire(&forever(), &urgent).expect("a slot within 30 s");
+                order.lock().unwrap().push(i);
+            }));
+            while slots.lock().queue.len() < i + 1 {
+                std::thread::yield_now();
+            }
+        }
+        revoked.store(true, Ordering::SeqCst);
+        let urgent_queued = || slots.lock().queue.iter().filter(|w| w.urgent.load(Ordering::SeqCst)).count();
+        while urgent_queued() < 3 {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        drop(held);
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert_eq!(*order.lock().unwrap(), vec![1, 3, 2, 0], "urgent first, by arrival; 2 moved up once revoked");
+        assert_eq!(slots.lock().free, 1);
+    }
+
+    #[test]
     fn a_waiter_gives_up_at_its_deadline_and_leaves_the_queue() {
         let slots = Slots::new(1);
-        let held = slots.acquire(&forever()).unwrap();
+        let held = slots.acquire(&forever(), &|| false).unwrap();
         let started = Instant::now();
-        assert!(slots.acquire(&Deadline::from(Instant::now() + Duration::from_millis(120))).is_none());
+        assert!(slots.acquire(&Deadline::from(Instant::now() + Duration::from_millis(120)), &|| false).is_none());
         assert!(started.elapsed() >= Duration::from_millis(120));
         assert!(slots.lock().queue.is_empty(), "the waiter that gave up is not served later");
         drop(held);
-        assert!(slots.acquire(&Deadline::from(Instant::now())).is_some(), "free again: no wait needed");
+        assert!(slots.acquire(&Deadline::from(Instant::now()), &|| false).is_some(), "free again: no wait needed");
     }
 
     #[test]

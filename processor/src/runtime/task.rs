@@ -59,6 +59,7 @@ use crate::txn::{
 
 mod failed;
 mod report;
+mod revoke;
 mod rewind;
 mod sink;
 mod streamed;
@@ -306,54 +307,7 @@ impl Task {
                     }));
                 }
                 Ok(TaskMsg::Revoke { partitions, lost, reply }) => {
-                    if lost {
-                        // Their outputs cannot be committed: the open transaction goes, and
-                        // the records of partitions kept are processed again.
-                        if !self.abandon_streamed() {
-                            batch.clear();
-                        }
-                        // Only the lost partitions' records: a worker's batch also holds
-                        // partitions it keeps (incremental rebalancing), committed as usual.
-                        let before = batch.len();
-                        batch.retain(|r| !partitions.iter().any(|(t, p)| *p == r.partition && *t == r.topic));
-                        tracing::info!(
-                            task = self.id,
-                            ?partitions,
-                            dropped = before - batch.len(),
-                            "partitions lost: dropping their uncommitted records"
-                        );
-                    } else {
-                        self.flush(&mut batch);
-                        // A batch dropped on this revocation (it kept failing) also held the
-                        // records of partitions this worker keeps: move those back to their
-                        // committed offsets, or their later records would commit past them.
-                        let kept: Vec<TopicPartition> = std::mem::take(&mut self.dropped)
-                            .into_iter()
-                            .filter(|tp| self.owned.contains(tp) && !partitions.contains(tp))
-                            .collect();
-                        if !kept.is_empty() && self.producer.is_some() {
-                            self.rewinding.extend(kept.iter().cloned());
-                            let _ = self.control.send(Control::Rewind { task: self.id, partitions: kept });
-                        }
-                    }
-                    let acked_offsets =
-                        partitions.iter().filter_map(|tp| self.acked.remove(tp).map(|o| (tp.clone(), o))).collect();
-                    for tp in &partitions {
-                        self.owned.remove(tp);
-                        self.unanchored.remove(tp);
-                    }
-                    // Partition n's state and tables go with its last input (co-partitioned
-                    // inputs share them).
-                    let gone: Vec<TopicPartition> =
-                        partitions.iter().filter(|tp| !self.owned.iter().any(|o| o.1 == tp.1)).cloned().collect();
-                    for tp in &partitions {
-                        self.processing.revoke(tp, !gone.contains(tp));
-                    }
-                    self.release_tables(&gone);
-                    self.release(&partitions);
-                    // Before the reply: once it is sent the consumer thread may set the
-                    // next revocation's interrupt, which must not be cleared here.
-                    self.interrupt.clear_revocation();
+                    let acked_offsets = self.revoke(&mut batch, &partitions, lost);
                     let _ = reply.send(RevokeReply { acked_offsets });
                     if per_partition && self.owned.is_empty() {
                         return;
@@ -494,10 +448,13 @@ impl Task {
                 None => CommitTo::Consumer,
             };
             // Per-partition mode: wait for a transaction slot (runtime::slots; never blocks
-            // while the bound is not engaged). A streamed attempt's transaction is open
+            // while the bound is not engaged), ahead of the others if a revocation or the
+            // shutdown waits for this batch. A streamed attempt's transaction is open
             // already: it holds none, and must not wait.
             let shared = self.shared.clone();
-            let slot = match shared.slots.as_ref().filter(|_| streamed.is_none()).map(|s| s.acquire(&deadline)) {
+            let urgent = || interrupt.current().is_some();
+            let slot = match shared.slots.as_ref().filter(|_| streamed.is_none()).map(|s| s.acquire(&deadline, &urgent))
+            {
                 Some(None) if interrupt.expired().is_some() => continue, // dropped at the top
                 Some(None) => return Flush::Stop(Slots::timed_out(cfg.task_timeout)),
                 Some(Some(slot)) => Some(slot),

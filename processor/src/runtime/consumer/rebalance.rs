@@ -302,6 +302,14 @@ impl ConsumerContext for Rebalancer {
             tpl.elements().iter().map(|e| (self.topic(e.topic()), e.partition())).collect()
         };
         let incremental = matches!(consumer.rebalance_protocol(), RebalanceProtocol::Cooperative);
+        // Under the incremental protocols librdkafka pauses every assigned partition while
+        // this callback runs, so its duration is a pause of the partitions that stay put.
+        let started = Instant::now();
+        let step = match err {
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => "assign",
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => "revoke",
+            _ => "error",
+        };
         let result = match err {
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
                 if tpl.count() > 0 {
@@ -348,6 +356,9 @@ impl ConsumerContext for Rebalancer {
                 }
             }
         };
+        let took = started.elapsed();
+        crate::metrics::rebalance_callback(&self.shared.cfg.application_id, step, took);
+        tracing::info!(step, partitions = tpl.count(), took_ms = took.as_millis() as u64, "rebalance callback done");
         match result {
             Err(e) => tracing::error!(error = %e, "applying the rebalance failed"),
             // librdkafka paused every assigned partition for the callback and has just
