@@ -22,6 +22,7 @@
 //! | `kafka_eos_txn_time_ns_total{call}` | counter | time blocked in `init`, `begin`, `send_offsets`, `commit`, `abort` |
 //! | `kafka_eos_txn_init_latency_seconds` | histogram | `init_transactions` (per producer creation) |
 //! | `kafka_eos_rebalances_total` | counter | assignments received |
+//! | `kafka_eos_revoked_records_handed_back_total` | counter | records of a revoked partition's collected batch dropped uncommitted for the next owner to read again: per-partition mode past the transaction slot bound, where committing would queue for a slot inside the rebalance callback |
 //! | `kafka_eos_rebalance_callback_seconds{step}` | histogram | a rebalance callback's run, `step` = `assign` (tasks started, producers initialised), `revoke` (moved tasks' last commits) or `error`; under the incremental protocols librdkafka pauses every assigned partition meanwhile |
 //! | `kafka_eos_transaction_reconciled_total{outcome}` | counter | transactions whose outcome was unknown to the task (a commit step without a definite answer, a fatal producer, a refused abort), fenced with a fresh producer and reconciled from the stable committed offsets: `outcome` = `committed` or `aborted` (then replayed) |
 //! | `kafka_eos_producers_fenced_total` | counter | producers given up: fenced by a newer owner, or an unknown outcome that could not be reconciled (the partitions go back to the group) |
@@ -171,6 +172,13 @@ pub(crate) fn rebalance(pipeline: &str) {
 pub(crate) fn rebalance_callback(pipeline: &str, step: &'static str, took: Duration) {
     histogram!("kafka_eos_rebalance_callback_seconds", "pipeline" => pipeline.to_string(), "step" => step)
         .record(took.as_secs_f64());
+}
+
+/// Records of a revoked partition's collected batch handed back uncommitted (per-partition
+/// mode past the transaction slot bound: `runtime::task`'s `revoke` module).
+pub(crate) fn handed_back(pipeline: &str, records: usize) {
+    counter!("kafka_eos_revoked_records_handed_back_total", "pipeline" => pipeline.to_string())
+        .increment(records as u64);
 }
 
 pub(crate) fn producer_fenced(pipeline: &str) {

@@ -91,6 +91,7 @@ pub(crate) struct Stats {
     pub duplicates_dropped: Counter,
     pub late_records: Counter,
     pub window_corrections: Counter,
+    pub records_handed_back: Counter,
 }
 
 /// What a pipeline did, as counted when `run` returned (or so far, from
@@ -134,6 +135,10 @@ pub struct Summary {
     /// late record within the window's retention, see `docs/state.md`) and session results
     /// retracted because a late record merged their session into an earlier one.
     pub window_corrections: u64,
+    /// Input records of revoked partitions handed back uncommitted, for their next owner to
+    /// read again (per-partition mode past the transaction slot bound: a batch that had
+    /// begun no transaction is not committed inside the rebalance; `docs/scaling.md`).
+    pub records_handed_back: u64,
 }
 
 impl Stats {
@@ -151,6 +156,7 @@ impl Stats {
             duplicates_dropped: self.duplicates_dropped.get(),
             late_records: self.late_records.get(),
             window_corrections: self.window_corrections.get(),
+            records_handed_back: self.records_handed_back.get(),
         }
     }
 }

@@ -20,7 +20,8 @@
 //! the batch is only collected, then run in one go by [`run_cycle`]). A revocation, read
 //! between records, commits the batch (keeping the work) or, if the partitions were *lost*
 //! (the group already gave them to someone else), aborts its open transaction and drops
-//! their records. Replays always run in one go.
+//! their records; past the transaction slot bound a batch that has begun no transaction is
+//! handed back instead ([`revoke`]). Replays always run in one go.
 //!
 //! A batch that keeps *failing* would keep the task from reading its inbox until the task
 //! timeout: the consumer thread therefore sets the task's [`Interrupt`] before it sends a
@@ -411,8 +412,10 @@ impl Task {
         // The first attempt, if it ran as the batch was collected: its open transaction is
         // closed first (interrupted, it fails at once and is aborted like any attempt).
         let mut streamed = self.streamed.take();
+        // Set when a revocation or the shutdown ended the wait for a slot.
+        let mut handed_back = None;
         loop {
-            if let Some(because) = interrupt.expired().filter(|_| streamed.is_none()) {
+            if let Some(because) = interrupt.expired().or(handed_back).filter(|_| streamed.is_none()) {
                 // Interrupted during the pause before a replay: the aborted cycle is
                 // reported already, the drop gets an event of its own (no transaction).
                 let reason = match last_error {
@@ -422,8 +425,14 @@ impl Task {
                         self.report(batch, &HashMap::new(), now, Duration::ZERO, nothing, &outcome);
                         reason
                     }
+                    None if handed_back.is_some() => {
+                        "handed back: interrupted while waiting for a transaction slot".into()
+                    }
                     None => "interrupted before the first attempt".into(),
                 };
+                if handed_back.is_some() {
+                    self.handed_back(batch.len());
+                }
                 return Flush::Dropped { because, reason };
             }
             // Every attempt (a replay too) looks the tables up as they are now.
@@ -448,14 +457,21 @@ impl Task {
                 None => CommitTo::Consumer,
             };
             // Per-partition mode: wait for a transaction slot (runtime::slots; never blocks
-            // while the bound is not engaged), ahead of the others if a revocation or the
-            // shutdown waits for this batch. A streamed attempt's transaction is open
-            // already: it holds none, and must not wait.
+            // while the bound is not engaged), unless a revocation or the shutdown comes:
+            // then the batch, with no transaction begun, is handed back at the top. A
+            // streamed attempt's transaction is open already: it holds none, and must not wait.
             let shared = self.shared.clone();
-            let urgent = || interrupt.current().is_some();
-            let slot = match shared.slots.as_ref().filter(|_| streamed.is_none()).map(|s| s.acquire(&deadline, &urgent))
+            let interrupted = || interrupt.current().is_some();
+            let slot = match shared
+                .slots
+                .as_ref()
+                .filter(|_| streamed.is_none())
+                .map(|s| s.acquire(&deadline, &interrupted))
             {
-                Some(None) if interrupt.expired().is_some() => continue, // dropped at the top
+                Some(None) if interrupt.current().is_some() => {
+                    handed_back = interrupt.current().map(|(why, _)| why);
+                    continue; // dropped at the top
+                }
                 Some(None) => return Flush::Stop(Slots::timed_out(cfg.task_timeout)),
                 Some(Some(slot)) => Some(slot),
                 None => None,
