@@ -381,7 +381,9 @@ impl PipelineBuilder {
     /// commit latency, and a smaller `n` makes each partition's transactions fewer and
     /// larger. A value at least
     /// the number of partitions an instance can hold turns the bound off. A waiting task
-    /// gives up like a failing batch: at the task timeout, or sooner on revocation.
+    /// gives up at the task timeout; when its partition is revoked (or the instance shuts
+    /// down) it stops waiting at once and hands its batch, which began no transaction, back
+    /// uncommitted for the next owner to read again (`Summary::records_handed_back`).
     pub fn max_concurrent_transactions(mut self, n: usize) -> Self {
         self.max_concurrent_transactions = Some(n);
         self

@@ -17,8 +17,7 @@
 //! - **First come, first served.** Waiters are served in the order they came, each woken on
 //!   its own (no thundering herd of a thousand threads per release), so that no partition's
 //!   commit gap grows because others keep barging past it.
-//! - **Bounded waits.** A wait ends at the batch's deadline, which a revocation brings
-//!   forward, so a task never holds the rebalance up longer than without slots.
+//! - **Bounded waits.** A wait ends at the batch's deadline (the task timeout).
 //! - **A revocation does not wait.** A task waiting for a slot when its partitions are
 //!   revoked (or the instance shuts down) stops waiting at once ([`Slots::acquire`]'s
 //!   `give_up`) and hands its batch back uncommitted: no transaction has begun for it, and the
