@@ -170,9 +170,9 @@ async fn a_transaction_bound_lets_one_partition_commit_at_a_time() {
 /// transaction, instead of committing them one slot at a time while the rebalance waits
 /// (issue 11: one instance's revocation of 512 partitions took 56 s at 1,024). Instance A
 /// runs 4 partitions with one slot (engaged) and a backlog, kept up until B commits, so its
-/// tasks are mostly waiting for the slot with a collected batch; B joins and takes two. A hands batches back, B reads
-/// them again from the committed offsets, and the copy ends exactly once with every record
-/// counted once.
+/// tasks are mostly waiting for the slot with a collected batch; B joins and takes two. A
+/// hands batches back, B reads them again from the committed offsets, and the copy ends
+/// exactly once with every record counted once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn past_the_slot_bound_a_revocation_hands_uncommitted_batches_back() {
     use std::time::Instant;

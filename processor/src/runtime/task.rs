@@ -468,11 +468,13 @@ impl Task {
                 .filter(|_| streamed.is_none())
                 .map(|s| s.acquire(&deadline, &interrupted))
             {
-                Some(None) if interrupt.current().is_some() => {
-                    handed_back = interrupt.current().map(|(why, _)| why);
-                    continue; // dropped at the top
-                }
-                Some(None) => return Flush::Stop(Slots::timed_out(cfg.task_timeout)),
+                Some(None) => match interrupt.current() {
+                    Some((why, _)) => {
+                        handed_back = Some(why);
+                        continue; // dropped at the top
+                    }
+                    None => return Flush::Stop(Slots::timed_out(cfg.task_timeout)),
+                },
                 Some(Some(slot)) => Some(slot),
                 None => None,
             };
