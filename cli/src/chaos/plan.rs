@@ -343,9 +343,10 @@ impl Plan {
                 for _ in 0..scale {
                     for node in s.rng.shuffled(p.nodes.clone()) {
                         s.after(4, 8, Action::BrokerDown { node, hard }, true);
-                        // Down long enough, sometimes, for the controller to notice
-                        // (broker.session.timeout.ms 9 s) and move leaders; sometimes back
-                        // before it does.
+                        // Due back 3-12 s later. A crashed broker whose controller has not
+                        // fenced it yet (broker.session.timeout.ms 9 s) is restarted once it
+                        // has (`Run::broker_up`, unless `restart_unfenced`); a stopped one
+                        // at once: its controlled shutdown moved its leaders already.
                         s.after(3, 12, Action::BrokerUp { node }, false);
                     }
                 }

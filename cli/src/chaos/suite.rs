@@ -81,6 +81,14 @@ pub struct SuiteConfig {
     /// A failed scenario copies the local cluster's data directories into its log directory
     /// (`cluster-data/`), for reading the partitions' batches and markers back.
     pub keep_data_on_failure: bool,
+    /// Restart a crashed broker when the plan says, even before the controller has fenced
+    /// it (`broker.session.timeout.ms`, 9 s). Off by default: a crashed broker comes back
+    /// only once the cluster has noticed the crash, as `docs/operations.md` asks of a
+    /// deployment. Back sooner, it can lead its partitions again at the same leader epoch
+    /// and, as a transaction coordinator, act on a `PrepareCommit` it never replicated:
+    /// Kafka then commits one transaction in some partitions and aborts it in others, which
+    /// no client can prevent (`docs/reliability.md`). On, the suite reproduces that flaw.
+    pub restart_unfenced: bool,
     /// Bytes per input record value.
     pub value_size: usize,
     /// Client properties (security settings) for every client of the suite: the instances'
@@ -106,6 +114,7 @@ impl SuiteConfig {
             instance_exe,
             log_dir: None,
             keep_data_on_failure: false,
+            restart_unfenced: false,
             value_size: 64,
             client_properties: Properties::default(),
         }

@@ -68,6 +68,11 @@ pub struct Args {
     /// Hundreds of MiB per failed scenario of a large run; off by default.
     #[arg(long)]
     keep_data_on_failure: bool,
+    /// Restart a crashed broker when the plan says, even before the controller has fenced it
+    /// (by default the restart waits for that, as docs/operations.md asks of a deployment).
+    /// Reproduces the broker-side split transaction of docs/reliability.md; not for CI.
+    #[arg(long)]
+    restart_unfenced: bool,
     /// Security settings for a cluster given with --bootstrap, applied to every client the
     /// suite creates (instances, topic creation, input producer, readers, verifier).
     #[command(flatten)]
@@ -156,9 +161,10 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
     cfg.rebalancing = args.rebalancing;
     cfg.log_dir = args.log_dir;
     cfg.keep_data_on_failure = args.keep_data_on_failure;
+    cfg.restart_unfenced = args.restart_unfenced;
     cfg.client_properties = args.client.properties()?;
     println!(
-        "chaos: {} records x {} partitions per scenario, guarantee {}, rebalancing {}, seed {}{}",
+        "chaos: {} records x {} partitions per scenario, guarantee {}, rebalancing {}, seed {}{}{}",
         cfg.records,
         cfg.partitions,
         cfg.guarantee.as_str(),
@@ -167,7 +173,8 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
         match cfg.fault_scale {
             1 => String::new(),
             k => format!(", {k}x the faults"),
-        }
+        },
+        if cfg.restart_unfenced { ", crashed brokers restarted before they are fenced" } else { "" }
     );
     if let Some(line) = super::describe(&cfg.client_properties) {
         println!("{line}");
