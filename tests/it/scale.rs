@@ -181,13 +181,22 @@ async fn past_the_slot_bound_a_revocation_hands_uncommitted_batches_back() {
 
     let t = topics("hand-back", 4, 8_000, 100).await;
     let app = unique("hand-back");
+    // 2 ms per record: A cannot drain its backlog before B's join revokes its partitions,
+    // however loaded the machine (a run beside another test's brokers had, and handed
+    // nothing back).
+    let out = kafka_eos::Topic::new(&t.output);
     let member = |id: &str| {
+        let out = out.clone();
         spawn(
             t.pipeline(&app, Guarantee::ExactlyOnce)
                 .instance_id(id)
                 .max_concurrent_transactions(1)
                 .commit_interval(Duration::from_millis(300))
-                .max_records_per_transaction(100),
+                .max_records_per_transaction(100)
+                .processor(move |ctx, r| {
+                    std::thread::sleep(Duration::from_millis(2));
+                    crate::common::emit_reversed(ctx, &out, r)
+                }),
         )
     };
     let a = member("a");
@@ -203,8 +212,8 @@ async fn past_the_slot_bound_a_revocation_hands_uncommitted_batches_back() {
     let deadline = Instant::now() + Duration::from_secs(90);
     while b.handle.summary().records_in == 0 {
         assert!(Instant::now() < deadline, "B never committed: {:?}", b.handle.summary());
-        t.produce(400).await;
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        t.produce(100).await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
     t.wait_caught_up(&app, Duration::from_secs(120)).await;
     let (sa, sb) = (a.stop().await, b.stop().await);
@@ -268,6 +277,45 @@ async fn a_task_bound_leaves_the_partitions_past_it_unserved_until_room_frees() 
     let (sa, sb) = (a.stop().await, b.stop().await);
     let all: BTreeSet<i32> = seen_a.lock().unwrap().union(&seen_b.lock().unwrap()).copied().collect();
     assert_eq!(all, (0..4).collect(), "every partition committed in the end");
+    let report = t.verify().await;
+    assert!(report.is_exactly_once(), "{report:?}");
+    assert_eq!(sa.records_in + sb.records_in, report.input_records, "{sa:?} {sb:?}");
+}
+
+/// A slow task start holds up neither the assignment nor the other partitions (issue 11,
+/// `consumer/starting.rs`): partition 1's task takes 20 s to start (injected, as a slow
+/// `init_transactions` or a long wait for a transaction slot would), and partition 0
+/// commits its whole input meanwhile — before, the assign callback waited for every new
+/// task, and nothing committed for 20 s. The instance is then stopped while partition 1's
+/// task is still starting (a revocation of a start under way), and a second instance copies
+/// partition 1: exactly once, nothing of partition 0 a second time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_task_start_holds_up_neither_the_assignment_nor_the_other_partitions() {
+    use crate::common::{spawn, topics, unique};
+
+    let t = topics("slow-start", 2, 2_000, 100).await;
+    let app = unique("slow-start");
+    let (seen_a, seen_b): (Seen, Seen) = Default::default();
+    let a = spawn(
+        t.pipeline(&app, Guarantee::ExactlyOnce)
+            .inject_slow_start(1, Duration::from_secs(20))
+            .on_transaction(record_committed(&seen_a)),
+    );
+    // Well within the 20 s: the group join, partition 0's start and its 1,000 records.
+    a.wait_records_in(1_000, Duration::from_secs(15)).await;
+    assert_eq!(a.handle.summary().records_in, 1_000, "partition 0's input, nothing of partition 1 yet");
+    // The hook may run just after the count.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while seen_a.lock().unwrap().is_empty() && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(*seen_a.lock().unwrap(), BTreeSet::from([0]), "the 1,000 were partition 0's");
+    let sa = a.stop().await;
+    assert_eq!(sa.records_in, 1_000, "{sa:?}");
+    let b = spawn(t.pipeline(&app, Guarantee::ExactlyOnce).on_transaction(record_committed(&seen_b)));
+    t.wait_caught_up(&app, Duration::from_secs(60)).await;
+    let sb = b.stop().await;
+    assert_eq!(*seen_b.lock().unwrap(), BTreeSet::from([1]), "B copied partition 1 only: {sb:?}");
     let report = t.verify().await;
     assert!(report.is_exactly_once(), "{report:?}");
     assert_eq!(sa.records_in + sb.records_in, report.input_records, "{sa:?} {sb:?}");
