@@ -91,6 +91,12 @@ pub(super) struct Starting {
     pub(super) group: Vec<TopicPartition>,
     pub(super) handle: TaskHandle,
     pub(super) ready: Ready,
+    /// Where the partitions resume, once the task is ready and the seek there has not
+    /// succeeded yet (librdkafka refuses to seek a partition whose fetch has not started:
+    /// retried from the next loop).
+    pub(super) resume: Option<Resume>,
+    /// Not before this is the seek tried again.
+    pub(super) seek_after: Instant,
     /// When the start is given up as timed out (the task timeout from its spawn).
     pub(super) deadline: Instant,
     pub(super) since: Instant,

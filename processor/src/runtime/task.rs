@@ -148,8 +148,11 @@ pub(crate) struct Task {
     unanchored: HashSet<TopicPartition>,
     /// The partitions of the last batch dropped by an interrupt (see the revocation).
     dropped: Vec<TopicPartition>,
-    /// Partitions waiting for [`TaskMsg::Rewound`] after a producer was replaced in place:
-    /// their records until then came before the rewind and are dropped.
+    /// Partitions whose records are dropped as they come: waiting for [`TaskMsg::Rewound`]
+    /// after a producer was replaced in place (their records until then came before the
+    /// rewind), or whose batch an interruption dropped (a later batch of theirs must never
+    /// commit past it: revoked, the next owner reads them again from the committed offset;
+    /// kept, the revocation rewinds them).
     rewinding: HashSet<TopicPartition>,
     /// When the previous cycle ended, and when the collected batch's first record came:
     /// the `idle` and `collect` times of the next [`TransactionEvent`](crate::observe::TransactionEvent).
@@ -391,6 +394,10 @@ impl Task {
             Flush::Dropped { because, reason } => {
                 let distinct: std::collections::BTreeSet<TopicPartition> =
                     batch.iter().map(|r| (r.topic.clone(), r.partition)).collect();
+                // The records after the batch are in the inbox already: committing one of
+                // them would commit past the dropped ones (found by the scale study: 52
+                // records lost at a scale-in, past the slot bound, after hand-backs).
+                self.rewinding.extend(distinct.iter().cloned());
                 self.dropped = distinct.into_iter().collect();
                 tracing::warn!(
                     task = self.id,

@@ -164,6 +164,32 @@ pub(super) fn seek_to_start(
     partitions: &[TopicPartition],
     resume: &[(TopicPartition, i64)],
 ) -> Result<(), String> {
+    match seek_each(consumer, partitions, resume)?.first() {
+        Some((tp, e)) => Err(format!("seek {tp:?}: {e}")),
+        None => Ok(()),
+    }
+}
+
+/// [`seek_to_start`], with the partitions the seek refused and why (`Err`: none was moved).
+pub(super) fn seek_each(
+    consumer: &BaseConsumer<Rebalancer>,
+    partitions: &[TopicPartition],
+    resume: &[(TopicPartition, i64)],
+) -> Result<Vec<(TopicPartition, String)>, String> {
+    let refused = seek_all(consumer, partitions, resume)?;
+    Ok(refused
+        .elements()
+        .iter()
+        .filter_map(|e| e.error().err().map(|err| ((e.topic().to_string(), e.partition()), err.to_string())))
+        .filter_map(|((t, p), err)| partitions.iter().find(|tp| tp.0 == t && tp.1 == p).map(|tp| (tp.clone(), err)))
+        .collect())
+}
+
+fn seek_all(
+    consumer: &BaseConsumer<Rebalancer>,
+    partitions: &[TopicPartition],
+    resume: &[(TopicPartition, i64)],
+) -> Result<TopicPartitionList, String> {
     let timeout = Duration::from_secs(10);
     let mut seek = TopicPartitionList::with_capacity(partitions.len());
     let mut wanted = TopicPartitionList::with_capacity(partitions.len());
@@ -189,9 +215,5 @@ pub(super) fn seek_to_start(
         };
         seek.add_partition_offset(e.topic(), e.partition(), offset).map_err(|e| e.to_string())?;
     }
-    let sought = consumer.seek_partitions(seek, timeout).map_err(|e| format!("seek: {e}"))?;
-    match sought.elements().iter().find_map(|e| e.error().err()) {
-        Some(e) => Err(format!("seek: {e}")),
-        None => Ok(()),
-    }
+    consumer.seek_partitions(seek, timeout).map_err(|e| format!("seek: {e}"))
 }

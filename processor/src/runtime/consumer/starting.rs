@@ -34,16 +34,19 @@
 //!   partition *n*'s task starts: that start is finished first (blocking, as before), then
 //!   the task takes its sibling.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
 
-use super::recovery::seek_to_start;
+use super::recovery::{seek_each, seek_to_start};
 use super::Rebalancer;
 use crate::error::Error;
 use crate::runtime::registry::{retry_later, to_tpl, wait_ready, Ready, Starting, TaskHandle, Unstarted};
 use crate::runtime::task::Resume;
 use crate::runtime::TopicPartition;
+
+/// How soon a seek that librdkafka refused is tried again.
+const SEEK_RETRY: Duration = Duration::from_millis(200);
 
 impl Rebalancer {
     /// Registers a start under way (the callback, or a retry): its partitions are paused
@@ -52,7 +55,9 @@ impl Rebalancer {
     pub(super) fn add_start(&self, id: u64, group: Vec<TopicPartition>, handle: TaskHandle, ready: Ready) {
         let since = Instant::now();
         let deadline = since + self.shared.cfg.task_timeout;
-        self.registry().starting.insert(id, Starting { group, handle, ready, deadline, since });
+        self.registry()
+            .starting
+            .insert(id, Starting { group, handle, ready, resume: None, seek_after: since, deadline, since });
     }
 
     /// From the consumer loop: every start that has ended, successfully or not, is settled
@@ -68,7 +73,10 @@ impl Rebalancer {
             let mut ended = Vec::new();
             for id in ids {
                 let s = &reg.starting[&id];
-                let result = match s.ready.poll() {
+                if s.resume.is_some() && s.seek_after > now {
+                    continue;
+                }
+                let result = match s.resume.clone().map(Ok).or_else(|| s.ready.poll()) {
                     Some(r) => r,
                     None if now >= s.deadline => Err(s.ready.timed_out(now - s.since)),
                     None => continue,
@@ -81,11 +89,12 @@ impl Rebalancer {
         // One offset fetch and one seek for every start that is ready: 512 partitions
         // starting at once are 512 starts, not 512 round trips.
         let (mut ready, mut resume, mut partitions) = (Vec::new(), Vec::new(), Vec::new());
-        for (id, start, result) in ended {
+        for (id, mut start, result) in ended {
             match result {
                 Ok(r) => {
-                    resume.extend(r);
+                    resume.extend(r.iter().cloned());
                     partitions.extend(start.group.iter().cloned());
+                    start.resume = Some(r);
                     ready.push((id, start));
                 }
                 Err(e) => self.settle_start(consumer, id, start.group, start.handle, Err(e)),
@@ -94,10 +103,26 @@ impl Rebalancer {
         if ready.is_empty() {
             return;
         }
-        let sought = seek_to_start(consumer, &partitions, &resume);
-        for (id, start) in ready {
-            let result = sought.clone().map_err(|e| Error::Internal(format!("moving to the resume offsets: {e}")));
-            self.settle_start(consumer, id, start.group, start.handle, result);
+        let refused = seek_each(consumer, &partitions, &resume);
+        for (id, mut start) in ready {
+            let why = match &refused {
+                Ok(refused) => refused.iter().find(|(tp, _)| start.group.contains(tp)).map(|(_, e)| e.clone()),
+                Err(e) => Some(e.clone()),
+            };
+            match why {
+                None => self.settle_start(consumer, id, start.group, start.handle, Ok(())),
+                Some(e) if Instant::now() >= start.deadline => {
+                    let e = Error::Internal(format!("moving to the resume offsets: {e}"));
+                    self.settle_start(consumer, id, start.group, start.handle, Err(e));
+                }
+                Some(_) => {
+                    // Usually a partition whose fetch librdkafka has not started yet
+                    // (`Local: Erroneous state`, right after a large assignment): the task
+                    // is ready, only the seek is tried again, shortly.
+                    start.seek_after = Instant::now() + SEEK_RETRY;
+                    self.registry().starting.insert(id, start);
+                }
+            }
         }
     }
 
@@ -106,7 +131,11 @@ impl Rebalancer {
     /// then unstarted, or the pipeline is stopping).
     pub(super) fn finish_start_now(&self, consumer: &BaseConsumer<Self>, id: u64, deadline: Instant) -> bool {
         let Some(start) = self.registry().starting.remove(&id) else { return false };
-        let result = wait_ready(start.ready, deadline.min(start.deadline)).and_then(|resume| {
+        let resume = match start.resume {
+            Some(r) => Ok(r),
+            None => wait_ready(start.ready, deadline.min(start.deadline)),
+        };
+        let result = resume.and_then(|resume| {
             seek_to_start(consumer, &start.group, &resume)
                 .map_err(|e| Error::Internal(format!("moving to the resume offsets: {e}")))
         });
@@ -221,7 +250,9 @@ impl Rebalancer {
             s.handle.interrupt.revoke(lost, Instant::now());
         }
         for s in starts {
-            if !lost {
+            // A start that is ready (only its seek is pending) has finished its
+            // init_transactions: nothing to wait for.
+            if !lost && s.resume.is_none() {
                 let _ = wait_ready(s.ready, deadline);
             }
             drop(s.handle);
