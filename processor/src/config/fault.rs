@@ -8,7 +8,6 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use super::PipelineBuilder;
 
@@ -35,17 +34,12 @@ pub enum UnknownOutcome {
 pub(super) struct FaultSpec {
     unknown: Option<(u64, UnknownOutcome, bool)>,
     init_failures: HashMap<i32, u32>,
-    slow_starts: HashMap<i32, Duration>,
     unguarded_calls: bool,
 }
 
 impl FaultSpec {
     pub(super) fn build(self) -> Option<Arc<FaultInjection>> {
-        if self.unknown.is_none()
-            && self.init_failures.is_empty()
-            && self.slow_starts.is_empty()
-            && !self.unguarded_calls
-        {
+        if self.unknown.is_none() && self.init_failures.is_empty() && !self.unguarded_calls {
             return None;
         }
         Some(Arc::new(FaultInjection {
@@ -53,7 +47,6 @@ impl FaultSpec {
             unreconciled: self.unknown.is_some_and(|(_, _, u)| u),
             commits: AtomicU64::new(0),
             init_failures: Mutex::new(self.init_failures),
-            slow_starts: self.slow_starts,
             unguarded_calls: self.unguarded_calls,
         }))
     }
@@ -71,9 +64,6 @@ pub struct FaultInjection {
     commits: AtomicU64,
     /// Input partition → producer initialisations still to fail.
     init_failures: Mutex<HashMap<i32, u32>>,
-    /// Input partition → how long each start of its task takes before its producer is
-    /// created (a slow `init_transactions`, a long wait for a transaction slot).
-    slow_starts: HashMap<i32, Duration>,
     /// Transactional calls run on the task's own thread, without the watchdog.
     pub(crate) unguarded_calls: bool,
 }
@@ -83,11 +73,6 @@ impl FaultInjection {
     pub(crate) fn on_commit(&self) -> Option<UnknownOutcome> {
         let n = self.commits.fetch_add(1, Ordering::Relaxed) + 1;
         self.unknown.and_then(|(nth, fault)| (n == nth).then_some(fault))
-    }
-
-    /// How long the start of the task of `partitions` is to take first, if it is slowed.
-    pub(crate) fn on_start(&self, partitions: &[crate::runtime::TopicPartition]) -> Option<Duration> {
-        partitions.iter().filter_map(|(_, p)| self.slow_starts.get(p).copied()).max()
     }
 
     /// Whether this initialisation of a producer for `partitions` must fail.
@@ -130,15 +115,6 @@ impl PipelineBuilder {
     #[doc(hidden)]
     pub fn inject_init_failures(mut self, partition: i32, times: u32) -> Self {
         self.fault.init_failures.insert(partition, times);
-        self
-    }
-
-    /// **Test-only fault injection; not part of the API.** Every start of the task of input
-    /// partition `partition` (per-partition exactly-once) takes `delay` before its producer
-    /// is created, as a slow `init_transactions` does (uninterruptible).
-    #[doc(hidden)]
-    pub fn inject_slow_start(mut self, partition: i32, delay: Duration) -> Self {
-        self.fault.slow_starts.insert(partition, delay);
         self
     }
 

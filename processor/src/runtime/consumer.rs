@@ -9,15 +9,13 @@
 //! group alone: `crate::txn`'s `offsets` module). Under `Eager` every rebalance revokes and
 //! assigns everything. The steps are the same:
 //!
-//! - **Assign.** Per-partition mode: every new partition's task is started, its producer
-//!   initialised in parallel on the task's thread, and the partition paused and routed
-//!   nowhere until its task is ready; the callback does not wait ([`starting`]). Once
-//!   ready, the consumer loop moves the partition to its committed offset, read only then:
-//!   `init_transactions` has fenced the previous owner and completed its open transaction,
-//!   so the offset is final. The consumer is read_committed, so the offsets are also
-//!   fetched as *stable* (KIP-447), which covers the per-consumer mode, where no
-//!   transactional.id is shared: there the workers exist already and claim the new
-//!   partitions before the assignment is applied.
+//! - **Assign.** Before librdkafka applies the assignment (and so before it fetches the
+//!   committed offsets), every new partition's task is started and its producer
+//!   initialised, in parallel; the callback waits for all of them. `init_transactions`
+//!   fences the previous owner and completes its open transaction, so the offsets fetched
+//!   next are final; the consumer is read_committed, so librdkafka also fetches them as
+//!   *stable* (KIP-447), which covers the per-consumer mode where no transactional.id is
+//!   shared.
 //! - **Revoke.** The callback tells each affected task and waits — bounded by the task
 //!   timeout — until it has committed its collected batch (at-least-once: then commits the
 //!   acknowledged offsets synchronously). A task that does not answer in time is abandoned:
@@ -59,7 +57,6 @@ use crate::state::changelog::group_reader_config;
 
 mod rebalance;
 mod recovery;
-mod starting;
 mod wake;
 
 /// Runs the consumer thread until shutdown or a fatal error.
@@ -161,8 +158,7 @@ pub(crate) fn run(shared: Arc<Shared>, control: Receiver<Control>) -> Result<()>
             break;
         }
         consumer.context().drain_pending(&consumer);
-        consumer.context().start_unstarted();
-        consumer.context().finish_starts(&consumer);
+        consumer.context().start_unstarted(&consumer);
         match consumer.poll(POLL_INTERVAL) {
             Some(Ok(m)) => {
                 let ctx = consumer.context();
@@ -414,7 +410,6 @@ impl Rebalancer {
 
     /// Shuts down every remaining task (the instance task, in the long-lived modes).
     fn stop_all_tasks(&self, deadline: Instant) {
-        self.drop_all_starts(deadline);
         let tasks: Vec<(u64, TaskHandle)> = self.registry().tasks.drain().collect();
         for (_, h) in &tasks {
             let _ = send_bounded(&h.tx, TaskMsg::Shutdown, deadline);

@@ -3,7 +3,7 @@
 //! [`Rebalancer`](super::consumer); tasks never touch it.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender, TryRecvError, TrySendError};
+use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -44,12 +44,8 @@ pub(super) struct Registry {
     /// or that wait for room under the task bound: paused, routed nowhere, retried from the
     /// consumer thread's loop.
     pub(super) unstarted: HashMap<TopicPartition, Unstarted>,
-    /// Per-partition tasks whose start (`init_transactions`, the sink's claim) is under way,
-    /// by task id: their partitions are assigned, paused and routed nowhere until it is done
-    /// (see `consumer/starting.rs`).
-    pub(super) starting: HashMap<u64, Starting>,
     /// Partitions paused because their pending queue grew past its bound (see
-    /// [`pending`](super::pending)), or because they are unstarted or starting.
+    /// [`pending`](super::pending)), or because they are unstarted.
     pub(super) paused: HashSet<TopicPartition>,
     pub(super) next: u64,
 }
@@ -65,41 +61,6 @@ impl Registry {
     pub(super) fn owns_partitions(&self, task: u64) -> bool {
         self.routes.values().any(|t| *t == task)
     }
-    /// The task whose start is under way for `tp`, if any.
-    pub(super) fn starting_of(&self, tp: &TopicPartition) -> Option<u64> {
-        self.starting.iter().find(|(_, s)| s.group.contains(tp)).map(|(id, _)| *id)
-    }
-    /// The start under way of a task that `tp` shares with another partition
-    /// (co-partitioned inputs), if any.
-    pub(super) fn start_sharing(&self, cfg: &PipelineConfig, tp: &TopicPartition) -> Option<u64> {
-        if !cfg.co_partitioned() {
-            return None;
-        }
-        let key = cfg.task_of(&tp.0, tp.1);
-        let mut starts = self.starting.iter();
-        starts.find(|(_, s)| s.group.iter().any(|o| cfg.task_of(&o.0, o.1) == key)).map(|(id, _)| *id)
-    }
-    /// Tasks running or starting: what the task bound counts.
-    pub(super) fn task_count(&self) -> usize {
-        self.tasks.len() + self.starting.len()
-    }
-}
-
-/// A per-partition task whose start is under way, for `group` (one partition, or partition
-/// *n* of every co-partitioned input).
-pub(super) struct Starting {
-    pub(super) group: Vec<TopicPartition>,
-    pub(super) handle: TaskHandle,
-    pub(super) ready: Ready,
-    /// Where the partitions resume, once the task is ready and the seek there has not
-    /// succeeded yet (librdkafka refuses to seek a partition whose fetch has not started:
-    /// retried from the next loop).
-    pub(super) resume: Option<Resume>,
-    /// Not before this is the seek tried again.
-    pub(super) seek_after: Instant,
-    /// When the start is given up as timed out (the task timeout from its spawn).
-    pub(super) deadline: Instant,
-    pub(super) since: Instant,
 }
 
 /// An assigned partition whose task could not start yet: its start failed, or it waits
@@ -169,25 +130,6 @@ impl Ready {
     pub(super) fn new(rx: Receiver<Result<Resume>>, task: &TaskHandle) -> Ready {
         Ready { rx, interrupt: task.interrupt.clone() }
     }
-
-    /// The reply if it has come, without waiting.
-    pub(super) fn poll(&self) -> Option<Result<Resume>> {
-        match self.rx.try_recv() {
-            Ok(r) => Some(r),
-            Err(TryRecvError::Empty) => None,
-            Err(TryRecvError::Disconnected) => Some(Err(ended_while_starting())),
-        }
-    }
-
-    /// The error of a start with no answer after `waited`, naming what it was doing.
-    pub(super) fn timed_out(&self, waited: Duration) -> Error {
-        let phase = self.interrupt.phase();
-        Error::TaskTimeout { what: format!("starting a task ({phase})"), timeout: waited, last: "no answer".into() }
-    }
-}
-
-fn ended_while_starting() -> Error {
-    Error::Internal("a task thread ended while starting".into())
 }
 
 /// Records a task's queue holds: a transaction's worth, within reason. Past it, records wait
@@ -284,13 +226,22 @@ pub(super) fn wait_ready_unless(ready: Ready, deadline: Instant, stop: impl Fn()
         let stopping = stop();
         match ready.rx.recv_timeout(wait.min(Duration::from_millis(100))) {
             Ok(r) => return r.map(Some),
-            Err(RecvTimeoutError::Disconnected) => return Err(ended_while_starting()),
+            Err(RecvTimeoutError::Disconnected) => {
+                return Err(Error::Internal("a task thread ended while starting".into()))
+            }
             Err(RecvTimeoutError::Timeout) if stopping => {
                 let phase = ready.interrupt.phase();
                 tracing::info!(phase, waited = ?started.elapsed(), "shut down while a task was starting: its start is left to end on its own");
                 return Ok(None);
             }
-            Err(RecvTimeoutError::Timeout) if wait.is_zero() => return Err(ready.timed_out(started.elapsed())),
+            Err(RecvTimeoutError::Timeout) if wait.is_zero() => {
+                let phase = ready.interrupt.phase();
+                return Err(Error::TaskTimeout {
+                    what: format!("starting a task ({phase})"),
+                    timeout: started.elapsed(),
+                    last: "no answer".into(),
+                });
+            }
             Err(RecvTimeoutError::Timeout) => {}
         }
     }

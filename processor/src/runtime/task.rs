@@ -173,9 +173,8 @@ pub(crate) struct Task {
 impl Task {
     /// Creates the task's producer and, if transactional, runs `init_transactions` — which
     /// fences the previous owner of the transactional.id and resolves its open transaction.
-    /// Runs on the task's own thread; the consumer thread routes the partitions to the task
-    /// only after the result, moved to their committed offsets read then (see
-    /// `consumer/starting.rs`).
+    /// Runs on the task's own thread; the caller waits for the result before letting the
+    /// consumer fetch the partitions' committed offsets.
     pub(crate) fn start(
         id: u64,
         shared: Arc<Shared>,
@@ -212,10 +211,6 @@ impl Task {
             control,
             interrupt,
         };
-        if let Some(delay) = task.shared.cfg.fault.as_ref().and_then(|f| f.on_start(&claimed)) {
-            task.interrupt.set_phase("initialising its producer (slowed by fault injection)");
-            std::thread::sleep(delay);
-        }
         if task.shared.cfg.fault.as_ref().is_some_and(|f| f.on_init(&claimed)) {
             return Err(Error::TaskTimeout {
                 what: format!("initialising {} (fault injection)", task.who()),
@@ -231,11 +226,6 @@ impl Task {
             let deadline = Deadline::interruptible(Instant::now() + shared.cfg.task_timeout, &task.interrupt);
             let _slot =
                 shared.slots.as_ref().map(|s| s.acquire_if_engaged(&deadline, shared.cfg.task_timeout)).transpose()?;
-            // Revoked while starting (consumer/starting.rs): no init_transactions now, which
-            // could fence the partitions' next owner.
-            if let Some((why, _)) = task.interrupt.current() {
-                return Err(Error::Internal(format!("the task's start was abandoned ({why})")));
-            }
             task.ensure_producer()?;
         }
         task.interrupt.set_phase("connecting the sink");

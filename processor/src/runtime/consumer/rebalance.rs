@@ -14,12 +14,14 @@ use super::Rebalancer;
 use crate::config::Guarantee;
 use crate::error::Error;
 use crate::runtime::limits;
-use crate::runtime::registry::{by_task, send_bounded, spawn_partition_task, to_tpl, wait_ready, Ready, Unstarted};
+use crate::runtime::registry::{
+    by_task, retry_later, send_bounded, spawn_partition_task, to_tpl, wait_ready, Ready, Unstarted,
+};
 use crate::runtime::task::{Resume, RevokeReply, TaskMsg};
 use crate::runtime::TopicPartition;
 
 impl Rebalancer {
-    fn on_assign(&self, consumer: &BaseConsumer<Self>, partitions: Vec<TopicPartition>) {
+    fn on_assign(&self, partitions: Vec<TopicPartition>) {
         let shared = &self.shared;
         shared.shutdown.stats().rebalances.inc();
         crate::metrics::rebalance(&shared.cfg.application_id);
@@ -32,31 +34,20 @@ impl Rebalancer {
             // (a bound above the limit, or none where the limit is unknown).
             let (producers, mut room) = {
                 let reg = self.registry();
-                let wanted = reg.task_count() + reg.unstarted.len() + groups.len();
+                let wanted = reg.tasks.len() + reg.unstarted.len() + groups.len();
                 (
                     wanted.min(shared.max_tasks.unwrap_or(usize::MAX)),
-                    shared.max_tasks.map(|b| b.saturating_sub(reg.task_count())),
+                    shared.max_tasks.map(|b| b.saturating_sub(reg.tasks.len())),
                 )
             };
             if let Some(m) = limits::over_limit(producers, shared.brokers, limits::open_files_limit()) {
                 tracing::error!("{m}");
             }
+            let mut pending = Vec::new();
             let mut unserved = Vec::new();
             for group in groups {
                 // Co-partitioned inputs: partition n of another input may be running
-                // already (an incremental protocol assigns in steps): its task takes it,
-                // once started if its start is under way.
-                let starting = self.registry().start_sharing(&shared.cfg, &group[0]);
-                if let Some(id) = starting {
-                    if !self.finish_start_now(consumer, id, deadline) {
-                        let mut reg = self.registry();
-                        for tp in group {
-                            reg.unstarted
-                                .insert(tp, Unstarted::new("its co-partitioned sibling's task did not start".into()));
-                        }
-                        continue;
-                    }
-                }
+                // already (an incremental protocol assigns in steps): its task takes it.
                 let sharing = self.registry().task_sharing(&shared.cfg, &group[0]);
                 if let Some(id) = sharing {
                     if let Err(e) = self.hand_over(id, group, deadline) {
@@ -73,12 +64,33 @@ impl Rebalancer {
                 if let Some(r) = room.as_mut() {
                     *r -= 1;
                 }
-                // Not waited for here: paused once assigned, routed once started, from the
-                // consumer loop (consumer/starting.rs says why and how).
                 let id = self.registry().next_id();
                 match spawn_partition_task(shared, id, &group) {
-                    Ok((handle, ready)) => self.add_start(id, group, handle, ready),
+                    Ok((handle, ready)) => pending.push((id, group, handle, ready)),
                     Err(e) => return self.set_fatal(e),
+                }
+            }
+            for (id, group, handle, ready) in pending {
+                match wait_ready(ready, deadline) {
+                    Ok(resume) => {
+                        self.resume_at(resume);
+                        let mut reg = self.registry();
+                        for tp in group {
+                            reg.routes.insert(tp, id);
+                        }
+                        reg.tasks.insert(id, handle);
+                    }
+                    Err(e) if retry_later(&e) => {
+                        // One partition's trouble must not stop the others: paused once
+                        // assigned, retried from the loop (`start_unstarted`).
+                        tracing::warn!(partitions = ?group, error = %e, "the partition's producer cannot be initialised; retrying it while the others run");
+                        let mut reg = self.registry();
+                        for tp in group {
+                            self.note_unserved(&tp, &e.to_string());
+                            reg.unstarted.insert(tp, Unstarted::new(e.to_string()));
+                        }
+                    }
+                    Err(e) => self.set_fatal(e),
                 }
             }
             if let (false, Some(bound)) = (unserved.is_empty(), shared.max_tasks) {
@@ -164,7 +176,6 @@ impl Rebalancer {
         let deadline = self.revoke_deadline();
         let mut by_task: BTreeMap<u64, Vec<TopicPartition>> = BTreeMap::new();
         let mut paused = Vec::new();
-        let revoked = partitions.clone();
         {
             let mut reg = self.registry();
             for tp in partitions {
@@ -190,8 +201,6 @@ impl Rebalancer {
                 tracing::warn!(error = %e, "resuming revoked partitions failed");
             }
         }
-        // Tasks still starting for revoked partitions (consumer/starting.rs).
-        self.drop_starts(&revoked, lost, deadline);
         // A task busy retrying a failing batch reads its inbox only once the batch is done
         // with: the interrupt, set first, ends the retries by the task's own deadline — at
         // once if lost (the partitions are someone else's already); otherwise after the
@@ -304,7 +313,7 @@ impl ConsumerContext for Rebalancer {
         let result = match err {
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
                 if tpl.count() > 0 {
-                    self.on_assign(consumer, tps(tpl));
+                    self.on_assign(tps(tpl));
                 }
                 for ((topic, partition), offset) in
                     std::mem::take(&mut *self.resume.lock().unwrap_or_else(|p| p.into_inner()))

@@ -12,7 +12,8 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{Offset, TopicPartitionList};
 
 use super::Rebalancer;
-use crate::runtime::registry::{by_task, send_bounded, spawn_partition_task, to_tpl, Registry, Unstarted};
+use crate::error::Error;
+use crate::runtime::registry::{by_task, send_bounded, spawn_partition_task, to_tpl, wait_ready, Registry, Unstarted};
 use crate::runtime::task::TaskMsg;
 use crate::runtime::TopicPartition;
 
@@ -57,16 +58,13 @@ impl Rebalancer {
         Ok(())
     }
 
-    /// Pauses the assigned partitions whose task could not start or is starting, so that
-    /// librdkafka stops fetching what nobody would process.
+    /// Pauses the assigned partitions whose task could not start, so that librdkafka stops
+    /// fetching what nobody would process.
     pub(super) fn pause_unstarted(&self, consumer: &BaseConsumer<Self>) {
         let mut reg = self.registry();
-        let Registry { unstarted, starting, paused, .. } = &mut *reg;
-        let starting = starting.values().flat_map(|s| s.group.iter());
-        let newly: Vec<_> = (unstarted.keys().chain(starting))
-            .filter(|tp| paused.insert((*tp).clone()))
-            .map(|tp| (tp.clone(), 0))
-            .collect();
+        let Registry { unstarted, paused, .. } = &mut *reg;
+        let newly: Vec<_> =
+            unstarted.keys().filter(|tp| paused.insert((*tp).clone())).map(|tp| (tp.clone(), 0)).collect();
         drop(reg);
         if !newly.is_empty() {
             if let Err(e) = consumer.pause(&to_tpl(&newly)) {
@@ -75,8 +73,7 @@ impl Rebalancer {
         }
     }
 
-    /// Retries the tasks of unstarted partitions that are due (see [`Unstarted`]), without
-    /// waiting for them: as every start, [`Rebalancer::finish_starts`] settles it. A task
+    /// Retries the tasks of unstarted partitions that are due (see [`Unstarted`]). A task
     /// that starts gets its partition moved to where it resumes before it is routed any
     /// record, then resumed: the offset its exactly-once sink stored, if its claim returned
     /// one, the committed offset otherwise. A partition still failing after the task
@@ -91,7 +88,7 @@ impl Rebalancer {
     /// Under the task bound ([`Shared::max_tasks`](crate::runtime::Shared::max_tasks)) at
     /// most as many start as there is room for; a failed partition due while there is none
     /// waits for room like the others, its task timeout restarting at its next attempt.
-    pub(super) fn start_unstarted(&self) {
+    pub(super) fn start_unstarted(&self, consumer: &BaseConsumer<Self>) {
         let cfg = &self.shared.cfg;
         // Due partitions, with their co-partitioned siblings (one task starts for them all).
         let (due, mut room): (Vec<TopicPartition>, Option<usize>) = {
@@ -100,7 +97,7 @@ impl Rebalancer {
                 return;
             }
             let now = Instant::now();
-            let room = self.shared.max_tasks.map(|b| b.saturating_sub(reg.task_count()));
+            let room = self.shared.max_tasks.map(|b| b.saturating_sub(reg.tasks.len()));
             if let (Some(0), Some(bound)) = (room, self.shared.max_tasks) {
                 let due: Vec<TopicPartition> = reg
                     .unstarted
@@ -113,9 +110,8 @@ impl Rebalancer {
                 }
                 return;
             }
-            // A partition whose retry is under way is not due (consumer/starting.rs).
             let tasks: std::collections::HashSet<(String, i32)> = (reg.unstarted.iter())
-                .filter(|(tp, u)| (u.waiting || u.next <= now) && reg.starting_of(tp).is_none())
+                .filter(|(_, u)| u.waiting || u.next <= now)
                 .map(|(tp, _)| cfg.task_of(&tp.0, tp.1))
                 .collect();
             (reg.unstarted.keys().filter(|tp| tasks.contains(&cfg.task_of(&tp.0, tp.1))).cloned().collect(), room)
@@ -126,12 +122,53 @@ impl Rebalancer {
                 Some(r) => *r -= 1,
                 None => {}
             }
-            // Not waited for: the consumer loop settles it (`finish_starts`), moving the
-            // partitions to where they resume before they are routed.
             let id = self.registry().next_id();
-            match spawn_partition_task(&self.shared, id, &group) {
-                Ok((handle, ready)) => self.add_start(id, group, handle, ready),
-                Err(e) => return self.set_fatal(e),
+            let started = spawn_partition_task(&self.shared, id, &group)
+                .and_then(|(handle, ready)| wait_ready(ready, Instant::now() + cfg.task_timeout).map(|r| (handle, r)));
+            let result = started.map_err(|e| e.to_string()).and_then(|(handle, resume)| {
+                seek_to_start(consumer, &group, &resume)?;
+                Ok(handle)
+            });
+            let mut reg = self.registry();
+            if group.iter().any(|tp| !reg.unstarted.contains_key(tp)) {
+                continue; // revoked meanwhile (the task, if any, ends with its inbox)
+            }
+            match result {
+                Ok(handle) => {
+                    let mut resume = Vec::new();
+                    for tp in &group {
+                        reg.unstarted.remove(tp);
+                        self.note_served(tp);
+                        reg.routes.insert(tp.clone(), id);
+                        if reg.paused.remove(tp) {
+                            resume.push((tp.clone(), 0));
+                        }
+                    }
+                    reg.tasks.insert(id, handle);
+                    drop(reg);
+                    tracing::info!(partitions = ?group, "the partition's task started after all");
+                    if !resume.is_empty() {
+                        if let Err(e) = consumer.resume(&to_tpl(&resume)) {
+                            tracing::warn!(error = %e, "resuming a started partition failed");
+                        }
+                        self.wake(resume.into_iter().map(|(tp, _)| tp));
+                    }
+                }
+                Err(last) => {
+                    let u = reg.unstarted.get_mut(&group[0]).expect("checked above");
+                    if !u.waiting && u.since.elapsed() >= cfg.task_timeout {
+                        let what = format!("starting the task of {group:?}");
+                        drop(reg);
+                        return self.set_fatal(Error::TaskTimeout { what, timeout: cfg.task_timeout, last });
+                    }
+                    tracing::warn!(partitions = ?group, error = %last, "the partition's task still cannot start; retrying");
+                    for tp in &group {
+                        if let Some(u) = reg.unstarted.get_mut(tp) {
+                            u.failed_again(last.clone());
+                            self.note_unserved(tp, &last);
+                        }
+                    }
+                }
             }
         }
     }
@@ -159,37 +196,11 @@ impl Rebalancer {
 /// Moves `partitions` (assigned) to the offsets `resume` gives (an exactly-once sink's),
 /// the others to their committed offsets; no poll may come between this and the routing
 /// that depends on it. `Err` says why not.
-pub(super) fn seek_to_start(
+fn seek_to_start(
     consumer: &BaseConsumer<Rebalancer>,
     partitions: &[TopicPartition],
     resume: &[(TopicPartition, i64)],
 ) -> Result<(), String> {
-    match seek_each(consumer, partitions, resume)?.first() {
-        Some((tp, e)) => Err(format!("seek {tp:?}: {e}")),
-        None => Ok(()),
-    }
-}
-
-/// [`seek_to_start`], with the partitions the seek refused and why (`Err`: none was moved).
-pub(super) fn seek_each(
-    consumer: &BaseConsumer<Rebalancer>,
-    partitions: &[TopicPartition],
-    resume: &[(TopicPartition, i64)],
-) -> Result<Vec<(TopicPartition, String)>, String> {
-    let refused = seek_all(consumer, partitions, resume)?;
-    Ok(refused
-        .elements()
-        .iter()
-        .filter_map(|e| e.error().err().map(|err| ((e.topic().to_string(), e.partition()), err.to_string())))
-        .filter_map(|((t, p), err)| partitions.iter().find(|tp| tp.0 == t && tp.1 == p).map(|tp| (tp.clone(), err)))
-        .collect())
-}
-
-fn seek_all(
-    consumer: &BaseConsumer<Rebalancer>,
-    partitions: &[TopicPartition],
-    resume: &[(TopicPartition, i64)],
-) -> Result<TopicPartitionList, String> {
     let timeout = Duration::from_secs(10);
     let mut seek = TopicPartitionList::with_capacity(partitions.len());
     let mut wanted = TopicPartitionList::with_capacity(partitions.len());
@@ -215,5 +226,9 @@ fn seek_all(
         };
         seek.add_partition_offset(e.topic(), e.partition(), offset).map_err(|e| e.to_string())?;
     }
-    consumer.seek_partitions(seek, timeout).map_err(|e| format!("seek: {e}"))
+    let sought = consumer.seek_partitions(seek, timeout).map_err(|e| format!("seek: {e}"))?;
+    match sought.elements().iter().find_map(|e| e.error().err()) {
+        Some(e) => Err(format!("seek: {e}")),
+        None => Ok(()),
+    }
 }
