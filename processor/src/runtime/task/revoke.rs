@@ -50,14 +50,14 @@ impl Task {
         }
         // A batch dropped on this revocation (it kept failing, or was handed back) also held
         // the records of partitions this task keeps (a worker, co-partitioned inputs): move
-        // those back to their committed offsets — until then their records are dropped as
-        // they come (`rewinding`), or the later ones would commit past the dropped ones.
+        // those back to their committed offsets. Their records are dropped as they come
+        // until then (they joined `rewinding` with the drop), or the later ones would commit
+        // past the dropped ones.
         let kept: Vec<TopicPartition> = std::mem::take(&mut self.dropped)
             .into_iter()
             .filter(|tp| self.owned.contains(tp) && !partitions.contains(tp))
             .collect();
         if !kept.is_empty() && self.producer.is_some() {
-            self.rewinding.extend(kept.iter().cloned());
             let _ = self.control.send(Control::Rewind { task: self.id, partitions: kept });
         }
         let acked_offsets = partitions.iter().filter_map(|tp| self.acked.remove(tp).map(|o| (tp.clone(), o))).collect();
