@@ -127,7 +127,7 @@ pub async fn join_third(opts: &JoinOptions) -> Result<JoinReport, String> {
     let since = |t: Instant| t.saturating_duration_since(origin);
     let log: Vec<Commit> =
         commits.lock().unwrap().iter().filter(|c| c.0 >= origin).map(|(t, i, p)| (since(*t), *i as u32, *p)).collect();
-    let p = pauses(&log, Duration::ZERO, since(first + opts.settle), &BTreeSet::from([2]), None);
+    let p = pauses(&log, Duration::ZERO, since(first + opts.settle), &BTreeSet::from([2]), None, true);
     let (unmoved, moved, longest_unmoved_gap, longest_moved_pause) =
         (p.unmoved, p.moved, p.longest_unmoved_gap, p.longest_moved_pause);
     Ok(JoinReport {

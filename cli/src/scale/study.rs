@@ -237,9 +237,9 @@ pub fn run(opts: &StudyOptions) -> Result<StudyReport, String> {
     let log = read_commit_logs(&commit_dir)?;
     let mut phases = Vec::new();
     for (k, r) in raw.iter().enumerate() {
-        let p = pauses(&log, r.change, r.end, &r.newcomers, Some(opts.partitions));
+        let p = pauses(&log, r.change, r.end, &r.newcomers, Some(opts.partitions), true);
         let half = r.change + (r.end.saturating_sub(r.change)) / 2;
-        let steady_gap = pauses(&log, half, r.end, &BTreeSet::new(), None).longest_unmoved_gap;
+        let steady_gap = pauses(&log, half, r.end, &BTreeSet::new(), None, false).longest_unmoved_gap;
         let (mid, last) = (&r.mid, &r.last);
         let secs = (last.0 - mid.0).as_secs_f64().max(1e-3);
         let before = if k == 0 { Summary::default() } else { raw[k - 1].last.1 };
