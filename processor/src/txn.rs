@@ -78,7 +78,6 @@ use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::TopicPartitionList;
 
 use crate::config::{FaultInjection, PipelineConfig, UnknownOutcome};
-use crate::error::ErrorClass;
 use crate::metrics::{add_ns, TxnTimers};
 use crate::processing::partition_ranges;
 use crate::record::{InputRecord, OutputRecord, ORIGIN_HEADER};
@@ -110,6 +109,9 @@ pub(crate) struct TxnProducer {
     /// A transactional call was abandoned ([`watchdog`]) and may still run: no further call.
     wedged: bool,
     transactional_id: Option<String>,
+    /// A topic known to exist (the first input): its metadata is the connection warm-up of
+    /// [`init`](Self::init).
+    warm_up_topic: Option<String>,
     origin_header: bool,
     cycle: usize,
     /// This producer's part of its offsets' marks ([`offsets`]).
@@ -148,6 +150,7 @@ impl TxnProducer {
             inner: Arc::new(inner),
             wedged: false,
             transactional_id,
+            warm_up_topic: cfg.input_topics.first().cloned(),
             origin_header: cfg.origin_header,
             cycle: 0,
             nonce: offsets::nonce(),
@@ -173,6 +176,17 @@ impl TxnProducer {
             return Ok(());
         }
         let started = Instant::now();
+        // A fresh producer's first coordinator query finds no broker connected and is
+        // retried 500 ms later (librdkafka 2.12, `rd_kafka_txn_coord_query`): four producers
+        // in turn took 510–1,100 ms in `init_transactions` in most runs on a local broker,
+        // and 62–70 ms after this metadata request, which waits for the first connection.
+        // Best effort: a failure here is `init_transactions`' to report.
+        if let (Some(topic), false) = (self.warm_up_topic.as_deref(), self.wedged) {
+            let bound = deadline.remaining().min(self.call_timeout);
+            if let Err(e) = self.inner.client().fetch_metadata(Some(topic), bound) {
+                tracing::debug!(error = %e, "the producer's warm-up metadata request failed");
+            }
+        }
         let result = self.retrying(Step::Init, deadline, || Box::new(|p, t| p.init_transactions(t)));
         self.timers.init_latency.record(started.elapsed().as_secs_f64());
         result
@@ -355,75 +369,6 @@ impl TxnProducer {
         }
         Ok(())
     }
-
-    fn retrying(
-        &mut self,
-        step: Step,
-        deadline: Deadline<'_>,
-        mut call: impl FnMut() -> watchdog::Call,
-    ) -> Result<(), StepError> {
-        let started = Instant::now();
-        let result = self.retry_until(step, deadline, &mut call);
-        let timer = match step {
-            Step::Init => &self.timers.init,
-            Step::SendOffsets => &self.timers.send_offsets,
-            Step::Commit => &self.timers.commit,
-            Step::Abort => &self.timers.abort,
-            _ => return result,
-        };
-        add_ns(timer, started.elapsed());
-        result
-    }
-
-    fn retry_until(
-        &mut self,
-        step: Step,
-        deadline: Deadline<'_>,
-        call: &mut impl FnMut() -> watchdog::Call,
-    ) -> Result<(), StepError> {
-        let mut backoff = Duration::from_millis(50);
-        loop {
-            if self.wedged {
-                // A call abandoned earlier may still run: a second one would race it.
-                return Err(StepError { step, class: ErrorClass::Fatal, err: KafkaError::Canceled });
-            }
-            let timeout = deadline.remaining().max(Duration::from_millis(1)).min(self.call_timeout);
-            let guarded = match &self.fault {
-                Some(f) if f.unguarded_calls => Ok(call()(&self.inner, timeout)),
-                _ => watchdog::run(&self.inner, timeout, watchdog::GRACE, call()),
-            };
-            let result = match guarded {
-                Ok(result) => result,
-                Err(watchdog::Abandoned) => {
-                    self.wedged = true;
-                    tracing::error!(
-                        transactional_id = ?self.transactional_id,
-                        step = step.as_str(),
-                        ?timeout,
-                        "librdkafka did not return from a transactional call within its timeout (librdkafka#5456): \
-                         the call is abandoned and the producer will be replaced"
-                    );
-                    // Timed out, as far as the cycle knows: the outcome is unknown.
-                    let err = KafkaError::Global(RDKafkaErrorCode::OperationTimedOut);
-                    return Err(StepError { step, class: ErrorClass::Retriable, err });
-                }
-            };
-            match result {
-                Ok(()) => return Ok(()),
-                Err(e) => {
-                    let err = StepError::new(step, e);
-                    // The commit step is never tried twice on one epoch (see the module docs).
-                    let once = matches!(step, Step::SendOffsets | Step::Commit);
-                    if once || err.class != ErrorClass::Retriable || backoff >= deadline.remaining() {
-                        return Err(err);
-                    }
-                    tracing::warn!(transactional_id = ?self.transactional_id, error = %err, "retrying");
-                    deadline.sleep(backoff);
-                    backoff = (backoff * 2).min(Duration::from_secs(2));
-                }
-            }
-        }
-    }
 }
 
 /// Runs one batch as one transaction, top to bottom. On error the transaction is left as
@@ -597,6 +542,7 @@ mod mock_cluster_tests;
 
 mod delivery;
 mod offsets;
+mod retry;
 mod step;
 mod watchdog;
 mod work;

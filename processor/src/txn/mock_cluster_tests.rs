@@ -12,6 +12,7 @@ use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
 use super::tests::rec;
 use super::*;
 use crate::config::PipelineConfig;
+use crate::error::ErrorClass;
 use crate::runtime::reconcile::{reconcile, verdict, Verdict};
 use crate::Pipeline;
 
