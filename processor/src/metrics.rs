@@ -20,7 +20,7 @@
 //! | `kafka_eos_records_in_total`, `kafka_eos_records_out_total` | counter | committed input / output records |
 //! | `kafka_eos_dead_lettered_total` | counter | records routed to the dead-letter topic |
 //! | `kafka_eos_txn_time_ns_total{call}` | counter | time blocked in `init`, `begin`, `send_offsets`, `commit`, `abort` |
-//! | `kafka_eos_txn_init_latency_seconds` | histogram | `init_transactions` (per producer creation) |
+//! | `kafka_eos_txn_init_latency_seconds` | histogram | `init_transactions`, with its connection warm-up (per producer creation) |
 //! | `kafka_eos_rebalances_total` | counter | assignments received |
 //! | `kafka_eos_revoked_records_handed_back_total` | counter | records of a revoked partition's collected batch dropped uncommitted for the next owner to read again: per-partition mode past the transaction slot bound, where committing would queue for a slot inside the rebalance callback |
 //! | `kafka_eos_rebalance_callback_seconds{step}` | histogram | a rebalance callback's run, `step` = `assign` (tasks started, producers initialised), `revoke` (moved tasks' last commits) or `error`; under the incremental protocols librdkafka pauses every assigned partition meanwhile |
