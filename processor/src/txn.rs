@@ -179,8 +179,9 @@ impl TxnProducer {
         // A fresh producer's first coordinator query finds no broker connected and is
         // retried 500 ms later (librdkafka 2.12, `rd_kafka_txn_coord_query`): four producers
         // in turn took 510–1,100 ms in `init_transactions` in most runs on a local broker,
-        // and 62–70 ms after this metadata request, which waits for the first connection.
-        // Best effort: a failure here is `init_transactions`' to report.
+        // and 62–70 ms after this metadata request, which waits for the first connection
+        // (in the runtime about half the starts still wait 500 ms: docs/scaling.md, *A
+        // producer's connection warm-up*). Best effort: a failure is `init_transactions`'.
         if let (Some(topic), false) = (self.warm_up_topic.as_deref(), self.wedged) {
             let bound = deadline.remaining().min(self.call_timeout);
             if let Err(e) = self.inner.client().fetch_metadata(Some(topic), bound) {
