@@ -68,7 +68,8 @@ pub(crate) fn pauses(
     for seen in by_partition.values_mut() {
         seen.inside.sort();
         let inside = &seen.inside;
-        let owners: BTreeSet<u32> = (seen.before.iter().chain(inside).chain(&seen.after)).map(|c| c.1).collect();
+        let around: Vec<(Duration, u32)> = seen.before.iter().chain(inside).chain(&seen.after).copied().collect();
+        let owners: BTreeSet<u32> = around.iter().map(|c| c.1).collect();
         if owners.len() == 1 && owners.is_disjoint(newcomers) {
             out.unmoved += 1;
             let edges: Vec<Duration> =
@@ -79,7 +80,6 @@ pub(crate) fn pauses(
             out.moved += 1;
             // A hand-over with a commit in the window: a partition silent through several
             // windows would otherwise count its one pause in each of them.
-            let around: Vec<(Duration, u32)> = seen.before.iter().chain(inside).chain(&seen.after).copied().collect();
             let touches = |c: &(Duration, u32)| c.0 >= from && c.0 <= to;
             for w in around.windows(2).filter(|w| w[0].1 != w[1].1 && (touches(&w[0]) || touches(&w[1]))) {
                 out.longest_moved_pause = out.longest_moved_pause.max(w[1].0 - w[0].0);
