@@ -15,8 +15,8 @@
 //!  [sink write: effectively-/at-least-once sinks, rows of the batch; a failure aborts]
 //!  send_offsets_to_transaction            (next offset of every input partition in the batch,
 //!                                          marked as this cycle's (txn/offsets.rs), with the
-//!                                          consumer's group metadata; skipped when the
-//!                                          batch is empty: a timers-only cycle)
+//!                                          consumer's group metadata; a timers-only cycle
+//!                                          sends where its partitions stand)
 //!  commit_transaction
 //!  [sink rows prepared: an exactly-once sink is written by the task after this returns,
 //!   with the offsets, retried on its own — the Kafka side is committed by then]
@@ -96,8 +96,11 @@ const ACK_POLL_PAUSE: Duration = Duration::from_micros(500);
 
 /// Where a successful cycle's input offsets go.
 pub(crate) enum CommitTo<'a> {
-    /// Into the transaction, with this consumer group metadata (exactly-once).
-    Transaction(&'a Arc<ConsumerGroupMetadata>),
+    /// Into the transaction: these offsets, with this consumer group metadata (exactly-once).
+    /// Never empty for a transaction that has anything to commit: a transaction of timers
+    /// alone sends where its partitions stand, so that its outcome can be read back and, in
+    /// per-consumer mode, the group generation fences it (`runtime/task/positions.rs`).
+    Transaction { group: &'a Arc<ConsumerGroupMetadata>, offsets: &'a TopicPartitionList },
     /// Nowhere yet: the caller commits them through the consumer (at-least-once).
     Consumer,
 }
@@ -469,10 +472,9 @@ impl Cycle {
                 sink.prepare(partition_ranges(batch), work.take_sink_rows()).map_err(CycleError::Sink)?;
             }
         }
-        if let CommitTo::Transaction(group) = commit_to {
-            if !batch.is_empty() {
-                // A transaction of timers alone (crate::timers) consumed nothing.
-                producer.send_offsets(&next_offsets(batch), group, deadline)?;
+        if let CommitTo::Transaction { group, offsets } = commit_to {
+            if offsets.count() > 0 {
+                producer.send_offsets(offsets, group, deadline)?;
             }
             producer.commit(deadline)?;
             stats.commit = lap(&mut phase);

@@ -3,7 +3,11 @@
 //! wall-clock timer fires in a transaction of its own.
 
 use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
+
+use kafka_eos::config::UnknownOutcome;
+use kafka_eos::observe::{Outcome, Reconciliation};
 
 use kafka_eos::processor::{Context, ProcessError, Processor};
 use kafka_eos::state::Store;
@@ -186,37 +190,44 @@ async fn without_idle_advance_the_last_minute_waits_for_a_later_record() {
     assert_eq!(out.get(&format!("0/{}", base / MINUTE + 1)), Some(&vec!["60".to_string()]), "{out:?}");
 }
 
-/// A wall-clock timer scheduled by a record fires about a second later, in a transaction of
-/// its own (no record after it), exactly once.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_wall_clock_timer_fires_without_a_record_in_a_transaction_of_its_own() {
-    #[derive(Clone)]
-    struct Alarm {
-        timers: Timers,
-        out: Topic,
+/// Schedules a wall-clock timer a second after each record; the timer emits
+/// `WallClock/<tag> → how late it fired (ms)`.
+#[derive(Clone)]
+struct Alarm {
+    timers: Timers,
+    out: Topic,
+}
+
+impl Processor for Alarm {
+    async fn process(&mut self, ctx: &mut Context<'_>, _: &InputRecord) -> Result<(), ProcessError> {
+        self.timers.at_wall_clock(ctx, SystemTime::now() + Duration::from_secs(1), 7)?;
+        Ok(())
     }
-    impl Processor for Alarm {
-        async fn process(&mut self, ctx: &mut Context<'_>, _: &InputRecord) -> Result<(), ProcessError> {
-            self.timers.at_wall_clock(ctx, SystemTime::now() + Duration::from_secs(1), 7)?;
-            Ok(())
-        }
-        async fn on_timer(&mut self, ctx: &mut Context<'_>, timer: &Timer) -> Result<(), ProcessError> {
-            let late_ms = now_ms() - timer.at_ms;
-            ctx.emit(
-                OutputRecord::to(&self.out).key(format!("{:?}/{}", timer.kind, timer.tag)).value(late_ms.to_string()),
-            );
-            Ok(())
-        }
+    async fn on_timer(&mut self, ctx: &mut Context<'_>, timer: &Timer) -> Result<(), ProcessError> {
+        let late_ms = now_ms() - timer.at_ms;
+        ctx.emit(OutputRecord::to(&self.out).key(format!("{:?}/{}", timer.kind, timer.tag)).value(late_ms.to_string()));
+        Ok(())
     }
-    let s = Setup::new("timers-wall", 1).await;
+}
+
+fn alarm_pipeline(s: &Setup, guarantee: Guarantee) -> PipelineBuilder {
     let mut b = Pipeline::builder()
         .bootstrap_servers(&s.bootstrap)
         .application_id(&s.app)
         .input_topic(&s.input)
+        .guarantee(guarantee)
         .handle_signals(false);
     let timers = Timers::new(&mut b, "alarms");
     let out = b.output_topic(&s.output);
-    let run = spawn(b.processor_impl(Alarm { timers, out }));
+    b.processor_impl(Alarm { timers, out })
+}
+
+/// A wall-clock timer scheduled by a record fires about a second later, in a transaction of
+/// its own (no record after it), exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wall_clock_timer_fires_without_a_record_in_a_transaction_of_its_own() {
+    let s = Setup::new("timers-wall", 1).await;
+    let run = spawn(alarm_pipeline(&s, Guarantee::ExactlyOnce));
     s.produce(vec![(0, now_ms())]).await;
     let out = s.wait_for_outputs(1, Duration::from_secs(60)).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -227,6 +238,42 @@ async fn a_wall_clock_timer_fires_without_a_record_in_a_transaction_of_its_own()
     assert!((0..10_000).contains(&late_ms), "fired {late_ms} ms after its time");
     assert_eq!(summary.records_in, 1);
     assert!(summary.transactions_committed >= 2, "the record's and the timer's: {summary:?}");
+}
+
+/// A transaction of timers alone whose commit never reached the coordinator, while the task
+/// is told only that its outcome is unknown: the reconcile must find it aborted (its offsets
+/// carry its mark like any other transaction's) and fire the timer again. Taking it as
+/// committed would delete the timer with its output lost. Both exactly-once modes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timer_only_transaction_with_an_unknown_outcome_is_reconciled_from_its_offsets() {
+    for guarantee in [Guarantee::ExactlyOnce, Guarantee::ExactlyOncePerConsumer] {
+        let mode = guarantee.as_str();
+        let s = Setup::new("timers-unknown", 1).await;
+        let found: Arc<Mutex<Vec<Outcome>>> = Arc::default();
+        let hook = found.clone();
+        // Commit 1 is the record's batch, commit 2 the timer's transaction.
+        let pipeline = alarm_pipeline(&s, guarantee)
+            .inject_unknown_outcome(2, UnknownOutcome::TimedOutBeforeCommit)
+            .on_transaction(move |e| {
+                if !matches!(e.outcome, Outcome::Committed) {
+                    hook.lock().unwrap().push(e.outcome.clone());
+                }
+            });
+        let run = spawn(pipeline);
+        s.produce(vec![(0, now_ms())]).await;
+        let out = s.wait_for_outputs(1, Duration::from_secs(60)).await;
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let summary = run.stop().await;
+        let out_again = s.outputs().await;
+        assert_eq!(out, out_again, "{mode}: outputs after the timer fired");
+        let fired = out.get("WallClock/7").cloned().unwrap_or_default();
+        let found = found.lock().unwrap().clone();
+        assert_eq!(fired.len(), 1, "{mode}: the timer's output, exactly once: {out:?}; {found:?}; {summary:?}");
+        assert!(
+            matches!(found.as_slice(), [Outcome::Reconciled { found: Reconciliation::Aborted, .. }]),
+            "{mode}: one reconcile, finding the transaction aborted: {found:?}"
+        );
+    }
 }
 
 fn now_ms() -> i64 {

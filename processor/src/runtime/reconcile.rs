@@ -90,7 +90,7 @@ use crate::observe::Reconciliation;
 use crate::record::InputRecord;
 use crate::runtime::interrupt::Deadline;
 use crate::state::changelog::{group_reader_config, stable_committed_offsets};
-use crate::txn::{next_offsets, Step, StepError, TxnProducer};
+use crate::txn::{Step, StepError, TxnProducer};
 
 /// What a failed cycle's Kafka error leads to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -155,60 +155,83 @@ fn left_the_group(e: &rdkafka::error::KafkaError) -> bool {
 
 /// Steps 2–4 of the [module docs](self), after the caller dropped the old producer and
 /// checked that it still owns the partitions: a fresh, initialised producer for
-/// `transactional_id` and what the batch's transaction became. `Err` says why the outcome
-/// could not be learned (the caller falls back to giving the partitions up).
+/// `transactional_id` and what the transaction of `batch`, committing `offsets`, became.
+/// `Err` says why the outcome could not be learned (the caller falls back to giving the
+/// partitions up).
 pub(crate) fn reconcile(
     cfg: &PipelineConfig,
     transactional_id: &str,
     label: &str,
     batch: &[InputRecord],
+    offsets: &TopicPartitionList,
     mark: Option<&str>,
     deadline: Deadline<'_>,
 ) -> Result<(TxnProducer, Reconciliation), String> {
+    let spans = spans(batch, offsets);
+    if spans.is_empty() {
+        return Err("the transaction committed no offsets: its outcome cannot be read back".into());
+    }
     let mut producer = TxnProducer::create(cfg, Some(transactional_id.to_string()), label)
         .map_err(|e| format!("cannot create a fresh producer: {e}"))?;
     producer.init(deadline).map_err(|e| format!("fencing the old producer: {e}"))?;
     let reader: BaseConsumer =
         group_reader_config(cfg).create().map_err(|e| format!("offset reader: {}", crate::config::client_error(&e)))?;
     let mut partitions = TopicPartitionList::new();
-    for e in next_offsets(batch).elements() {
-        partitions.add_partition(e.topic(), e.partition());
+    for (topic, partition) in spans.keys() {
+        partitions.add_partition(topic, *partition);
     }
     let committed = stable_committed_offsets(&reader, &partitions, deadline.instant())
         .map_err(|e| format!("fetching the stable committed offsets: {e}"))?;
-    Ok((producer, decide(&committed, batch, mark)?))
+    Ok((producer, decide(&committed, &spans, mark)?))
 }
 
-/// What the group's committed offsets say about `batch`'s transaction, whose offsets carried
-/// `mark` (`None`: it sent none): committed if every partition of the batch is committed at
-/// the batch's next offset with that mark, aborted if every one is still at or before the
-/// batch's first record (or has no committed offset). Anything else — the batch's end with
-/// another mark, an offset past the batch, inside it, or a mix — was not written by this
+/// Per partition, the offsets a transaction read, `first..next`, with `next` the offset it
+/// commits.
+pub(crate) type Spans = BTreeMap<(String, i32), (i64, i64)>;
+
+/// The spans of a transaction over `batch` that commits `offsets`: from the batch's first
+/// record of each partition to the offset committed; a partition with no record in the batch
+/// (a transaction of timers alone) spans nothing, `next..next`.
+pub(crate) fn spans(batch: &[InputRecord], offsets: &TopicPartitionList) -> Spans {
+    let mut spans: Spans = offsets
+        .elements()
+        .iter()
+        .filter_map(|e| e.offset().to_raw().map(|next| ((e.topic().to_string(), e.partition()), (next, next))))
+        .collect();
+    for r in batch {
+        if let Some(span) = spans.get_mut(&(r.topic.to_string(), r.partition)) {
+            span.0 = span.0.min(r.offset);
+        }
+    }
+    spans
+}
+
+/// What the group's committed offsets say about a transaction over `spans` whose offsets
+/// carried `mark` (`None`: it sent none): committed if every partition is committed at its
+/// span's end with that mark, aborted if every one is still at or before its span's start
+/// without it (or has no committed offset). Anything else — the span's end with another
+/// mark, an offset past the span, inside it, or a mix — was not written by this
 /// transaction alone (transactions are atomic): another owner has moved it, and the
-/// outcome is not ours to decide.
+/// outcome is not ours to decide. No spans, no answer: nothing can show the outcome.
 pub(crate) fn decide(
     committed: &TopicPartitionList,
-    batch: &[InputRecord],
+    spans: &Spans,
     mark: Option<&str>,
 ) -> Result<Reconciliation, String> {
-    let mut span: BTreeMap<(&str, i32), (i64, i64)> = BTreeMap::new();
-    for r in batch {
-        let e = span.entry((r.topic.as_str(), r.partition)).or_insert((r.offset, r.offset + 1));
-        *e = (e.0.min(r.offset), e.1.max(r.offset + 1));
-    }
     let (mut done, mut not_done) = (0, 0);
-    for ((topic, partition), (first, next)) in &span {
+    for ((topic, partition), (first, next)) in spans {
         let elem = committed.find_partition(topic, *partition);
         let at = elem.as_ref().and_then(|e| e.offset().to_raw()).filter(|o| *o >= 0);
+        let ours = mark.is_some() && elem.as_ref().map(|e| e.metadata()) == mark;
         match at {
-            Some(o) if o == *next && elem.as_ref().map(|e| e.metadata()) == mark => done += 1,
+            Some(o) if o == *next && ours => done += 1,
+            None => not_done += 1,
+            Some(o) if o <= *first => not_done += 1,
             Some(o) if o == *next => {
                 return Err(format!(
                     "{topic} [{partition}] is committed at this batch's end {o}, but by another transaction (its mark is not this one's): another owner read the same records"
                 ))
             }
-            None => not_done += 1,
-            Some(o) if o <= *first => not_done += 1,
             Some(o) => {
                 return Err(format!(
                     "{topic} [{partition}] is committed at {o}, but this batch spans {first}..{next}: another owner moved it"
@@ -217,6 +240,7 @@ pub(crate) fn decide(
         }
     }
     match (done, not_done) {
+        (0, 0) => Err("no partition to read the outcome from".into()),
         (_, 0) => Ok(Reconciliation::Committed),
         (0, _) => Ok(Reconciliation::Aborted),
         _ => Err(format!(
@@ -228,6 +252,7 @@ pub(crate) fn decide(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::txn::next_offsets;
     use crate::txn::tests::rec;
     use rdkafka::error::{KafkaError, RDKafkaErrorCode as C};
     use rdkafka::Offset;
@@ -248,6 +273,7 @@ mod tests {
     #[test]
     fn the_committed_offsets_tell_committed_from_aborted_and_refuse_anything_else() {
         let batch = [rec("a", 0, 10), rec("a", 0, 11), rec("a", 1, 5)];
+        let batch = spans(&batch, &next_offsets(&batch));
         let decide = |at| decide(&committed(at), &batch, Some(MARK));
         assert_eq!(decide(&[("a", 0, Some(12)), ("a", 1, Some(6))]), Ok(Reconciliation::Committed));
         assert_eq!(decide(&[("a", 0, Some(10)), ("a", 1, Some(5))]), Ok(Reconciliation::Aborted));
@@ -265,6 +291,83 @@ mod tests {
         // Aborted needs no mark: nothing of this transaction is there.
         let before = committed(&[("a", 0, Some(10)), ("a", 1, Some(5))]);
         assert_eq!(super::decide(&before, &batch, None), Ok(Reconciliation::Aborted));
+    }
+
+    /// A transaction of timers alone commits where its partitions stand: its own mark there
+    /// says committed, the mark of the transaction before it says aborted. With no offsets
+    /// at all there is nothing to read, never "committed".
+    #[test]
+    fn a_transaction_of_timers_alone_is_decided_by_its_mark() {
+        let mut standing = TopicPartitionList::new();
+        let _ = standing.add_partition_offset("a", 0, Offset::Offset(12));
+        let timers_alone = spans(&[], &standing);
+        assert_eq!(timers_alone.get(&("a".to_string(), 0)), Some(&(12, 12)));
+        let at = committed(&[("a", 0, Some(12))]);
+        assert_eq!(decide(&at, &timers_alone, Some(MARK)), Ok(Reconciliation::Committed));
+        assert_eq!(decide(&at, &timers_alone, Some("kafka-eos/00000000000000bb/4")), Ok(Reconciliation::Aborted));
+        assert_eq!(decide(&committed(&[("a", 0, None)]), &timers_alone, Some(MARK)), Ok(Reconciliation::Aborted));
+        assert!(decide(&committed(&[("a", 0, Some(13))]), &timers_alone, Some(MARK))
+            .unwrap_err()
+            .contains("another owner"));
+        let nothing = spans(&[], &TopicPartitionList::new());
+        assert!(nothing.is_empty());
+        assert!(decide(&at, &nothing, Some(MARK)).is_err());
+        assert!(decide(&TopicPartitionList::new(), &nothing, None).is_err());
+    }
+
+    /// Over every committed offset (none, 0..=7) and mark (ours, another, none) of two
+    /// partitions, and every span of each within 0..=6 (empty ones included): "committed"
+    /// only if every partition carries this transaction's mark at its span's end, "aborted"
+    /// only if none does and every one is at or before its span's start.
+    #[test]
+    fn decide_never_takes_a_transaction_for_committed_without_its_mark_everywhere() {
+        let marks = [Some(MARK), Some("kafka-eos/00000000000000bb/1"), None];
+        let offsets: Vec<Option<i64>> = std::iter::once(None).chain((0..=7).map(Some)).collect();
+        let spans_of = |a: (i64, i64), b: (i64, i64)| -> Spans {
+            [(("t".to_string(), 0), a), (("t".to_string(), 1), b)].into_iter().collect()
+        };
+        let ranges: Vec<(i64, i64)> = (0..=6).flat_map(|f| (f..=6).map(move |n| (f, n))).collect();
+        for &ra in &ranges {
+            for &rb in &ranges {
+                let s = spans_of(ra, rb);
+                for &oa in &offsets {
+                    for &ob in &offsets {
+                        for &ma in &marks {
+                            for &mb in &marks {
+                                let mut tpl = TopicPartitionList::new();
+                                for (p, o, m) in [(0, oa, ma), (1, ob, mb)] {
+                                    let _ = tpl.add_partition_offset("t", p, o.map_or(Offset::Invalid, Offset::Offset));
+                                    if let (Some(m), Some(mut e)) = (m, tpl.find_partition("t", p)) {
+                                        e.set_metadata(m);
+                                    }
+                                }
+                                let ours = |o: Option<i64>, m: Option<&str>, (_, next): (i64, i64)| {
+                                    o == Some(next) && m == Some(MARK)
+                                };
+                                let before = |o: Option<i64>, m: Option<&str>, (first, next): (i64, i64)| {
+                                    !ours(o, m, (first, next)) && o.map_or(true, |o| o <= first)
+                                };
+                                let got = decide(&tpl, &s, Some(MARK));
+                                let what = format!("{ra:?}/{rb:?} at {oa:?}/{ob:?} marked {ma:?}/{mb:?}: {got:?}");
+                                match got {
+                                    Ok(Reconciliation::Committed) => {
+                                        assert!(ours(oa, ma, ra) && ours(ob, mb, rb), "{what}")
+                                    }
+                                    Ok(Reconciliation::Aborted) => {
+                                        assert!(before(oa, ma, ra) && before(ob, mb, rb), "{what}")
+                                    }
+                                    Err(_) => assert!(
+                                        !(ours(oa, ma, ra) && ours(ob, mb, rb))
+                                            && !(before(oa, ma, ra) && before(ob, mb, rb)),
+                                        "{what}"
+                                    ),
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
     }
 
     #[test]

@@ -59,6 +59,7 @@ use crate::txn::{
 };
 
 mod failed;
+mod positions;
 mod report;
 mod revoke;
 mod rewind;
@@ -165,6 +166,12 @@ pub(crate) struct Task {
     /// The consumers of the pipeline's [tables](crate::table), made at the first
     /// partition that needs them.
     tables: Option<crate::table::reader::TableReader>,
+    /// Where the owned partitions stand: the next offset each is committed at, as this
+    /// task's own transactions (or a read of the group's offsets) left it
+    /// ([`positions`]).
+    positions: HashMap<TopicPartition, i64>,
+    /// The offsets the batch in flight commits, kept for its reconcile.
+    offsets: rdkafka::TopicPartitionList,
     /// Per-partition mode: counted by the transaction slots while the task lives (the bound
     /// is engaged only past as many tasks as slots: [`crate::runtime::slots`]).
     _member: Option<crate::runtime::slots::Member>,
@@ -197,6 +204,8 @@ impl Task {
             timer_attempts: 0,
             streamed: None,
             tables: None,
+            positions: HashMap::new(),
+            offsets: rdkafka::TopicPartitionList::new(),
             _member: shared.slots.as_ref().map(|s| s.join()),
             label,
             metrics,
@@ -421,6 +430,15 @@ impl Task {
         let mut streamed = self.streamed.take();
         // Set when a revocation or the shutdown ended the wait for a slot.
         let mut handed_back = None;
+        let offsets = match self.offsets_to_commit(batch, deadline) {
+            Ok(offsets) => offsets,
+            Err(e) => {
+                return match interrupt.expired() {
+                    Some(because) => Flush::Dropped { because, reason: e.to_string() },
+                    None => Flush::Stop(e),
+                }
+            }
+        };
         loop {
             if let Some(because) = interrupt.expired().or(handed_back).filter(|_| streamed.is_none()) {
                 // Interrupted during the pause before a replay: the aborted cycle is
@@ -460,7 +478,7 @@ impl Task {
                 Some(g) => g,
             };
             let commit_to = match &group {
-                Some(g) => CommitTo::Transaction(g),
+                Some(group) => CommitTo::Transaction { group, offsets: &offsets },
                 None => CommitTo::Consumer,
             };
             // Per-partition mode: wait for a transaction slot (runtime::slots; never blocks
@@ -574,9 +592,13 @@ impl Task {
         for (tp, next) in &offsets {
             self.shared.shutdown.health_state().committed(tp, *next);
         }
-        if self.producer.as_ref().is_some_and(|p| p.transactional_id().is_none()) {
-            self.acked.extend(offsets.iter().cloned());
-            let _ = self.control.send(Control::CommitOffsets(offsets));
+        match self.producer.as_ref().map(|p| p.transactional_id().is_some()) {
+            Some(true) => self.positions.extend(offsets),
+            Some(false) => {
+                self.acked.extend(offsets.iter().cloned());
+                let _ = self.control.send(Control::CommitOffsets(offsets));
+            }
+            None => {}
         }
         Flush::Committed
     }

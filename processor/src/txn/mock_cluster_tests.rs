@@ -134,7 +134,8 @@ fn abort_refused_with_invalid_txn_state_is_reconciled_with_a_fresh_producer() {
     assert_eq!(verdict(&err, true), Verdict::Reconcile, "{err}");
     drop(p);
     let batch = [rec("in", 0, 0)];
-    let (mut fresh, found) = reconcile(&cfg, "mock-in-0", "in-0", &batch, None, soon(30)).expect("reconciled");
+    let (mut fresh, found) =
+        reconcile(&cfg, "mock-in-0", "in-0", &batch, &next_offsets(&batch), None, soon(30)).expect("reconciled");
     assert_eq!(found, crate::observe::Reconciliation::Aborted);
     produce_one(&mut fresh).and_then(|()| fresh.commit(soon(30))).expect("the fresh producer commits");
 }
@@ -157,8 +158,10 @@ fn commit_without_an_answer_is_reconciled_with_a_fresh_producer() {
     assert_eq!((err.step, err.class), (Step::Commit, ErrorClass::Retriable), "{err}");
     assert_eq!(verdict(&err, true), Verdict::Reconcile, "{err}");
     drop(p);
-    let reconciling =
-        std::thread::spawn(move || reconcile(&cfg, "mock-in-0", "in-0", &[rec("in", 0, 0)], None, soon(30)));
+    let reconciling = std::thread::spawn(move || {
+        let batch = [rec("in", 0, 0)];
+        reconcile(&cfg, "mock-in-0", "in-0", &batch, &next_offsets(&batch), None, soon(30))
+    });
     std::thread::sleep(Duration::from_millis(1_500));
     mock.broker_up(1).expect("broker up");
     let (mut fresh, _) = reconciling.join().unwrap().expect("reconciled once the broker is back");
@@ -200,6 +203,7 @@ fn a_reconcile_that_cannot_finish_by_the_deadline_fails() {
         "mock-in-0",
         "in-0",
         &[rec("in", 0, 0)],
+        &next_offsets(&[rec("in", 0, 0)]),
         None,
         (Instant::now() + Duration::from_secs(2)).into(),
     )

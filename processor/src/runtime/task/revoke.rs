@@ -61,6 +61,7 @@ impl Task {
             let _ = self.control.send(Control::Rewind { task: self.id, partitions: kept });
         }
         let acked_offsets = partitions.iter().filter_map(|tp| self.acked.remove(tp).map(|o| (tp.clone(), o))).collect();
+        self.forget_positions(Some(partitions));
         for tp in partitions {
             self.owned.remove(tp);
             self.unanchored.remove(tp);

@@ -76,6 +76,7 @@ impl Task {
     /// record.
     pub(super) fn forget_partitions(&mut self) {
         self.processing.give_up_all();
+        self.forget_positions(None);
         self.tables = None;
     }
 

@@ -48,7 +48,16 @@ impl Task {
         };
         tracing::warn!(task = self.id, error = %e, "transaction outcome unknown: fencing the producer and reconciling");
         let started = Instant::now();
-        let found = match reconcile::reconcile(&self.shared.cfg, &id, &self.label, batch, mark.as_deref(), deadline) {
+        let offsets = self.offsets.clone();
+        let found = match reconcile::reconcile(
+            &self.shared.cfg,
+            &id,
+            &self.label,
+            batch,
+            &offsets,
+            mark.as_deref(),
+            deadline,
+        ) {
             Ok((fresh, found)) => {
                 self.producer = Some(fresh);
                 found

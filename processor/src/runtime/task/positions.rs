@@ -1,0 +1,103 @@
+//! Where a task's partitions stand, and the offsets a transaction commits.
+//!
+//! A batch's transaction commits the batch's next offsets. A transaction of timers alone
+//! (`crate::timers`, no record) consumed nothing, and still sends offsets: where its
+//! partitions stand, unchanged, with this transaction's mark. Without them its outcome
+//! could not be read back after a commit whose answer was lost (the reconcile reads the
+//! marks of the committed offsets), and in per-consumer mode nothing would fence it: the
+//! transactional.id is the instance's own, and only a `TxnOffsetCommit` carries the group
+//! generation that the coordinator checks (KIP-447).
+//!
+//! The positions are what this task's own committed transactions left; a partition none of
+//! them committed yet is read from the group's stable committed offsets. They are forgotten
+//! with the partitions, and whenever a producer is given up (its last transaction may have
+//! committed without the task learning it).
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use rdkafka::consumer::BaseConsumer;
+use rdkafka::{Offset, TopicPartitionList};
+
+use super::Task;
+use crate::error::Error;
+use crate::record::InputRecord;
+use crate::runtime::interrupt::Deadline;
+use crate::runtime::TopicPartition;
+use crate::state::changelog::{group_reader_config, stable_committed_offsets};
+use crate::txn::next_offsets;
+
+impl Task {
+    /// The offsets `batch`'s transaction commits (kept for its reconcile): the batch's next
+    /// offsets, or, for timers alone, where the owned partitions stand. Empty only for
+    /// timers of partitions the group has no committed offset for.
+    pub(super) fn offsets_to_commit(
+        &mut self,
+        batch: &[InputRecord],
+        deadline: Deadline<'_>,
+    ) -> Result<TopicPartitionList, Error> {
+        let offsets = match batch {
+            [] if self.transactional_id.is_some() => self.standing(deadline)?,
+            _ => next_offsets(batch),
+        };
+        self.offsets = offsets.clone();
+        Ok(offsets)
+    }
+
+    /// Where the owned partitions stand: the known positions, or, if none is known, the
+    /// group's stable committed offsets of every owned partition.
+    fn standing(&mut self, deadline: Deadline<'_>) -> Result<TopicPartitionList, Error> {
+        let mut known: Vec<(&TopicPartition, i64)> =
+            self.owned.iter().filter_map(|tp| self.positions.get(tp).map(|o| (tp, *o))).collect();
+        if known.is_empty() {
+            let fetched = self.fetch_positions(deadline.instant())?;
+            self.positions.extend(fetched);
+            known = self.owned.iter().filter_map(|tp| self.positions.get(tp).map(|o| (tp, *o))).collect();
+        }
+        known.sort();
+        let mut tpl = TopicPartitionList::with_capacity(known.len());
+        for ((topic, partition), offset) in known {
+            let _ = tpl.add_partition_offset(topic, *partition, Offset::Offset(offset));
+        }
+        Ok(tpl)
+    }
+
+    /// The group's stable committed offsets of the owned partitions (those with one).
+    fn fetch_positions(&self, deadline: Instant) -> Result<HashMap<TopicPartition, i64>, Error> {
+        let cfg = &self.shared.cfg;
+        let reader: BaseConsumer = group_reader_config(cfg)
+            .create()
+            .map_err(|e| Error::Internal(format!("offset reader: {}", crate::config::client_error(&e))))?;
+        let mut wanted = TopicPartitionList::new();
+        for (topic, partition) in &self.owned {
+            wanted.add_partition(topic, *partition);
+        }
+        let committed = stable_committed_offsets(&reader, &wanted, deadline).map_err(|e| Error::TaskTimeout {
+            what: format!("reading where the partitions of {} stand", self.who()),
+            timeout: cfg.task_timeout,
+            last: e.to_string(),
+        })?;
+        Ok(committed
+            .elements()
+            .iter()
+            .filter_map(|e| {
+                let offset = e.offset().to_raw().filter(|o| *o >= 0)?;
+                let tp = self.owned.iter().find(|(t, p)| t.as_str() == e.topic() && *p == e.partition())?;
+                Some((tp.clone(), offset))
+            })
+            .collect())
+    }
+
+    /// Forgets where `partitions` stand (revoked), or every partition (`None`: a producer
+    /// given up).
+    pub(super) fn forget_positions(&mut self, partitions: Option<&[TopicPartition]>) {
+        match partitions {
+            Some(partitions) => {
+                for tp in partitions {
+                    self.positions.remove(tp);
+                }
+            }
+            None => self.positions.clear(),
+        }
+    }
+}
