@@ -93,6 +93,9 @@ pub struct InstanceConfig {
     /// The 1:1 copy also counts every key in a store (one changelog record per input
     /// record), so that an instance has state to restore: the rolling restart's workload.
     pub keyed_state: bool,
+    /// `Some(delay)`: the copy's outputs are sent by wall-clock timers this long after their
+    /// records ([`super::delayed`]), most of them in transactions of timers alone.
+    pub timer_delay: Option<Duration>,
     /// Client properties (security settings) for the pipeline's clients. Never put on the
     /// instance's command line: the suite hands them over in a private file
     /// (`--client-config`).
@@ -132,6 +135,7 @@ impl InstanceConfig {
         .chain(self.instance_id.iter().flat_map(|id| ["--instance-id".into(), id.clone()]))
         .chain(self.static_membership.then(|| "--static-membership".into()))
         .chain(self.keyed_state.then(|| "--keyed-state".into()))
+        .chain(self.timer_delay.iter().flat_map(|d| ["--timer-delay-ms".into(), d.as_millis().to_string()]))
         .collect()
     }
 
@@ -334,6 +338,18 @@ async fn run(cfg: InstanceConfig) -> kafka_eos::Result<Summary> {
         })?
     } else if cfg.financial_close_payments.is_some() {
         crate::workloads::financial_close::pipeline(builder, &cfg.financial_close_topics())
+    } else if let Some(delay) = cfg.timer_delay {
+        let builder = builder.input_topic(&cfg.input);
+        super::delayed::DelayedCopy::pipeline(builder, &cfg.input, &out, delay, move |r| {
+            if stall.swap(false, Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(200));
+                let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGSTOP);
+            }
+            if dice.roll() {
+                return Err(format!("chaos: deliberate abort at {}", r.origin()).into());
+            }
+            Ok(())
+        })
     } else {
         let mut builder = builder.input_topic(&cfg.input);
         let out = builder.output_topic(&out);
@@ -423,6 +439,7 @@ mod tests {
             instance_id: Some("pod-1".into()),
             static_membership: true,
             keyed_state: true,
+            timer_delay: Some(Duration::from_millis(1500)),
             client_properties: Default::default(),
         };
         cfg.client_properties.set("sasl.password", "hunter2");
@@ -430,7 +447,10 @@ mod tests {
         assert!(args.contains("--guarantee exactly-once-per-consumer") && args.contains("--abort-one-in 3"), "{args}");
         assert!(args.contains("--transaction-timeout-ms 8000") && args.contains("--rebalancing eager"), "{args}");
         assert!(args.contains("--financial-close-payments 7 --commit-log /tmp/c"), "{args}");
-        assert!(args.ends_with("--instance-id pod-1 --static-membership --keyed-state"), "{args}");
+        assert!(
+            args.ends_with("--instance-id pod-1 --static-membership --keyed-state --timer-delay-ms 1500"),
+            "{args}"
+        );
         assert!(!args.contains("hunter2"), "secrets never go on a command line: {args}");
     }
 }

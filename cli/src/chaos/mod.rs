@@ -28,6 +28,7 @@
 //! | `pace` | the virtual clock that paces input and faults together |
 //! | `reader` | the concurrent read_committed reader and the final comparison |
 //! | `instance` | the body of one instance process (`kafka-eos chaos instance`) |
+//! | `delayed` | the timers workload: the copy, its outputs sent by wall-clock timers |
 //! | `sink` | the sink scenarios' servers, instance pipelines and checks (PostgreSQL, Redis) |
 //!
 //! # Pacing
@@ -37,6 +38,7 @@
 //! restart), the clock runs on for at most half the gap to the next fault and then waits:
 //! a slow fault never leaves the next one hitting an idle pipeline.
 
+mod delayed;
 pub(crate) mod fleet;
 mod instance;
 mod net;

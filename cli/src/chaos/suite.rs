@@ -43,6 +43,8 @@ use kafka_eos_testkit::broker::{ClusterConfig, LocalCluster};
 const SESSION_TIMEOUT: Duration = Duration::from_secs(6);
 /// Producer `transaction.timeout.ms` of every instance.
 const TRANSACTION_TIMEOUT: Duration = Duration::from_secs(8);
+/// How long after its record the timers workload sends an output.
+const TIMER_DELAY: Duration = Duration::from_secs(1);
 /// How often the coordinator looks for timed-out transactions on the suite's own cluster
 /// (`transaction.abort.timed.out.transaction.cleanup.interval.ms`; Kafka's default is 10 s).
 const LOCAL_TIMEOUT_CHECK: Duration = Duration::from_secs(2);
@@ -89,6 +91,9 @@ pub struct SuiteConfig {
     /// Kafka then commits one transaction in some partitions and aborts it in others, which
     /// no client can prevent (`docs/reliability.md`). On, the suite reproduces that flaw.
     pub restart_unfenced: bool,
+    /// The timers workload ([`super::delayed`]) instead of the plain copy, in the scenarios
+    /// that run the copy.
+    pub timers: bool,
     /// Bytes per input record value.
     pub value_size: usize,
     /// Client properties (security settings) for every client of the suite: the instances'
@@ -115,6 +120,7 @@ impl SuiteConfig {
             log_dir: None,
             keep_data_on_failure: false,
             restart_unfenced: false,
+            timers: false,
             value_size: 64,
             client_properties: Properties::default(),
         }
@@ -350,6 +356,7 @@ impl<'a, 'r> Run<'a, 'r> {
             instance_id: None,
             static_membership: false,
             keyed_state: false,
+            timer_delay: cfg.timers.then_some(TIMER_DELAY),
             client_properties: Properties::default(),
         };
         let mut args = vec!["chaos".to_string(), "instance".to_string()];

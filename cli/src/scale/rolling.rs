@@ -158,6 +158,7 @@ pub fn run(opts: &RollingOptions) -> Result<RollingReport, String> {
         instance_id: None,
         static_membership: opts.static_membership,
         keyed_state: true,
+        timer_delay: None,
         client_properties: Default::default(),
     };
     let args_of = |slot: usize| -> Vec<String> {

@@ -223,6 +223,7 @@ pub fn run(opts: &StudyOptions) -> Result<StudyReport, String> {
         instance_id: None,
         static_membership: false,
         keyed_state: false,
+        timer_delay: None,
         client_properties: Default::default(),
     };
     let args = ["chaos".to_string(), "instance".to_string()].into_iter().chain(instance.to_args()).collect();

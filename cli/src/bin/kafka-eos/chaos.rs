@@ -35,6 +35,11 @@ pub struct Args {
     /// redis-no-dedup [default: all].
     #[arg(long = "scenario")]
     scenarios: Vec<Scenario>,
+    /// The timers workload: the copy's outputs are sent by wall-clock timers a second after
+    /// their records, most of them in transactions of timers alone (not with the
+    /// financial-close or sink scenarios, whose workloads are their own).
+    #[arg(long)]
+    timers: bool,
     /// Soak: ten times the faults of every scenario (hundreds in all) over millions of records.
     #[arg(long)]
     soak: bool,
@@ -133,6 +138,10 @@ struct InstanceArgs {
     /// The copy also counts every key in a store, so the instance has state to restore.
     #[arg(long)]
     keyed_state: bool,
+    /// Send each output by a wall-clock timer this long after its record (the timers
+    /// workload).
+    #[arg(long)]
+    timer_delay_ms: Option<u64>,
     /// The suite passes its client properties in a private file (--client-config).
     #[command(flatten)]
     client: super::ClientArgs,
@@ -162,11 +171,13 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
     cfg.log_dir = args.log_dir;
     cfg.keep_data_on_failure = args.keep_data_on_failure;
     cfg.restart_unfenced = args.restart_unfenced;
+    cfg.timers = args.timers;
     cfg.client_properties = args.client.properties()?;
     println!(
-        "chaos: {} records x {} partitions per scenario, guarantee {}, rebalancing {}, seed {}{}{}",
+        "chaos: {} records x {} partitions per scenario{}, guarantee {}, rebalancing {}, seed {}{}{}",
         cfg.records,
         cfg.partitions,
+        if cfg.timers { ", outputs sent by timers" } else { "" },
         cfg.guarantee.as_str(),
         cfg.rebalancing.map_or("default", |r| r.as_str()),
         cfg.seed,
@@ -236,6 +247,7 @@ fn run_instance(a: InstanceArgs) -> Result<ExitCode, Box<dyn std::error::Error>>
         instance_id: a.instance_id,
         static_membership: a.static_membership,
         keyed_state: a.keyed_state,
+        timer_delay: a.timer_delay_ms.map(Duration::from_millis),
         client_properties: a.client.properties()?,
     };
     match chaos::run_instance(cfg) {
