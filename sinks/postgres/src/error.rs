@@ -7,8 +7,9 @@ use crate::TopicPartition;
 /// | variant | what happened to the batch | what the runtime does |
 /// |---|---|---|
 /// | [`Fenced`](SinkError::Fenced) | rolled back | stop the partition: another instance owns it |
+/// | [`Overlap`](SinkError::Overlap) | rolled back | stop: the partition was read from elsewhere than its stored offset |
 /// | [`NotClaimed`](SinkError::NotClaimed) | nothing sent | a bug: write before [`claim`](crate::PostgresSink::claim) |
-/// | [`CommitOutcomeUnknown`](SinkError::CommitOutcomeUnknown) | committed or not | reconnect, [`stored_offsets`](crate::PostgresSink::stored_offsets) tells which |
+/// | [`CommitOutcomeUnknown`](SinkError::CommitOutcomeUnknown) | committed or not | reconnect and write the same batch again (it is [`AlreadyApplied`](crate::Written::AlreadyApplied) if it committed) |
 /// | [`Postgres`](SinkError::Postgres) | rolled back (or never begun) | retry the batch, or apply the error policy if the database refuses it (constraint, type) |
 /// | [`Schema`](SinkError::Schema) / [`InvalidBatch`](SinkError::InvalidBatch) | nothing sent | fix the configuration / the processor |
 #[derive(Debug, thiserror::Error)]
@@ -25,12 +26,31 @@ pub enum SinkError {
         /// The epoch in the database, if the row still exists.
         current: Option<i64>,
     },
+    /// The stored next offset of a partition lies past the batch's first offset of it, and
+    /// the batch is not one already applied (the stored offset is inside the batch's range,
+    /// or another partition of the batch is not written yet): writing it would apply some
+    /// records a second time. The transaction was rolled back.
+    #[error(
+        "{tp}: the batch's input offsets {first}..{next} overlap what is stored (next offset {stored}); \
+         refused, as writing it would apply records a second time"
+    )]
+    Overlap {
+        /// The partition.
+        tp: TopicPartition,
+        /// The stored next offset.
+        stored: i64,
+        /// The batch's first input offset of the partition.
+        first: i64,
+        /// The batch's next offset of the partition (its last input offset + 1).
+        next: i64,
+    },
     /// The batch names a partition this sink has not claimed.
     #[error("{0} is not claimed by this sink: call claim() on assignment before writing")]
     NotClaimed(TopicPartition),
     /// The connection broke while COMMIT was in flight: the transaction may or may not have
-    /// committed. Read the stored offsets to find out (they equal the batch's next offsets
-    /// exactly when it committed).
+    /// committed. Writing the same batch again resolves it: the write is
+    /// [`AlreadyApplied`](crate::Written::AlreadyApplied) if it had committed. (The stored
+    /// offsets tell too: they equal the batch's next offsets exactly when it committed.)
     #[error("the outcome of the commit is unknown (connection lost during COMMIT): {0}")]
     CommitOutcomeUnknown(#[source] tokio_postgres::Error),
     /// A statement failed; the transaction is rolled back.

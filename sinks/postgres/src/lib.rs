@@ -8,8 +8,11 @@
 //!
 //! ```text
 //! on assignment   claim(partitions)            -> epoch, next_offset per partition; seek there
-//! per batch       write_batch(rows, offsets)   -> BEGIN; UPDATE offsets … AND epoch = ours;
-//!                                                 INSERT … ON CONFLICT (key) DO UPDATE; COMMIT
+//! per batch       write_batch(rows, first..next per partition)
+//!                     -> BEGIN; UPDATE offsets SET next … AND epoch = ours AND stored <= first;
+//!                        INSERT … ON CONFLICT (key) DO UPDATE; COMMIT
+//!                        (or, the UPDATE matching nothing in our epoch with the stored offset
+//!                        at `next`: ROLLBACK, already applied)
 //! on revocation   release(partitions)
 //! ```
 //!
@@ -18,7 +21,9 @@
 //!   design in `docs/sinks.md` safe. The whole batch is one statement (`UNNEST` of one
 //!   array per column), see [`upsert`].
 //! - **Offsets** live in `kafka_eos_offsets (group_id, topic, partition) → next_offset,
-//!   epoch`.
+//!   epoch`. A batch is written only if the stored offset is at or before its first input
+//!   offset, so each input record's rows are applied at most once, and a retried batch that
+//!   had committed is recognised and not written again: upserts that add are exact too.
 //! - **Fencing.** After a rebalance two instances can both believe they own a partition
 //!   (the old one has not noticed it was revoked: long GC pause, network partition). Each
 //!   [`PostgresSink::claim`] increments the partition's `epoch` in the database and every
@@ -60,7 +65,7 @@ mod sink;
 pub mod upsert;
 
 pub use error::SinkError;
-pub use sink::{Claim, PostgresSink, DEFAULT_OFFSETS_TABLE};
+pub use sink::{Claim, PostgresSink, Written, DEFAULT_OFFSETS_TABLE};
 pub use tokio_postgres;
 pub use upsert::{Row, TableSpec, UpsertTable, Value};
 

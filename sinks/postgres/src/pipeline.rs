@@ -2,7 +2,8 @@
 //!
 //! ```text
 //! on assignment   on_assigned  -> claim: epoch + stored next offset per partition
-//! per batch       write        -> BEGIN; offsets UPDATE … AND epoch = ours; batch upsert; COMMIT
+//! per batch       write        -> write_batch: BEGIN; offsets UPDATE … AND epoch = ours AND
+//!                                 stored <= first; batch upsert; COMMIT (already applied: success)
 //! after a failure recover      -> reconnect if the connection is gone (epochs kept: no claim)
 //! on revocation   on_revoked   -> release the epochs
 //! ```
@@ -32,7 +33,7 @@ impl kafka_eos::sink::SinkError for SinkError {
                 Some(_) => SinkErrorClass::Rejected,
             },
             SinkError::InvalidBatch(_) => SinkErrorClass::Rejected,
-            SinkError::NotClaimed(_) | SinkError::Schema(_) => SinkErrorClass::Fatal,
+            SinkError::Overlap { .. } | SinkError::NotClaimed(_) | SinkError::Schema(_) => SinkErrorClass::Fatal,
         }
     }
 }
@@ -52,12 +53,12 @@ impl Sink for PostgresSink {
     }
 
     async fn write(&mut self, batch: &SinkBatch<Row>) -> Result<(), SinkError> {
-        let offsets: Vec<(TopicPartition, i64)> = batch
+        let offsets: Vec<(TopicPartition, std::ops::Range<i64>)> = batch
             .partitions
             .iter()
-            .map(|r| (TopicPartition::new(r.topic.as_str(), r.partition), r.next_offset))
+            .map(|r| (TopicPartition::new(r.topic.as_str(), r.partition), r.first_offset..r.next_offset))
             .collect();
-        self.write_rows(batch.rows.iter().map(|r| &r.row), &offsets).await
+        self.write_rows(batch.rows.iter().map(|r| &r.row), &offsets).await.map(|_| ())
     }
 
     async fn recover(&mut self) -> Result<(), SinkError> {

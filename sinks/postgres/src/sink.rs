@@ -1,6 +1,7 @@
 //! The exactly-once sink: rows and input offsets in one transaction, fenced per partition.
 
 use std::collections::HashMap;
+use std::ops::Range;
 
 use futures_util::future::try_join_all;
 use tokio_postgres::{Client, Statement};
@@ -25,6 +26,17 @@ pub struct Claim {
     pub next_offset: Option<i64>,
 }
 
+/// What [`PostgresSink::write_batch`] did with a batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Written {
+    /// The rows and the offsets committed.
+    Applied,
+    /// Every partition's stored offset was already at or past the batch's end: the batch
+    /// committed before (a retry after [`SinkError::CommitOutcomeUnknown`], or a replay of
+    /// records already applied). Nothing was written.
+    AlreadyApplied,
+}
+
 /// A PostgreSQL sink for one consumer group and one target table (see the crate docs).
 ///
 /// Holds one connection; every method that writes takes `&mut self`, so a sink serves one
@@ -37,7 +49,7 @@ pub struct PostgresSink {
     row: Statement,
     claim: Statement,
     fence: Statement,
-    epoch_of: Statement,
+    state: Statement,
     read: Statement,
     epochs: HashMap<TopicPartition, i64>,
     /// What [`reconnect`](Self::reconnect) needs: the connection string (if the sink
@@ -115,17 +127,22 @@ impl PostgresSink {
             "claim",
         )
         .await?;
+        // $6 is the batch's first offset: see `write_batch` for why the stored offset must be
+        // at or before it (or NULL: nothing stored yet).
         let fence = prep(
             format!(
                 "UPDATE {offsets} SET next_offset = $4, updated_at = now() \
-                 WHERE group_id = $1 AND topic = $2 AND partition = $3 AND epoch = $5"
+                 WHERE group_id = $1 AND topic = $2 AND partition = $3 AND epoch = $5 \
+                 AND (next_offset IS NULL OR next_offset <= $6)"
             ),
             "offset commit",
         )
         .await?;
-        let epoch_of =
-            prep(format!("SELECT epoch FROM {offsets} WHERE group_id = $1 AND topic = $2 AND partition = $3"), "epoch")
-                .await?;
+        let state = prep(
+            format!("SELECT epoch, next_offset FROM {offsets} WHERE group_id = $1 AND topic = $2 AND partition = $3"),
+            "offset state",
+        )
+        .await?;
         let read = prep(
             format!("SELECT next_offset FROM {offsets} WHERE group_id = $1 AND topic = $2 AND partition = $3"),
             "offset read",
@@ -139,7 +156,7 @@ impl PostgresSink {
             row,
             claim,
             fence,
-            epoch_of,
+            state,
             read,
             epochs: HashMap::new(),
             config: None,
@@ -207,9 +224,10 @@ impl PostgresSink {
         }
     }
 
-    /// The stored next offset of each partition (`None`: nothing committed), read-only. This
-    /// is also how to resolve [`SinkError::CommitOutcomeUnknown`]: the batch committed
-    /// exactly when the stored offsets equal its next offsets.
+    /// The stored next offset of each partition (`None`: nothing committed), read-only. A
+    /// batch committed exactly when the stored offsets equal its next offsets; to resolve
+    /// [`SinkError::CommitOutcomeUnknown`], writing the same batch again is enough (it
+    /// returns [`Written::AlreadyApplied`] if the first attempt committed).
     pub async fn stored_offsets(
         &self,
         partitions: &[TopicPartition],
@@ -222,22 +240,47 @@ impl PostgresSink {
         Ok(partitions.iter().cloned().zip(rows.into_iter().map(|r| r.and_then(|r| r.get(0)))).collect())
     }
 
-    /// **Per batch, exactly-once:** upserts `rows` and stores `offsets` (each partition's
-    /// *next* offset to consume, i.e. the last input offset of the batch + 1) in one
-    /// transaction, conditional on this sink's epochs.
+    /// **Per batch, exactly-once:** upserts `rows` and stores the batch's offsets in one
+    /// transaction, conditional on this sink's epochs. `offsets` holds, per partition, the
+    /// batch's input range `first..next`: its first input offset, and the *next* offset to
+    /// consume (the last input offset + 1), which is what is stored.
+    ///
+    /// The rows of a range are applied at most once: the stored offset must be at or before
+    /// `first` (or nothing stored yet) for the batch to be written. If every partition's
+    /// stored offset is already at or past its `next`, the batch committed before (a retry
+    /// after [`SinkError::CommitOutcomeUnknown`]): nothing is written and
+    /// [`Written::AlreadyApplied`] returned. So an upsert that is not idempotent (one that
+    /// adds) is exact too.
+    ///
+    /// # Errors
+    /// - [`SinkError::Fenced`]: a partition was claimed by another sink since (checked
+    ///   before the offsets).
+    /// - [`SinkError::Overlap`]: a stored offset lies past a partition's `first` and the
+    ///   batch is not one already applied: the stored offset is inside the range, or another
+    ///   partition of the batch is not written yet. Writing it would apply some records
+    ///   twice.
+    ///
+    /// In each case the transaction is rolled back: neither rows nor offsets are written.
     ///
     /// # Details
     /// Pipelined on the connection: `BEGIN`; one `UPDATE` of the offsets row per partition
-    /// (`WHERE … AND epoch = <ours>`); the batch upsert; `COMMIT`. If any `UPDATE` matches
-    /// no row the partition was claimed by someone else: the transaction is rolled back and
-    /// [`SinkError::Fenced`] returned. The offsets `UPDATE` runs first so that it takes the
-    /// partition's row lock before any target row: a concurrent [`claim`](Self::claim)
-    /// either waits for this commit (and then reads its offsets) or commits first (and this
-    /// `UPDATE` then sees the new epoch and matches nothing). Replaying a batch is harmless:
-    /// the rows upsert to the same values and the offsets are set, not added.
+    /// (`WHERE … AND epoch = <ours> AND (next_offset IS NULL OR next_offset <= <first>)`);
+    /// the batch upsert; `COMMIT`, or, if an `UPDATE` matched no row, a read of that row to
+    /// tell which case it is, and `ROLLBACK`. The offsets `UPDATE` runs first so that it
+    /// takes the partition's row lock before any target row: a concurrent
+    /// [`claim`](Self::claim) either waits for this commit (and then reads its offsets) or
+    /// commits first (and this `UPDATE` then sees the new epoch and matches nothing).
+    ///
+    /// A stored offset *before* `first` is accepted: Kafka offsets have holes (transaction
+    /// markers, records of aborted transactions, compaction, retention), so a partition's
+    /// next batch often starts past the offset stored after the last one.
     ///
     /// Rows with the same key within a batch: the last one wins.
-    pub async fn write_batch(&mut self, rows: &[Row], offsets: &[(TopicPartition, i64)]) -> Result<(), SinkError> {
+    pub async fn write_batch(
+        &mut self,
+        rows: &[Row],
+        offsets: &[(TopicPartition, Range<i64>)],
+    ) -> Result<Written, SinkError> {
         self.write_rows(rows.iter(), offsets).await
     }
 
@@ -246,13 +289,16 @@ impl PostgresSink {
     pub(crate) async fn write_rows<'r>(
         &mut self,
         rows: impl ExactSizeIterator<Item = &'r Row>,
-        offsets: &[(TopicPartition, i64)],
-    ) -> Result<(), SinkError> {
+        offsets: &[(TopicPartition, Range<i64>)],
+    ) -> Result<Written, SinkError> {
         if offsets.is_empty() {
             return Err(SinkError::InvalidBatch("an exactly-once batch must carry its input offsets".into()));
         }
-        let mut offsets: Vec<&(TopicPartition, i64)> = offsets.iter().collect();
-        offsets.sort();
+        if let Some((tp, range)) = offsets.iter().find(|(_, r)| r.start > r.end) {
+            return Err(SinkError::InvalidBatch(format!("{tp}: the input range {range:?} ends before it starts")));
+        }
+        let mut offsets: Vec<&(TopicPartition, Range<i64>)> = offsets.iter().collect();
+        offsets.sort_by(|a, b| a.0.cmp(&b.0));
         let mut epochs = Vec::with_capacity(offsets.len());
         for (tp, _) in &offsets {
             epochs.push(self.epochs.get(tp).copied().ok_or_else(|| SinkError::NotClaimed(tp.clone()))?);
@@ -264,10 +310,15 @@ impl PostgresSink {
 
         let group = &self.group;
         let tx = self.client.transaction().await.map_err(SinkError::pg("beginning the batch"))?;
-        let fences = try_join_all(offsets.iter().zip(&epochs).map(|((tp, next), epoch)| {
-            let (tx, stmt) = (&tx, &self.fence);
-            async move { tx.execute(stmt, &[group, &tp.topic, &tp.partition, next, epoch]).await }
-        }));
+        let fences =
+            try_join_all(
+                offsets.iter().zip(&epochs).map(|((tp, range), epoch)| {
+                    let (tx, stmt) = (&tx, &self.fence);
+                    async move {
+                        tx.execute(stmt, &[group, &tp.topic, &tp.partition, &range.end, epoch, &range.start]).await
+                    }
+                }),
+            );
         let upsert = async {
             if n_rows == 0 {
                 Ok(0)
@@ -278,18 +329,28 @@ impl PostgresSink {
         let (matched, _) = futures_util::future::try_join(fences, upsert)
             .await
             .map_err(SinkError::pg(format!("writing a batch of {n_rows} rows into {}", self.table.name)))?;
-        if let Some(i) = matched.iter().position(|&n| n == 0) {
-            let tp = offsets[i].0.clone();
-            let current = tx
-                .query_opt(&self.epoch_of, &[group, &tp.topic, &tp.partition])
-                .await
-                .ok()
-                .flatten()
-                .map(|r| r.get::<_, i64>(0));
-            let _ = tx.rollback().await;
-            return Err(SinkError::Fenced { tp, ours: epochs[i], current });
+        if matched.iter().all(|&n| n > 0) {
+            return commit(tx).await.map(|()| Written::Applied);
         }
-        commit(tx).await
+        // Some offsets row did not match: read why, then roll back (the rows were sent).
+        let mut found = Vec::with_capacity(offsets.len());
+        for ((tp, _), n) in offsets.iter().zip(&matched) {
+            if *n > 0 {
+                found.push(Found::Matched);
+                continue;
+            }
+            let row = tx
+                .query_opt(&self.state, &[group, &tp.topic, &tp.partition])
+                .await
+                .map_err(SinkError::pg(format!("reading the stored offset of {tp}")))?;
+            found.push(row.map_or(Found::Missing, |r| Found::Row { epoch: r.get(0), stored: r.get(1) }));
+        }
+        let _ = tx.rollback().await;
+        let outcome = classify(&offsets, &epochs, &found);
+        if matches!(outcome, Ok(Written::AlreadyApplied)) {
+            tracing::info!(group = %self.group, table = %self.table.name, ?offsets, "batch already applied: not written again");
+        }
+        outcome
     }
 
     /// **At-least-once baseline:** the same batch upsert in its own implicit transaction,
@@ -325,6 +386,54 @@ impl PostgresSink {
                 .map_err(SinkError::pg(format!("upserting into {}", self.table.name)))?;
         }
         Ok(n)
+    }
+}
+
+/// What a batch's offsets `UPDATE` found for one partition.
+#[derive(Debug, Clone, Copy)]
+enum Found {
+    /// It matched: the batch follows the stored offset.
+    Matched,
+    /// It matched nothing, and there is no offsets row.
+    Missing,
+    /// It matched nothing; the row holds this epoch and stored next offset.
+    Row { epoch: i64, stored: Option<i64> },
+}
+
+/// Why a batch whose offsets `UPDATE` matched nothing for some partition was not written.
+fn classify(offsets: &[&(TopicPartition, Range<i64>)], epochs: &[i64], found: &[Found]) -> Result<Written, SinkError> {
+    // Fencing first: a sink that lost a partition must stop, whatever the offsets say. A row
+    // in our epoch with nothing stored would have matched: it changed between the two
+    // statements (a claim, or an edit of the table), so the partition is claimed again too.
+    for (((tp, _), &ours), f) in offsets.iter().zip(epochs).zip(found) {
+        match *f {
+            Found::Missing => return Err(SinkError::Fenced { tp: tp.clone(), ours, current: None }),
+            Found::Row { epoch, stored } if epoch != ours || stored.is_none() => {
+                return Err(SinkError::Fenced { tp: tp.clone(), ours, current: Some(epoch) })
+            }
+            _ => {}
+        }
+    }
+    // Our epoch everywhere, and each unmatched partition has an offset stored past its
+    // batch's first. Already applied only if every partition's is at or past the batch's
+    // end. A partition whose `UPDATE` matched is not written yet, and the batch's rows cannot
+    // be split by partition: such a mix is refused like an offset inside a range.
+    let mut applied_everywhere = true;
+    let mut applied = None;
+    for ((tp, range), f) in offsets.iter().zip(found) {
+        let Found::Row { stored: Some(s), .. } = *f else {
+            applied_everywhere = false;
+            continue;
+        };
+        let overlap = || SinkError::Overlap { tp: tp.clone(), stored: s, first: range.start, next: range.end };
+        if s < range.end {
+            return Err(overlap());
+        }
+        applied.get_or_insert_with(overlap);
+    }
+    match applied {
+        Some(overlap) if !applied_everywhere => Err(overlap),
+        _ => Ok(Written::AlreadyApplied),
     }
 }
 
@@ -368,5 +477,51 @@ async fn create_offsets_table(client: &Client, offsets: &str) -> Result<(), Sink
             }
         }
         Err(e) => Err(failed(e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tp(p: i32) -> TopicPartition {
+        TopicPartition::new("in", p)
+    }
+
+    fn check(offsets: &[(TopicPartition, Range<i64>)], found: &[Found]) -> Result<Written, SinkError> {
+        let offsets: Vec<_> = offsets.iter().collect();
+        classify(&offsets, &vec![3; offsets.len()], found)
+    }
+
+    fn row(epoch: i64, stored: i64) -> Found {
+        Found::Row { epoch, stored: Some(stored) }
+    }
+
+    #[test]
+    fn a_batch_whose_stored_offsets_are_all_at_or_past_its_end_is_already_applied() {
+        let offsets = [(tp(0), 10..20), (tp(1), 5..5)];
+        assert_eq!(check(&offsets, &[row(3, 20), row(3, 7)]).unwrap(), Written::AlreadyApplied);
+    }
+
+    #[test]
+    fn fencing_is_decided_before_the_offsets() {
+        let offsets = [(tp(0), 10..20), (tp(1), 10..20)];
+        let err = check(&offsets, &[row(3, 20), row(4, 20)]).unwrap_err();
+        assert!(matches!(err, SinkError::Fenced { ours: 3, current: Some(4), .. }), "{err}");
+        let err = check(&offsets, &[row(3, 15), Found::Missing]).unwrap_err();
+        assert!(matches!(err, SinkError::Fenced { current: None, .. }), "{err}");
+    }
+
+    #[test]
+    fn a_stored_offset_inside_the_range_is_an_overlap() {
+        let err = check(&[(tp(0), 10..20)], &[row(3, 15)]).unwrap_err();
+        assert!(matches!(err, SinkError::Overlap { stored: 15, first: 10, next: 20, .. }), "{err}");
+    }
+
+    #[test]
+    fn a_batch_with_one_partition_applied_and_one_not_is_an_overlap() {
+        // tp(0)'s UPDATE matched (not written yet), tp(1)'s stored offset is at its end.
+        let err = check(&[(tp(0), 10..20), (tp(1), 0..5)], &[Found::Matched, row(3, 5)]).unwrap_err();
+        assert!(matches!(&err, SinkError::Overlap { tp: t, stored: 5, .. } if *t == tp(1)), "{err}");
     }
 }

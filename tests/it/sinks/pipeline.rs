@@ -151,7 +151,7 @@ async fn pg_a_partition_whose_task_starts_late_resumes_from_the_database() {
         PostgresSink::connect(&conn, group.clone(), &TableSpec::new("ledger", &["payment_id"])).await.expect("sink");
     let tps: Vec<_> = (0..2).map(|p| kafka_eos_postgres::TopicPartition::new(t.input.as_str(), p)).collect();
     sink.claim(&tps).await.expect("claim");
-    sink.write_batch(&[], &[(tps[0].clone(), 0), (tps[1].clone(), 0)]).await.expect("store offsets");
+    sink.write_batch(&[], &[(tps[0].clone(), 0..0), (tps[1].clone(), 0..0)]).await.expect("store offsets");
     let (b, a, input) = (t.bootstrap.clone(), app.clone(), t.input.clone());
     tokio::task::spawn_blocking(move || {
         use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
