@@ -16,6 +16,7 @@ mod interrupt;
 mod joins;
 mod ops;
 mod rebalance;
+mod restore;
 mod scale;
 mod security;
 mod sinks;

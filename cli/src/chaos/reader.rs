@@ -156,6 +156,8 @@ pub(crate) struct Reader {
     /// Set by [`Reader::finish`]: the last offset of every partition in the final read, and
     /// the deadline for reaching them.
     finish: FinishAt,
+    /// Records read so far.
+    read: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Reader {
@@ -178,6 +180,8 @@ impl Reader {
         let finish: FinishAt = Arc::default();
         let f = finish.clone();
         let mut checker = Checker::new(input, partitions as usize);
+        let read = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let counter = read.clone();
         let join = std::thread::Builder::new()
             .name("chaos-reader".into())
             .spawn(move || {
@@ -190,6 +194,7 @@ impl Reader {
                     match consumer.poll(Duration::from_millis(100)) {
                         Some(Ok(m)) => {
                             checker.check(m.partition(), m.offset(), origin_of(&m));
+                            counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         }
                         Some(Err(e)) => tracing::debug!(error = %e, "chaos reader: consumer error"),
                         None => {}
@@ -198,7 +203,12 @@ impl Reader {
                 Ok(checker.log)
             })
             .map_err(|e| format!("reader thread: {e}"))?;
-        Ok(Reader { join: Some(join), finish })
+        Ok(Reader { join: Some(join), finish, read })
+    }
+
+    /// How many records the reader has read so far.
+    pub(crate) fn read(&self) -> u64 {
+        self.read.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Lets the reader run until it has read up to `targets` (the final read's last offset per

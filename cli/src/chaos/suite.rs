@@ -504,6 +504,10 @@ impl<'a, 'r> Run<'a, 'r> {
             self.mark("group caught up: waiting for the timers to close the last days");
             caught_up = self.wait_closed()?;
         }
+        if let (true, true, Some(reader)) = (caught_up, self.ctx.cfg.timers, reader.as_ref()) {
+            self.mark("group caught up: waiting for the last timers");
+            caught_up = self.wait_timers_fired(reader)?;
+        }
         self.mark(if caught_up { "group caught up: SIGTERM to every instance" } else { "catch-up timed out" });
         self.fleet.shutdown(STOP_TIMEOUT);
         self.mark("instances stopped");

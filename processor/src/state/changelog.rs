@@ -67,9 +67,14 @@ pub(crate) fn ensure_topics(cfg: &PipelineConfig, input_partitions: i32) -> Resu
 /// First the partitions' committed offsets are fetched as *stable* (the consumer is
 /// read_committed, so librdkafka sets `require_stable`): that waits out any transaction of a
 /// previous owner that carried these partitions' offsets, and with them their changelog
-/// records. Then each store's changelog partitions are read with read_committed to their end.
-/// Several partitions are restored in one pass (an instance task gets them together on
-/// assignment): one client, one offset fetch, one read per store.
+/// records. Then each store's changelog partitions are read with read_committed up to the
+/// high watermark seen at the start ([`restore_end`]), not to the last stable offset: a
+/// transaction that wrote changes and never sent offsets (its instance crashed in between)
+/// holds the LSO below changes committed after it, and stopping there would go back in
+/// time while the input resumes past them. Such a transaction ends at its transaction
+/// timeout; the read waits for it, within `deadline`. Several partitions are restored in
+/// one pass (an instance task gets them together on assignment): one client, one offset
+/// fetch, one read per store.
 pub(crate) fn restore(
     cfg: &PipelineConfig,
     partitions: &[i32],
@@ -86,6 +91,12 @@ pub(crate) fn restore(
         // keep the broker from holding that fetch for the default 500 ms.
         .set("fetch.wait.max.ms", "10");
     let consumer: BaseConsumer<QuietEof> = cc
+        .create_with_context(QuietEof)
+        .map_err(|e| Error::Config(format!("state restore consumer: {}", crate::config::client_error(&e))))?;
+    // Watermarks follow the client's isolation level: this one sees the high watermark.
+    let mut uc = group_reader_config(cfg);
+    uc.set("isolation.level", "read_uncommitted");
+    let watermarks: BaseConsumer<QuietEof> = uc
         .create_with_context(QuietEof)
         .map_err(|e| Error::Config(format!("state restore consumer: {}", crate::config::client_error(&e))))?;
     let timeout = |what: String, last: String| Error::TaskTimeout { what, timeout: cfg.task_timeout, last };
@@ -121,13 +132,13 @@ pub(crate) fn restore(
         let mut next: HashMap<i32, i64> = HashMap::new();
         let mut tpl = TopicPartitionList::new();
         for (i, p) in partitions.iter().enumerate() {
-            let (low, high) = retrying(deadline, || consumer.fetch_watermarks(&topic, *p, Duration::from_secs(10)))
+            let (low, high) = retrying(deadline, || watermarks.fetch_watermarks(&topic, *p, Duration::from_secs(10)))
                 .map_err(|e| Error::Kafka {
-                    op: format!("reading the end offsets of {topic} [{p}]"),
-                    class: crate::error::classify(&e),
-                    source: Box::new(e),
-                    hint: "check that the changelog topic exists and is readable by this principal",
-                })?;
+                op: format!("reading the end offsets of {topic} [{p}]"),
+                class: crate::error::classify(&e),
+                source: Box::new(e),
+                hint: "check that the changelog topic exists and is readable by this principal",
+            })?;
             let mut retention = || checkpoint::delete_retention(admin, &topic);
             let from = resume_point(cfg, &mut states[i], store, (low, high), &mut retention)?;
             next.insert(*p, from);
@@ -143,9 +154,16 @@ pub(crate) fn restore(
         }
         while !ends.is_empty() {
             if Instant::now() >= deadline {
+                let behind: Vec<String> =
+                    ends.iter().map(|(p, end)| format!("[{p}] at {:?} of {end}", next.get(p))).collect();
                 return Err(timeout(
                     format!("restoring store {:?} of partitions {partitions:?} from {topic}", spec.name),
-                    format!("partitions {:?} not read to their end", ends.keys().collect::<Vec<_>>()),
+                    format!(
+                        "not read to the high watermark seen at the start: {}; a transaction still open in the \
+                         changelog (an instance that crashed mid-transaction) holds its stable end back until its \
+                         transaction timeout",
+                        behind.join(", ")
+                    ),
                 ));
             }
             let done = match consumer.poll(Duration::from_millis(100)) {
@@ -166,15 +184,17 @@ pub(crate) fn restore(
                     } else {
                         tracing::warn!(topic, offset = m.offset(), "changelog record without a key skipped");
                     }
-                    (m.offset() + 1 >= ends.get(&p).copied().unwrap_or(i64::MAX)).then_some(p)
+                    restore_end(m.offset() + 1, ends.get(&p).copied()).then_some(p)
                 }
                 Some(Err(KafkaError::PartitionEOF(p))) => {
-                    // The end under read_committed: past the last transaction's marker.
-                    if let Some(position) = position(&consumer, &topic, p) {
+                    // The stable end under read_committed: past the last transaction's
+                    // marker, or held back by a transaction still open.
+                    let position = position(&consumer, &topic, p);
+                    if let Some(position) = position {
                         let reached = next.entry(p).or_insert(position);
                         *reached = position.max(*reached);
                     }
-                    Some(p)
+                    position.filter(|at| restore_end(*at, ends.get(&p).copied())).map(|_| p)
                 }
                 // The consumer recovers from transport errors by itself (a broker restarting,
                 // leadership moving): keep polling until the deadline. (Found by the chaos
@@ -192,9 +212,19 @@ pub(crate) fn restore(
                         hint: "check that the changelog topic exists and is readable by this principal",
                     })
                 }
-                None => None,
+                // Nothing to read: a partition whose open transaction was aborted may have
+                // moved past its end with nothing to deliver (only aborted records and
+                // markers), and its end-of-partition event may not come again.
+                None => ends
+                    .keys()
+                    .copied()
+                    .find(|p| position(&consumer, &topic, *p).is_some_and(|at| restore_end(at, ends.get(p).copied()))),
             };
             if let Some(p) = done {
+                if let Some(at) = position(&consumer, &topic, p) {
+                    let reached = next.entry(p).or_insert(at);
+                    *reached = at.max(*reached);
+                }
                 ends.remove(&p);
             }
         }
@@ -222,6 +252,13 @@ pub(crate) fn restore(
         }
     }
     Ok((states, records.iter().flatten().sum()))
+}
+
+/// Whether a changelog partition's restore, read up to `position` (the offset after the
+/// last record or marker read), has reached `end`, the high watermark seen at its start
+/// (`None`: the partition needs no read).
+pub(crate) fn restore_end(position: i64, end: Option<i64>) -> bool {
+    end.is_none_or(|end| position >= end)
 }
 
 /// Opens store `store` of `state` and returns where its changelog partition `[low, high)`

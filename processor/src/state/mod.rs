@@ -30,9 +30,10 @@
 //!   *stable* (`require_stable`, KIP-447): it waits until any transaction of a previous
 //!   owner that carried this partition's offsets has completed, so no committed change is
 //!   still invisible to the read_committed restore (in per-partition mode
-//!   `init_transactions` has already resolved it). In per-consumer mode, a previous owner's
-//!   transaction that never sent its offsets can never commit (its group generation is
-//!   gone), so the restore may skip it.
+//!   `init_transactions` has already resolved it). A transaction that wrote changes and
+//!   never sent offsets is not waited for there; the restore reads to the high watermark it
+//!   saw at its start, so it waits for such a transaction to end instead of stopping at the
+//!   last stable offset it holds back (`changelog::restore`).
 //! - Under [`AtLeastOnce`](crate::Guarantee::AtLeastOnce) the changelog is written without a
 //!   transaction, acknowledged before the offsets are committed: after a crash the state may
 //!   include updates of records that are then processed again (at-least-once state).

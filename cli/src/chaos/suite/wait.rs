@@ -1,5 +1,6 @@
 //! The waits at the end of a scenario, once its input is written: for the group to commit
-//! all of it, and (financial close) for the timers to close the last days.
+//! all of it, and for the timers to send the last outputs (the timers workload) or close
+//! the last days (financial close).
 
 use std::time::{Duration, Instant};
 
@@ -38,6 +39,28 @@ impl Run<'_, '_> {
                 return Ok(false);
             }
             self.pause(Duration::from_secs(1))?;
+        }
+    }
+
+    /// The timers workload: once the group has committed all the input, its last outputs
+    /// are still pending timers. Waits until the concurrent reader has read an output per
+    /// input record, then 3 s more for anything a replay would add; `false` if some are
+    /// still missing after 2 minutes (they are then counted lost).
+    pub(super) fn wait_timers_fired(&mut self, reader: &super::super::reader::Reader) -> Result<bool, String> {
+        let (started, deadline) = (Instant::now(), Instant::now() + Duration::from_secs(120));
+        let records = self.ctx.cfg.records;
+        loop {
+            let read = reader.read();
+            if read >= records {
+                self.note(format!("every timer fired {:.1} s after the catch-up", started.elapsed().as_secs_f64()));
+                self.pause(Duration::from_secs(3))?;
+                return Ok(true);
+            }
+            if Instant::now() >= deadline {
+                self.note(format!("{} outputs were still not read 2 minutes after the catch-up", records - read));
+                return Ok(false);
+            }
+            self.pause(Duration::from_millis(500))?;
         }
     }
 
