@@ -138,8 +138,8 @@ pub(crate) fn run(shared: Arc<Shared>, control: Receiver<Control>) -> Result<()>
                         }
                     }
                 }
-                Control::Rewind { task, partitions } => {
-                    if let Err(why) = consumer.context().rewind(&consumer, task, partitions) {
+                Control::Rewind { task, partitions, resume } => {
+                    if let Err(why) = consumer.context().rewind(&consumer, task, partitions, &resume) {
                         tracing::warn!(task, %why, "cannot rewind the partitions: leaving the group so that it reassigns them");
                         if let Err(e) = rejoin(&consumer, &cfg, &topics) {
                             fatal = Some(e);

@@ -54,9 +54,10 @@ pub(crate) enum Control {
     CommitOffsets(Vec<(TopicPartition, i64)>),
     /// The task's producer was fenced, or its member left the group: give its partitions up.
     Fenced { task: u64, error: String },
-    /// The task replaced a failed producer in place and dropped its batch: move its
-    /// partitions back to their committed offsets, then send it [`task::TaskMsg::Rewound`].
-    Rewind { task: u64, partitions: Vec<TopicPartition> },
+    /// The task dropped a batch (or replaced a failed producer in place): move its
+    /// partitions back to the offsets `resume` gives (an exactly-once sink's), the others to
+    /// their committed offsets, then send it [`task::TaskMsg::Rewound`].
+    Rewind { task: u64, partitions: Vec<TopicPartition>, resume: task::Resume },
     /// Stop the pipeline with this error.
     Fatal(Error),
 }

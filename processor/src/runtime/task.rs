@@ -313,7 +313,7 @@ impl Task {
                 Ok(TaskMsg::Assign { partitions, reply }) => {
                     self.flush(&mut batch);
                     self.owned.extend(partitions.iter().cloned());
-                    let resume = self.ensure_producer().and_then(|()| self.claim(&partitions));
+                    let resume = self.ensure_producer().and_then(|()| self.claim_retrying(&partitions));
                     let _ = reply.send(resume.map_err(|e| {
                         self.stop(Error::Internal(format!("assignment failed: {e}")));
                         e
@@ -322,6 +322,7 @@ impl Task {
                 Ok(TaskMsg::Revoke { partitions, lost, reply }) => {
                     let acked_offsets = self.revoke(&mut batch, &partitions, lost);
                     let _ = reply.send(RevokeReply { acked_offsets });
+                    self.rewind_dropped();
                     if per_partition && self.owned.is_empty() {
                         return;
                     }

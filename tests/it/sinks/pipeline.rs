@@ -6,6 +6,8 @@
 //!   the server SIGKILLed and restarted mid-run loses and doubles nothing.
 //! - PostgreSQL, a partition whose task starts late (its first start failed): it resumes
 //!   where the database says, not where the group's committed offset is.
+//! - PostgreSQL, per-consumer mode: a worker's batch write dropped at a revocation sends the
+//!   partitions it keeps back to the database's offsets, not to the group's.
 //! - Redis: with dedup, a full replay of the input changes no counter; without dedup the
 //!   same replay doubles every counter (the drift the dedup step removes).
 
@@ -13,7 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use kafka_eos::{Guarantee, Pipeline, PipelineBuilder};
+use kafka_eos::{Guarantee, Pipeline, PipelineBuilder, Rebalancing};
 use kafka_eos_postgres::{row, PostgresSink, TableSpec};
 use kafka_eos_redis::{Increment, RedisCounterSink};
 use kafka_eos_testkit::postgres::{Postgres, PostgresConfig};
@@ -185,6 +187,84 @@ async fn pg_a_partition_whose_task_starts_late_resumes_from_the_database() {
     assert_eq!((rows, distinct, wrong), (2 * PER_PARTITION, 2 * PER_PARTITION, 0));
     let stored = psql(&pg, &format!("SELECT sum(next_offset) FROM kafka_eos_offsets WHERE group_id = '{group}'"));
     assert_eq!(stored.trim(), (2 * PER_PARTITION).to_string(), "the stored offsets are the partitions' ends");
+}
+
+/// As [`ledger_pipeline`], per-consumer exactly-once, with a sink that waits (up to 60 s)
+/// for its server to accept connections (an instance that joins while PostgreSQL is down
+/// starts once it is back), one worker (a batch spans both partitions), cooperative
+/// rebalancing (a partition moves alone) and a revocation that drops a failing batch after 3 s.
+fn waiting_ledger_pipeline(t: &Topics, app: &str, conn: &str, group: &str) -> PipelineBuilder {
+    let mut b = base(t, app)
+        .guarantee(Guarantee::ExactlyOncePerConsumer)
+        .workers(1)
+        .rebalancing(Rebalancing::Cooperative)
+        .shutdown_timeout(Duration::from_secs(3));
+    let (conn, group) = (conn.to_string(), group.to_string());
+    let ledger = b.sink(move || {
+        let (conn, group) = (conn.clone(), group.clone());
+        async move {
+            let spec = TableSpec::new("ledger", &["payment_id"]);
+            let until = std::time::Instant::now() + Duration::from_secs(60);
+            loop {
+                match PostgresSink::connect(&conn, group.clone(), &spec).await {
+                    Err(_) if std::time::Instant::now() < until => tokio::time::sleep(Duration::from_millis(500)).await,
+                    connected => return connected,
+                }
+            }
+        }
+    });
+    b.processor(move |ctx, r| {
+        ctx.sink(&ledger, row![r.origin(), format!("m-{}", r.partition), r.offset]);
+        Ok(())
+    })
+}
+
+/// Per-consumer mode, exactly-once sink: a batch over both partitions commits in Kafka while
+/// PostgreSQL is down, so its rows wait to be written. A second instance joins; the
+/// cooperative rebalance moves one partition to it, and the first instance's write of the
+/// batch is dropped at the revocation. The partition the first instance keeps must go back
+/// to the database's offset: Kafka's committed offset is past the dropped rows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pg_a_dropped_write_sends_the_kept_partitions_back_to_the_database_offsets() {
+    let mut pg =
+        tokio::task::spawn_blocking(|| Postgres::start(PostgresConfig::default()).expect("PostgreSQL")).await.unwrap();
+    psql(&pg, "CREATE TABLE ledger (payment_id text PRIMARY KEY, merchant text NOT NULL, cents bigint NOT NULL)");
+    let conn = pg.connection_string("postgres");
+    let t = topics("pg-kept", 2, RECORDS / 2, 20).await;
+    let (app, group) = (unique("pg-kept"), unique("ledger-kept"));
+    let rows = |pg: &Postgres| ledger_check(pg).0;
+
+    let first = spawn(waiting_ledger_pipeline(&t, &app, &conn, &group));
+    let until = std::time::Instant::now() + Duration::from_secs(90);
+    while rows(&pg) < RECORDS / 2 && std::time::Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    assert_eq!(rows(&pg), RECORDS / 2, "the first half written");
+    pg = tokio::task::spawn_blocking(move || {
+        pg.kill();
+        pg
+    })
+    .await
+    .unwrap();
+    t.produce(RECORDS / 2).await;
+    tokio::time::sleep(Duration::from_secs(2)).await; // committed in Kafka, the write failing
+    let second = spawn(waiting_ledger_pipeline(&t, &app, &conn, &group));
+    tokio::time::sleep(Duration::from_secs(10)).await; // the rebalance, the write dropped
+    pg = tokio::task::spawn_blocking(move || {
+        pg.restart().expect("restart PostgreSQL");
+        pg
+    })
+    .await
+    .unwrap();
+    t.wait_caught_up(&app, Duration::from_secs(120)).await;
+    let until = std::time::Instant::now() + Duration::from_secs(60);
+    while rows(&pg) < RECORDS && std::time::Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let (s1, s2) = (first.stop().await, second.stop().await);
+    let per_partition = psql(&pg, "SELECT string_agg(merchant || '=' || n, ' ') FROM (SELECT merchant, count(*) AS n FROM ledger GROUP BY merchant ORDER BY merchant) c");
+    println!("rows per partition: {} ({s1:?}; {s2:?})", per_partition.trim());
+    assert_eq!(ledger_check(&pg), (RECORDS, RECORDS, 0), "every record's row exactly once: {}", per_partition.trim());
 }
 
 /// Page views counted in Redis: hash `<ns>:views`, field `page-<offset % 10>`, +1 per record.

@@ -18,16 +18,18 @@ use crate::runtime::task::TaskMsg;
 use crate::runtime::TopicPartition;
 
 impl Rebalancer {
-    /// Moves a task's partitions back to their committed offsets after it replaced its
-    /// producer in place ([`Control::Rewind`]; see `task/rewind.rs`), then tells it so. The
-    /// records waiting for room are dropped (they follow the old position); partitions no
-    /// longer routed to the task are left alone (revoked meanwhile). `Err` if the offsets
-    /// cannot be read or applied: the caller falls back to leaving the group.
+    /// Moves a task's partitions back to where `resume` says (an exactly-once sink's
+    /// offsets), the others to their committed offsets ([`Control::Rewind`]; see
+    /// `task/rewind.rs`), then tells it so. The records waiting for room are dropped (they
+    /// follow the old position); partitions no longer routed to the task are left alone
+    /// (revoked meanwhile). `Err` if the offsets cannot be read or applied: the caller falls
+    /// back to leaving the group.
     pub(super) fn rewind(
         &self,
         consumer: &BaseConsumer<Self>,
         task: u64,
         partitions: Vec<TopicPartition>,
+        resume: &[(TopicPartition, i64)],
     ) -> Result<(), String> {
         let (tx, mine, paused) = {
             let mut reg = self.registry();
@@ -43,14 +45,14 @@ impl Rebalancer {
             (reg.tasks.get(&task).map(|t| t.tx.clone()), mine, paused)
         };
         let Some(tx) = tx.filter(|_| !mine.is_empty()) else { return Ok(()) };
-        seek_to_start(consumer, &mine, &[])?;
+        seek_to_start(consumer, &mine, resume)?;
         if !paused.is_empty() {
             if let Err(e) = consumer.resume(&to_tpl(&paused)) {
                 tracing::warn!(error = %e, "resuming rewound partitions failed");
             }
             self.wake(paused.into_iter().map(|(tp, _)| tp));
         }
-        tracing::info!(task, partitions = ?mine, "partitions rewound to their committed offsets");
+        tracing::info!(task, partitions = ?mine, ?resume, "partitions rewound to their committed offsets (or the sink's)");
         let deadline = Instant::now() + self.shared.cfg.task_timeout;
         if !send_bounded(&tx, TaskMsg::Rewound { partitions: mine }, deadline) {
             return Err("the task did not take the rewind".into());

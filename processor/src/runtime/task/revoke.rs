@@ -16,7 +16,7 @@
 
 use super::Task;
 use crate::record::InputRecord;
-use crate::runtime::{Control, TopicPartition};
+use crate::runtime::TopicPartition;
 
 impl Task {
     /// Gives up `partitions`; returns the next offsets acknowledged for them (at-least-once:
@@ -49,17 +49,11 @@ impl Task {
             self.flush(batch);
         }
         // A batch dropped on this revocation (it kept failing, or was handed back) also held
-        // the records of partitions this task keeps (a worker, co-partitioned inputs): move
-        // those back to their committed offsets. Their records are dropped as they come
-        // until then (they joined `rewinding` with the drop), or the later ones would commit
-        // past the dropped ones.
-        let kept: Vec<TopicPartition> = std::mem::take(&mut self.dropped)
-            .into_iter()
-            .filter(|tp| self.owned.contains(tp) && !partitions.contains(tp))
-            .collect();
-        if !kept.is_empty() && self.producer.is_some() {
-            let _ = self.control.send(Control::Rewind { task: self.id, partitions: kept });
-        }
+        // the records of partitions this task keeps (a worker, co-partitioned inputs): they
+        // are moved back once the revocation is answered ([`Task::rewind_dropped`]). Their
+        // records are dropped as they come until then (they joined `rewinding` with the
+        // drop), or the later ones would commit past the dropped ones.
+        self.dropped.retain(|tp| !partitions.contains(tp));
         let acked_offsets = partitions.iter().filter_map(|tp| self.acked.remove(tp).map(|o| (tp.clone(), o))).collect();
         self.forget_positions(Some(partitions));
         for tp in partitions {

@@ -20,7 +20,8 @@
 //!
 //! The same rewind serves a worker whose batch was dropped on a revocation (it kept
 //! failing): the batch also held partitions the worker keeps, whose later records must not
-//! commit past the dropped ones.
+//! commit past the dropped ones ([`Task::rewind_dropped`]; with an exactly-once sink they go
+//! back to the sink's offsets, not the committed ones).
 //!
 //! Not in place (the partitions go back to the group as before): partitions already lost,
 //! an exactly-once sink (the partitions resume where the *sink* says, which only an
@@ -29,7 +30,7 @@
 use super::Task;
 use crate::observe::Interruption;
 use crate::runtime::reconcile;
-use crate::runtime::Control;
+use crate::runtime::{Control, TopicPartition};
 use crate::txn::StepError;
 
 impl Task {
@@ -54,7 +55,38 @@ impl Task {
             "producer replaced in place; its batch was dropped and its partitions resume from their committed offsets"
         );
         self.rewinding.extend(partitions.iter().cloned());
-        let _ = self.control.send(Control::Rewind { task: self.id, partitions });
+        let _ = self.control.send(Control::Rewind { task: self.id, partitions, resume: Vec::new() });
         true
+    }
+
+    /// Moves the partitions this task keeps of a batch dropped by an interruption back to
+    /// where they must resume: their committed offsets — or, with an exactly-once sink, the
+    /// offsets the sink stored, asked again by claiming them: the dropped batch's Kafka side
+    /// may have committed before its rows were written (the write is what the interruption
+    /// dropped), and the committed offset would skip those rows for good. Runs after the
+    /// revocation is answered: the sink may be down (its failure is what dropped the write),
+    /// so the claim is retried ([`Task::claim_retrying`]). Until then the kept partitions'
+    /// records are dropped as they come (`rewinding`). Interrupted again, the partitions
+    /// stay there, for their next owner to claim; if the sink never answers, the pipeline
+    /// stops.
+    pub(super) fn rewind_dropped(&mut self) {
+        let kept: Vec<TopicPartition> =
+            std::mem::take(&mut self.dropped).into_iter().filter(|tp| self.owned.contains(tp)).collect();
+        if kept.is_empty() || self.producer.is_none() {
+            return;
+        }
+        if !self.sink_is_exactly_once() {
+            let _ = self.control.send(Control::Rewind { task: self.id, partitions: kept, resume: Vec::new() });
+            return;
+        }
+        match self.claim_retrying(&kept) {
+            Ok(resume) => {
+                let _ = self.control.send(Control::Rewind { task: self.id, partitions: kept, resume });
+            }
+            Err(e) if self.interrupt.expired().is_some() => {
+                tracing::warn!(task = self.id, error = %e, partitions = ?kept, "interrupted while asking the sink where the kept partitions of a dropped batch resume; their records stay dropped until they are revoked");
+            }
+            Err(e) => self.stop(e),
+        }
     }
 }

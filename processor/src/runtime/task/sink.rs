@@ -13,7 +13,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::{Flush, Next, Task};
+use super::{Flush, Next, Resume, Task};
 use crate::error::Error;
 use crate::observe::Outcome;
 use crate::record::InputRecord;
@@ -74,6 +74,36 @@ impl Task {
             tracing::info!(task = self.id, ?resume, "partitions resume from the offsets stored in the sink");
         }
         Ok(resume)
+    }
+
+    /// [`claim`](Self::claim), retried while the sink's failure is retriable (its server
+    /// restarting, the connection lost: [`Sink::recover`](crate::sink::Sink::recover) runs
+    /// between attempts, with backoff) until the task timeout, or until the task is
+    /// interrupted (a revocation, lost partitions, the shutdown: the partitions' next owner
+    /// claims them). A partition must not start anywhere but where the sink says.
+    pub(super) fn claim_retrying(&mut self, partitions: &[TopicPartition]) -> Result<Resume, Error> {
+        let task_deadline = Instant::now() + self.shared.cfg.task_timeout;
+        let interrupt = self.interrupt.clone();
+        let deadline = Deadline::interruptible(task_deadline, &interrupt);
+        let mut backoff = Duration::from_millis(100);
+        loop {
+            let error = match self.claim(partitions) {
+                Ok(resume) => return Ok(resume),
+                Err(e @ Error::Sink { class: SinkErrorClass::Retriable | SinkErrorClass::OutcomeUnknown, .. }) => e,
+                Err(e) => return Err(e),
+            };
+            if interrupt.expired().is_some() || Instant::now() + backoff >= task_deadline {
+                return Err(error);
+            }
+            tracing::warn!(task = self.id, %error, ?partitions, "the sink cannot claim the partitions yet; retrying");
+            deadline.sleep(backoff);
+            backoff = (backoff * 2).min(Duration::from_secs(5));
+            if let Some(sink) = self.sink.as_mut() {
+                if let Err(f) = sink.recover(&self.shared.rt, deadline.remaining()) {
+                    tracing::warn!(task = self.id, error = %f, "sink recover failed; retrying");
+                }
+            }
+        }
     }
 
     /// The partitions were revoked (their last batch is written or dropped).
