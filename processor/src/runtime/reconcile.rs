@@ -166,23 +166,60 @@ pub(crate) fn reconcile(
     offsets: &TopicPartitionList,
     mark: Option<&str>,
     deadline: Deadline<'_>,
-) -> Result<(TxnProducer, Reconciliation), String> {
+) -> Result<(TxnProducer, Reconciliation), Undecided> {
     let spans = spans(batch, offsets);
     if spans.is_empty() {
-        return Err("the transaction committed no offsets: its outcome cannot be read back".into());
+        return Err(Undecided::Unreadable(
+            "the transaction committed no offsets: its outcome cannot be read back".into(),
+        ));
     }
+    let unreadable = Undecided::Unreadable;
     let mut producer = TxnProducer::create(cfg, Some(transactional_id.to_string()), label)
-        .map_err(|e| format!("cannot create a fresh producer: {e}"))?;
-    producer.init(deadline).map_err(|e| format!("fencing the old producer: {e}"))?;
-    let reader: BaseConsumer =
-        group_reader_config(cfg).create().map_err(|e| format!("offset reader: {}", crate::config::client_error(&e)))?;
+        .map_err(|e| unreadable(format!("cannot create a fresh producer: {e}")))?;
+    producer.init(deadline).map_err(|e| unreadable(format!("fencing the old producer: {e}")))?;
+    let reader: BaseConsumer = group_reader_config(cfg)
+        .create()
+        .map_err(|e| unreadable(format!("offset reader: {}", crate::config::client_error(&e))))?;
     let mut partitions = TopicPartitionList::new();
     for (topic, partition) in spans.keys() {
         partitions.add_partition(topic, *partition);
     }
     let committed = stable_committed_offsets(&reader, &partitions, deadline.instant())
-        .map_err(|e| format!("fetching the stable committed offsets: {e}"))?;
+        .map_err(|e| unreadable(format!("fetching the stable committed offsets: {e}")))?;
     Ok((producer, decide(&committed, &spans, mark)?))
+}
+
+/// Why a reconcile found no outcome.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Undecided {
+    /// The committed offsets show another transaction's work: another owner has the
+    /// partitions, and they go back to the group (never replaced in place: the two owners
+    /// would fence each other in turn).
+    AnotherOwner(String),
+    /// The outcome could not be read (no offsets to read it from, no time, no broker): the
+    /// producer is given up for its own failure.
+    Unreadable(String),
+}
+
+impl std::fmt::Display for Undecided {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Undecided::AnotherOwner(why) | Undecided::Unreadable(why) => f.write_str(why),
+        }
+    }
+}
+
+impl Undecided {
+    /// Whether it says that someone else owns the partitions now.
+    pub(crate) fn another_owner(&self) -> bool {
+        matches!(self, Undecided::AnotherOwner(_))
+    }
+
+    /// Whether its text contains `text` (tests).
+    #[cfg(test)]
+    pub(crate) fn contains(&self, text: &str) -> bool {
+        self.to_string().contains(text)
+    }
 }
 
 /// Per partition, the offsets a transaction read, `first..next`, with `next` the offset it
@@ -217,7 +254,7 @@ pub(crate) fn decide(
     committed: &TopicPartitionList,
     spans: &Spans,
     mark: Option<&str>,
-) -> Result<Reconciliation, String> {
+) -> Result<Reconciliation, Undecided> {
     let (mut done, mut not_done) = (0, 0);
     for ((topic, partition), (first, next)) in spans {
         let elem = committed.find_partition(topic, *partition);
@@ -228,24 +265,24 @@ pub(crate) fn decide(
             None => not_done += 1,
             Some(o) if o <= *first => not_done += 1,
             Some(o) if o == *next => {
-                return Err(format!(
+                return Err(Undecided::AnotherOwner(format!(
                     "{topic} [{partition}] is committed at this batch's end {o}, but by another transaction (its mark is not this one's): another owner read the same records"
-                ))
+                )))
             }
             Some(o) => {
-                return Err(format!(
+                return Err(Undecided::AnotherOwner(format!(
                     "{topic} [{partition}] is committed at {o}, but this batch spans {first}..{next}: another owner moved it"
-                ))
+                )))
             }
         }
     }
     match (done, not_done) {
-        (0, 0) => Err("no partition to read the outcome from".into()),
+        (0, 0) => Err(Undecided::Unreadable("no partition to read the outcome from".into())),
         (_, 0) => Ok(Reconciliation::Committed),
         (0, _) => Ok(Reconciliation::Aborted),
-        _ => Err(format!(
+        _ => Err(Undecided::AnotherOwner(format!(
             "{done} of the batch's partitions are committed past it, {not_done} not: not this transaction's doing"
-        )),
+        ))),
     }
 }
 
@@ -311,8 +348,8 @@ mod tests {
             .contains("another owner"));
         let nothing = spans(&[], &TopicPartitionList::new());
         assert!(nothing.is_empty());
-        assert!(decide(&at, &nothing, Some(MARK)).is_err());
-        assert!(decide(&TopicPartitionList::new(), &nothing, None).is_err());
+        assert!(matches!(decide(&at, &nothing, Some(MARK)), Err(Undecided::Unreadable(_))));
+        assert!(matches!(decide(&TopicPartitionList::new(), &nothing, None), Err(Undecided::Unreadable(_))));
     }
 
     /// Over every committed offset (none, 0..=7) and mark (ours, another, none) of two
@@ -356,8 +393,9 @@ mod tests {
                                     Ok(Reconciliation::Aborted) => {
                                         assert!(before(oa, ma, ra) && before(ob, mb, rb), "{what}")
                                     }
-                                    Err(_) => assert!(
-                                        !(ours(oa, ma, ra) && ours(ob, mb, rb))
+                                    Err(e) => assert!(
+                                        e.another_owner()
+                                            && !(ours(oa, ma, ra) && ours(ob, mb, rb))
                                             && !(before(oa, ma, ra) && before(ob, mb, rb)),
                                         "{what}"
                                     ),

@@ -100,8 +100,12 @@ pub(crate) struct RevokeReply {
 enum Flush {
     Committed,
     /// The producer was fenced (or its unknown outcome could not be reconciled): it is
-    /// dropped, the batch with it, and the partitions go back to the group.
-    GaveUp(StepError),
+    /// dropped, the batch with it, and the partitions go back to the group — or stay, for
+    /// a failure of its own, unless a reconcile found another owner (`replaced`).
+    GaveUp {
+        error: StepError,
+        replaced: bool,
+    },
     /// The task was interrupted (see [`interrupt`](super::interrupt)): the batch's
     /// transaction is aborted and the batch dropped; the producer stays.
     Dropped {
@@ -380,10 +384,10 @@ impl Task {
     fn settle(&mut self, flush: Flush, batch: &[InputRecord]) {
         match flush {
             Flush::Committed => {}
-            Flush::GaveUp(e) => {
+            Flush::GaveUp { error: e, replaced } => {
                 self.shared.shutdown.stats().producers_fenced.inc();
                 crate::metrics::producer_fenced(&self.shared.cfg.application_id);
-                if !self.recover_in_place(&e) {
+                if replaced || !self.recover_in_place(&e) {
                     tracing::warn!(task = self.id, error = %e, "producer given up; the partitions go back to the group");
                     self.producer = None;
                     // The group reassigns the partitions; whoever gets them restores their state.
@@ -468,7 +472,7 @@ impl Task {
                 }
             }
             let Some(producer) = self.producer.as_mut() else {
-                return Flush::GaveUp(StepError::given_up());
+                return Flush::GaveUp { error: StepError::given_up(), replaced: false };
             };
             // Read afresh for every attempt: in per-consumer mode the generation (member
             // epoch) moves on with every rebalance, including those that leave this task's

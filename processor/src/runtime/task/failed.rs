@@ -29,7 +29,7 @@ impl Task {
             }
             Err(e) => Err(match reconcile::verdict(&e, self.transactional_id.is_some()) {
                 Verdict::Reconcile => self.fence_and_reconcile(batch, e, deadline, CycleStats::default()),
-                Verdict::GiveUp | Verdict::Replay => give_up(e, None),
+                Verdict::GiveUp | Verdict::Replay => give_up(e, None, false),
             }),
         }
     }
@@ -88,7 +88,7 @@ impl Task {
             Verdict::Reconcile => return self.fence_and_reconcile(batch, e, deadline, stats),
             Verdict::GiveUp => {
                 self.discard_states();
-                return give_up(e, None);
+                return give_up(e, None, false);
             }
             Verdict::Replay => self.discard_states(),
         }
@@ -139,14 +139,16 @@ impl Task {
     }
 }
 
-/// The producer is given up: the batch is dropped and the partitions go back to the group.
-/// `not_reconciled` says why an unknown outcome could not be reconciled instead.
-pub(super) fn give_up(e: StepError, not_reconciled: Option<String>) -> (Outcome, Next) {
+/// The producer is given up: the batch is dropped, and the partitions go back to the group
+/// or, for a failure of the producer's own, stay ([`Task::recover_in_place`]).
+/// `not_reconciled` says why an unknown outcome could not be reconciled instead;
+/// `replaced`, that the reconcile found another owner.
+pub(super) fn give_up(e: StepError, not_reconciled: Option<String>, replaced: bool) -> (Outcome, Next) {
     let reason = match not_reconciled {
         Some(why) => format!("{e}; the outcome could not be reconciled: {why}"),
         None => e.to_string(),
     };
-    (Outcome::GaveUp { reason }, Next::Done(Flush::GaveUp(e)))
+    (Outcome::GaveUp { reason }, Next::Done(Flush::GaveUp { error: e, replaced }))
 }
 
 /// An interrupted batch's end: its transaction is aborted, the batch is dropped.

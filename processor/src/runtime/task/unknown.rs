@@ -44,7 +44,7 @@ impl Task {
                 (_, true) => "fault injection: the reconcile fails",
                 _ => "no time left",
             };
-            return give_up(e, Some(why.into()));
+            return give_up(e, Some(why.into()), false);
         };
         tracing::warn!(task = self.id, error = %e, "transaction outcome unknown: fencing the producer and reconciling");
         let started = Instant::now();
@@ -64,7 +64,8 @@ impl Task {
             }
             Err(why) => {
                 self.discard_states();
-                return give_up(e, Some(why));
+                let replaced = why.another_owner();
+                return give_up(e, Some(why.to_string()), replaced);
             }
         };
         self.metrics.reconciled(found);
