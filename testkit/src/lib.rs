@@ -26,6 +26,8 @@ pub mod admin;
 pub mod broker;
 pub mod driver;
 #[cfg(unix)]
+mod install;
+#[cfg(unix)]
 pub mod postgres;
 #[cfg(unix)]
 pub mod process;

@@ -253,8 +253,20 @@ impl Drop for Postgres {
 }
 
 fn bin_dir(cfg: &PostgresConfig) -> Result<PathBuf, ServerError> {
-    let hint = "On Debian: apt-get install -y postgresql (version 15 on Debian 12), \
-                or set KAFKA_EOS_PG_BIN to a directory holding initdb, postgres and psql";
+    match find_bin_dir(cfg) {
+        Err(ServerError::BinaryMissing { .. })
+            if cfg.bin_dir.is_none() && crate::install::debian_package("postgresql") =>
+        {
+            find_bin_dir(cfg)
+        }
+        found => found,
+    }
+}
+
+fn find_bin_dir(cfg: &PostgresConfig) -> Result<PathBuf, ServerError> {
+    let hint = "On Debian or Ubuntu: `sudo apt-get install -y postgresql` (version 15 on Debian 12; \
+                the test kit runs it itself when it runs as root), or set KAFKA_EOS_PG_BIN to a \
+                directory holding initdb, postgres and psql";
     let dir = match (&cfg.bin_dir, std::env::var_os("KAFKA_EOS_PG_BIN").filter(|v| !v.is_empty())) {
         (Some(d), _) => d.clone(),
         (None, Some(d)) => PathBuf::from(d),

@@ -235,6 +235,17 @@ fn encode(args: &[&str]) -> Vec<u8> {
 }
 
 fn binary(cfg: &RedisConfig) -> Result<PathBuf, ServerError> {
+    match find_binary(cfg) {
+        Err(ServerError::BinaryMissing { .. })
+            if cfg.binary.is_none() && crate::install::debian_package("redis-server") =>
+        {
+            find_binary(cfg)
+        }
+        found => found,
+    }
+}
+
+fn find_binary(cfg: &RedisConfig) -> Result<PathBuf, ServerError> {
     let path = match (&cfg.binary, std::env::var_os("KAFKA_EOS_REDIS_SERVER").filter(|v| !v.is_empty())) {
         (Some(b), _) => b.clone(),
         (None, Some(b)) => PathBuf::from(b),
@@ -255,7 +266,9 @@ fn binary(cfg: &RedisConfig) -> Result<PathBuf, ServerError> {
         Err(ServerError::BinaryMissing {
             what: "Redis 7".into(),
             path,
-            hint: "On Debian: apt-get install -y redis-server, or set KAFKA_EOS_REDIS_SERVER".into(),
+            hint: "On Debian or Ubuntu: `sudo apt-get install -y redis-server` (the test kit runs it \
+                   itself when it runs as root), or set KAFKA_EOS_REDIS_SERVER to a redis-server 7"
+                .into(),
         })
     }
 }
