@@ -20,6 +20,9 @@ use kafka_eos::{InputRecord, OutputRecord, PipelineBuilder, Topic};
 /// A record waiting for its timer: its key and value.
 type Kept = (Option<Vec<u8>>, Vec<u8>);
 
+/// What runs on every record before it is kept.
+type Before = Arc<dyn Fn(&InputRecord) -> Result<(), ProcessError> + Send + Sync>;
+
 #[derive(Clone)]
 pub(crate) struct DelayedCopy {
     timers: Timers,
@@ -29,7 +32,7 @@ pub(crate) struct DelayedCopy {
     delay: Duration,
     /// Called on every record before it is kept: the instance's stall and deliberate
     /// failures.
-    before: Arc<dyn Fn(&InputRecord) -> Result<(), ProcessError> + Send + Sync>,
+    before: Before,
 }
 
 impl DelayedCopy {

@@ -382,7 +382,7 @@ mod tests {
                                     o == Some(next) && m == Some(MARK)
                                 };
                                 let before = |o: Option<i64>, m: Option<&str>, (first, next): (i64, i64)| {
-                                    !ours(o, m, (first, next)) && o.map_or(true, |o| o <= first)
+                                    !ours(o, m, (first, next)) && o.is_none_or(|o| o <= first)
                                 };
                                 let got = decide(&tpl, &s, Some(MARK));
                                 let what = format!("{ra:?}/{rb:?} at {oa:?}/{ob:?} marked {ma:?}/{mb:?}: {got:?}");
@@ -395,8 +395,8 @@ mod tests {
                                     }
                                     Err(e) => assert!(
                                         e.another_owner()
-                                            && !(ours(oa, ma, ra) && ours(ob, mb, rb))
-                                            && !(before(oa, ma, ra) && before(ob, mb, rb)),
+                                            && !(ours(oa, ma, ra) && ours(ob, mb, rb)
+                                                || before(oa, ma, ra) && before(ob, mb, rb)),
                                         "{what}"
                                     ),
                                 }

@@ -103,7 +103,7 @@ enum Flush {
     /// dropped, the batch with it, and the partitions go back to the group — or stay, for
     /// a failure of its own, unless a reconcile found another owner (`replaced`).
     GaveUp {
-        error: StepError,
+        error: Box<StepError>,
         replaced: bool,
     },
     /// The task was interrupted (see [`interrupt`](super::interrupt)): the batch's
@@ -472,7 +472,7 @@ impl Task {
                 }
             }
             let Some(producer) = self.producer.as_mut() else {
-                return Flush::GaveUp { error: StepError::given_up(), replaced: false };
+                return Flush::GaveUp { error: Box::new(StepError::given_up()), replaced: false };
             };
             // Read afresh for every attempt: in per-consumer mode the generation (member
             // epoch) moves on with every rebalance, including those that leave this task's

@@ -148,7 +148,7 @@ pub(super) fn give_up(e: StepError, not_reconciled: Option<String>, replaced: bo
         Some(why) => format!("{e}; the outcome could not be reconciled: {why}"),
         None => e.to_string(),
     };
-    (Outcome::GaveUp { reason }, Next::Done(Flush::GaveUp { error: e, replaced }))
+    (Outcome::GaveUp { reason }, Next::Done(Flush::GaveUp { error: Box::new(e), replaced }))
 }
 
 /// An interrupted batch's end: its transaction is aborted, the batch is dropped.

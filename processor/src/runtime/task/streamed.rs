@@ -130,7 +130,7 @@ impl Task {
             }
             // Its fate unknown: the producer cannot be trusted with the next batch.
             Err(e) => {
-                self.settle(Flush::GaveUp { error: e, replaced: false }, &[]);
+                self.settle(Flush::GaveUp { error: Box::new(e), replaced: false }, &[]);
                 false
             }
         }
