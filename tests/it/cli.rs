@@ -183,3 +183,39 @@ async fn topic_produce_tail_and_lag() {
     .await;
     assert_eq!(out.status.code(), Some(1), "lag 4 never reaches 0: {}", text(&out).0);
 }
+
+/// `lag` of a group that read all of a topic written in transactions is 0: each commit
+/// marker takes an offset that no consumer gets, and the group's committed offset stays
+/// below the end offset by the markers after its last record.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lag_is_zero_for_a_group_that_read_a_transactional_topic_to_its_end() {
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    let t = topics("cli-lag-txn", 1, 0, 0).await;
+    let (b, input) = (t.bootstrap.clone(), t.input.clone());
+    tokio::task::spawn_blocking(move || {
+        let p: BaseProducer = rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", &b)
+            .set("transactional.id", unique("cli-lag-writer"))
+            .create()
+            .expect("producer");
+        p.init_transactions(Duration::from_secs(30)).expect("init");
+        for batch in 0..2 {
+            p.begin_transaction().expect("begin");
+            for i in 0..5 {
+                let value = format!("{batch}-{i}");
+                p.send(BaseRecord::<[u8], [u8]>::to(&input).partition(0).payload(value.as_bytes()))
+                    .map_err(|(e, _)| e)
+                    .expect("send");
+            }
+            p.commit_transaction(Duration::from_secs(30)).expect("commit");
+        }
+    })
+    .await
+    .unwrap();
+    let app = unique("cli-lag-txn");
+    let run = spawn(t.pipeline(&app, Guarantee::ExactlyOnce));
+    run.wait_records_in(10, Duration::from_secs(60)).await;
+    run.stop().await;
+    let out = kafka_eos(&["lag", "--group", &app, "--topic", &t.input, "--bootstrap", &t.bootstrap]).await;
+    assert_eq!(text(&out).0.trim(), "lag 0", "10 records and 2 markers, all read: {}", text(&out).1);
+}

@@ -324,44 +324,30 @@ async fn run(cfg: InstanceConfig) -> kafka_eos::Result<Summary> {
         Some(id) => builder.instance_id(id).static_membership(cfg.static_membership),
         None => builder,
     };
+    // On every record, before the workload's own work: the stall asked for with SIGUSR1,
+    // then the deliberate failures.
+    let before = move |r: &kafka_eos::InputRecord| -> Result<(), kafka_eos::ProcessError> {
+        if stall.swap(false, Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(200));
+            let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGSTOP);
+        }
+        if dice.roll() {
+            return Err(format!("chaos: deliberate abort at {}", r.origin()).into());
+        }
+        Ok(())
+    };
     let builder = if let Some(spec) = &cfg.sink {
-        let fail = dice.clone();
-        super::sink::instance_pipeline(builder.input_topic(&cfg.input), spec, &cfg.application_id, move |r| {
-            if stall.swap(false, Ordering::SeqCst) {
-                std::thread::sleep(Duration::from_millis(200));
-                let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGSTOP);
-            }
-            if fail.roll() {
-                return Err(format!("chaos: deliberate abort at {}", r.origin()).into());
-            }
-            Ok(())
-        })?
+        super::sink::instance_pipeline(builder.input_topic(&cfg.input), spec, &cfg.application_id, before)?
     } else if cfg.financial_close_payments.is_some() {
         crate::workloads::financial_close::pipeline(builder, &cfg.financial_close_topics())
     } else if let Some(delay) = cfg.timer_delay {
-        let builder = builder.input_topic(&cfg.input);
-        super::delayed::DelayedCopy::pipeline(builder, &cfg.input, &out, delay, move |r| {
-            if stall.swap(false, Ordering::SeqCst) {
-                std::thread::sleep(Duration::from_millis(200));
-                let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGSTOP);
-            }
-            if dice.roll() {
-                return Err(format!("chaos: deliberate abort at {}", r.origin()).into());
-            }
-            Ok(())
-        })
+        super::delayed::DelayedCopy::pipeline(builder.input_topic(&cfg.input), &cfg.input, &out, delay, before)
     } else {
         let mut builder = builder.input_topic(&cfg.input);
         let out = builder.output_topic(&out);
         let seen = cfg.keyed_state.then(|| builder.store::<Vec<u8>, u64>("seen"));
         builder.processor(move |ctx, r| {
-            if stall.swap(false, Ordering::SeqCst) {
-                std::thread::sleep(Duration::from_millis(200));
-                let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGSTOP);
-            }
-            if dice.roll() {
-                return Err(format!("chaos: deliberate abort at {}", r.origin()).into());
-            }
+            before(r)?;
             if let Some(seen) = &seen {
                 let key = r.key.clone().unwrap_or_default();
                 let mut store = ctx.store(seen);
