@@ -31,6 +31,7 @@ fn record_committed(seen: &Seen) -> impl Fn(&TransactionEvent) + Send + Sync + '
 /// per-partition mode no transaction aborts. The copy ends exactly once. (Eager pauses
 /// every partition for the whole rebalance: `benches/rebalance.rs` measures it.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "long (about two minutes, four protocol and guarantee pairs): `.ci/long tests` runs it"]
 async fn a_joining_instance_leaves_unmoved_partitions_committing() {
     for (rebalancing, guarantee) in [
         (Rebalancing::Cooperative, Guarantee::ExactlyOnce),

@@ -1,4 +1,4 @@
-//! The timers workload (`kafka-eos chaos --timers`): the 1:1 copy, with every output sent
+//! The timers workload (`kafka-eos chaos --workload timers`): the 1:1 copy, with every output sent
 //! by a wall-clock timer instead of by its record.
 //!
 //! Each record is kept in a store and schedules a timer a fixed delay ahead; the timer

@@ -33,6 +33,9 @@ pub(crate) struct Status {
 
 struct Proc {
     id: u32,
+    /// The lowest slot no other running instance had when this one started: what
+    /// `{slot}` in its arguments became (its state directory, reused by a restart).
+    slot: u32,
     child: Child,
     status: Arc<Mutex<Status>>,
     stdout: Option<JoinHandle<()>>,
@@ -123,10 +126,12 @@ impl Fleet {
     }
 
     /// Starts one instance with `args` instead of the fleet's (one with its own instance
-    /// id: the rolling restart's).
+    /// id: the rolling restart's). `{slot}` in an argument becomes the instance's slot.
     pub(crate) fn start_with(&mut self, args: Vec<String>) -> Result<u32, String> {
         self.next_id += 1;
         let id = self.next_id;
+        let slot = (0..).find(|s| self.running.iter().all(|p| p.slot != *s)).unwrap_or(0);
+        let args: Vec<String> = args.iter().map(|a| a.replace("{slot}", &slot.to_string())).collect();
         let log = self.log_dir.join(format!("instance-{id}.log"));
         let err = File::create(&log).map_err(|e| format!("creating {}: {e}", log.display()))?;
         let mut cmd = Command::new(&self.exe);
@@ -154,7 +159,7 @@ impl Fleet {
             })
         });
         tracing::debug!(id, pid = child.id(), log = %log.display(), "chaos instance started");
-        self.running.push(Proc { id, child, status, stdout, log, stopped: false });
+        self.running.push(Proc { id, slot, child, status, stdout, log, stopped: false });
         self.started += 1;
         Ok(id)
     }

@@ -22,6 +22,7 @@
 //! # Moving parts
 //! | module | what |
 //! |---|---|
+//! | `matrix` | the fault matrix: workload × guarantee × fault, and each cell's verdict |
 //! | `plan` | the scenarios ([`Scenario`]) and their fault schedules |
 //! | `suite` | runs scenarios: cluster, topics, instances, faults, checks |
 //! | `fleet` | the instance processes: start, kill, stop, stall, read their status |
@@ -41,6 +42,7 @@
 mod delayed;
 pub(crate) mod fleet;
 mod instance;
+pub mod matrix;
 mod net;
 mod pace;
 mod plan;
@@ -53,4 +55,4 @@ mod suite;
 pub use instance::{run_instance, InstanceConfig};
 pub use plan::Scenario;
 pub use report::{Anomalies, ScenarioResult, Seen, SuiteReport};
-pub use suite::{run_suite, Progress, SuiteConfig};
+pub use suite::{run_cells, run_suite, Progress, SuiteConfig};

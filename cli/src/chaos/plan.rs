@@ -6,6 +6,7 @@
 
 use std::time::Duration;
 
+use super::matrix::Workload;
 use super::rng::Rng;
 use kafka_eos_testkit::broker::proxy::api;
 use kafka_eos_testkit::broker::OnRequest;
@@ -94,6 +95,9 @@ pub enum Scenario {
     /// The same without the dedup step (at-least-once): counters may only drift upwards; the
     /// drift is reported, a counter below its input count is a loss.
     RedisNoDedup,
+    /// The sink's server crash, for any sink workload: instances SIGKILLed mid-batch, the
+    /// server SIGKILLed and restarted between them (the sink presets' plan).
+    SinkKill,
 }
 
 /// The system outside Kafka a sink scenario writes to.
@@ -105,7 +109,7 @@ pub(crate) enum SinkKind {
 
 impl Scenario {
     /// Every scenario, in the order the suite runs them.
-    pub const ALL: [Scenario; 17] = [
+    pub const ALL: [Scenario; 18] = [
         Scenario::ProcessKill,
         Scenario::ProcessBounce,
         Scenario::BrokerKill,
@@ -123,6 +127,7 @@ impl Scenario {
         Scenario::PostgresSink,
         Scenario::RedisSink,
         Scenario::RedisNoDedup,
+        Scenario::SinkKill,
     ];
 
     /// The name used on the command line and in result rows.
@@ -145,15 +150,18 @@ impl Scenario {
             Scenario::PostgresSink => "postgres-sink",
             Scenario::RedisSink => "redis-sink",
             Scenario::RedisNoDedup => "redis-no-dedup",
+            Scenario::SinkKill => "sink-kill",
         }
     }
 
-    /// The sink a scenario writes to instead of an output topic.
-    pub(crate) fn sink(self) -> Option<SinkKind> {
+    /// The workload a preset scenario names with its fault (`financial-close`, the sink
+    /// scenarios); `None` for a fault alone, which runs the workload the suite is given.
+    pub fn preset(self) -> Option<Workload> {
         match self {
-            Scenario::PostgresSink => Some(SinkKind::Postgres),
-            Scenario::RedisSink => Some(SinkKind::Redis { dedup: true }),
-            Scenario::RedisNoDedup => Some(SinkKind::Redis { dedup: false }),
+            Scenario::FinancialClose => Some(Workload::Close),
+            Scenario::PostgresSink => Some(Workload::Postgres),
+            Scenario::RedisSink => Some(Workload::Redis),
+            Scenario::RedisNoDedup => Some(Workload::RedisNoDedup),
             _ => None,
         }
     }
@@ -457,7 +465,7 @@ impl Plan {
                     s.after_exactly(p.session + secs(5), Action::Net(NetFault::HealAll), false);
                 }
             }
-            Scenario::PostgresSink | Scenario::RedisSink | Scenario::RedisNoDedup => {
+            Scenario::PostgresSink | Scenario::RedisSink | Scenario::RedisNoDedup | Scenario::SinkKill => {
                 // Instance crashes mid-batch, the server's crash between them, more crashes.
                 for half in 0..2 {
                     for _ in 0..3 * scale {
@@ -506,7 +514,7 @@ mod tests {
             let plan = Plan::new(sc, &params(1), &mut rng);
             assert_eq!(plan.faults(), 7, "{sc}: 6 instance kills and a server crash");
             assert!(plan.steps.iter().any(|s| s.action == Action::SinkRestart), "{sc}");
-            assert!(sc.sink().is_some() && !sc.needs_broker_control(), "{sc}");
+            assert!(sc.preset().and_then(|w| w.sink()).is_some() && !sc.needs_broker_control(), "{sc}");
         }
         for sc in Scenario::ALL {
             let plan = Plan::new(sc, &params(2), &mut rng);

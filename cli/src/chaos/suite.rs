@@ -21,6 +21,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 
 use super::fleet::Fleet;
 use super::instance::InstanceConfig;
+use super::matrix::{verdict, Cell, Verdict, Workload};
 use super::net::Net;
 use super::pace::{Input, InputSpec};
 use super::plan::{Plan, PlanParams, Scenario};
@@ -43,8 +44,6 @@ use kafka_eos_testkit::broker::{ClusterConfig, LocalCluster};
 const SESSION_TIMEOUT: Duration = Duration::from_secs(6);
 /// Producer `transaction.timeout.ms` of every instance.
 const TRANSACTION_TIMEOUT: Duration = Duration::from_secs(8);
-/// How long after its record the timers workload sends an output.
-const TIMER_DELAY: Duration = Duration::from_secs(1);
 /// How often the coordinator looks for timed-out transactions on the suite's own cluster
 /// (`transaction.abort.timed.out.transaction.cleanup.interval.ms`; Kafka's default is 10 s).
 const LOCAL_TIMEOUT_CHECK: Duration = Duration::from_secs(2);
@@ -62,6 +61,9 @@ pub struct SuiteConfig {
     pub partitions: i32,
     /// Scenarios, in order.
     pub scenarios: Vec<Scenario>,
+    /// The workload of every scenario that is a fault alone (default: the copy); a preset
+    /// scenario (`financial-close`, the sink scenarios) brings its own.
+    pub workload: Option<Workload>,
     /// Every scenario's fault count is multiplied by this: 1 by default, 10 in the soak;
     /// `--fault-scale 67` gives `coordinator-kill` its 201 aimed kills.
     pub fault_scale: usize,
@@ -91,9 +93,8 @@ pub struct SuiteConfig {
     /// Kafka then commits one transaction in some partitions and aborts it in others, which
     /// no client can prevent (`docs/reliability.md`). On, the suite reproduces that flaw.
     pub restart_unfenced: bool,
-    /// The timers workload ([`super::delayed`]) instead of the plain copy, in the scenarios
-    /// that run the copy.
-    pub timers: bool,
+    /// How long after its record the timers workload sends its output.
+    pub timer_delay: Duration,
     /// Bytes per input record value.
     pub value_size: usize,
     /// Client properties (security settings) for every client of the suite: the instances'
@@ -104,12 +105,21 @@ pub struct SuiteConfig {
 }
 
 impl SuiteConfig {
+    /// The cells the scenarios make under this config: each scenario with its preset's
+    /// workload or the config's, and the config's guarantee.
+    pub fn cells(&self) -> Vec<Cell> {
+        let workload = |s: Scenario| s.preset().or(self.workload).unwrap_or(Workload::Copy);
+        let cell = |s| Cell { workload: workload(s), guarantee: self.guarantee, fault: s };
+        self.scenarios.iter().map(|&s| cell(s)).collect()
+    }
+
     /// 100,000 records in 4 partitions, every scenario, exactly-once, a random seed.
     pub fn new(instance_exe: PathBuf) -> SuiteConfig {
         SuiteConfig {
             records: 100_000,
             partitions: 4,
             scenarios: Scenario::ALL.to_vec(),
+            workload: None,
             fault_scale: 1,
             seed: Rng::seed_from_entropy(),
             bootstrap: None,
@@ -120,8 +130,8 @@ impl SuiteConfig {
             log_dir: None,
             keep_data_on_failure: false,
             restart_unfenced: false,
-            timers: false,
             value_size: 64,
+            timer_delay: Duration::from_secs(1),
             client_properties: Properties::default(),
         }
     }
@@ -136,28 +146,50 @@ pub enum Progress<'a> {
     Result(&'a ScenarioResult),
 }
 
-/// Runs the scenarios of `cfg`, one after another, on one cluster (started here unless
-/// `cfg.bootstrap` names one), calling `progress` as it goes. Blocking; start it from the
-/// thread that will outlive it (instances die with the thread that started them).
-///
-/// # Errors
-/// Only for what prevents the suite from running at all (the cluster does not start, a
-/// broker scenario without broker control); a scenario that fails is a result.
+/// Runs the scenarios of `cfg` ([`SuiteConfig::cells`]): see [`run_cells`].
 pub fn run_suite(
     cfg: &SuiteConfig,
     progress: &mut dyn FnMut(Progress<'_>),
 ) -> Result<SuiteReport, Box<dyn std::error::Error>> {
-    let mut scenarios = cfg.scenarios.clone();
-    if cfg.bootstrap.is_some() {
-        let (skip, keep): (Vec<Scenario>, Vec<Scenario>) =
-            scenarios.iter().partition(|s: &&Scenario| s.needs_broker_control());
-        if !skip.is_empty() && cfg.scenarios.len() < Scenario::ALL.len() {
-            return Err(
-                format!("{skip:?} stop and start brokers: they need the suite's own cluster (no --bootstrap)").into()
-            );
+    run_cells(cfg, &cfg.cells(), progress)
+}
+
+/// Runs `cells`, one after another, on one cluster (started here unless `cfg.bootstrap`
+/// names one), calling `progress` as it goes; a cell the matrix calls inapplicable is
+/// skipped with a message. Blocking; start it from the thread that will outlive it
+/// (instances die with the thread that started them).
+///
+/// # Errors
+/// Only for what prevents the suite from running at all (the cluster does not start, a
+/// broker scenario without broker control); a scenario that fails is a result.
+pub fn run_cells(
+    cfg: &SuiteConfig,
+    cells: &[Cell],
+    progress: &mut dyn FnMut(Progress<'_>),
+) -> Result<SuiteReport, Box<dyn std::error::Error>> {
+    let mut scenarios = Vec::new();
+    for &c in cells {
+        match verdict(c.workload, c.guarantee, c.fault) {
+            Verdict::Inapplicable(why) => progress(Progress::Message(&format!(
+                "chaos: skipping {} under {} with {}: {why}",
+                c.workload,
+                c.guarantee.as_str(),
+                c.fault
+            ))),
+            _ => scenarios.push(c),
         }
-        for s in &skip {
-            progress(Progress::Message(&format!("chaos: skipping {s}: it needs the suite's own cluster")));
+    }
+    if cfg.bootstrap.is_some() {
+        let (skip, keep): (Vec<Cell>, Vec<Cell>) = scenarios.iter().partition(|c| c.fault.needs_broker_control());
+        if !skip.is_empty() && cells.len() < Scenario::ALL.len() {
+            let names: Vec<&str> = skip.iter().map(|c| c.fault.name()).collect();
+            return Err(format!(
+                "{names:?} stop and start brokers: they need the suite's own cluster (no --bootstrap)"
+            )
+            .into());
+        }
+        for c in &skip {
+            progress(Progress::Message(&format!("chaos: skipping {}: it needs the suite's own cluster", c.fault)));
         }
         scenarios = keep;
     }
@@ -196,22 +228,24 @@ pub fn run_suite(
     let client = admin::Client::new(&bootstrap).properties(cfg.client_properties.clone());
     let client_config = PrivateFile::write(&format!("kafka-eos-chaos-{run_id}"), &cfg.client_properties)?;
     let mut report = SuiteReport { results: Vec::new(), seed: cfg.seed, logs: None };
-    for (i, &scenario) in scenarios.iter().enumerate() {
-        progress(Progress::Message(&format!("chaos: {scenario} ({}/{})", i + 1, scenarios.len())));
-        // One generator per scenario, from the seed and the scenario alone: running a
-        // subset with --scenario replays the same schedule as in the full run.
-        let mut rng = Rng::new(cfg.seed ^ (Scenario::ALL.iter().position(|s| *s == scenario).unwrap_or(0) as u64 + 1));
+    for (i, &cell) in scenarios.iter().enumerate() {
+        let scenario = cell.fault;
+        let label = cell.label();
+        progress(Progress::Message(&format!("chaos: {label} ({}/{})", i + 1, scenarios.len())));
+        // One generator per cell, from the seed and the cell alone: running a subset with
+        // --scenario replays the same schedule as in the full run.
+        let mut rng = Rng::new(cfg.seed ^ cell.seed_salt());
         let ctx = Ctx {
             cfg,
             client: &client,
             client_config: client_config.as_ref().map(|f| f.path.as_path()),
             run_id: &run_id,
-            log_dir: log_root.join(scenario.name()),
+            log_dir: log_root.join(&label),
             // Longer than the session timeout and the transaction timeout plus the
             // coordinator's check interval: both the group and the coordinator move on.
             stall: TRANSACTION_TIMEOUT.max(SESSION_TIMEOUT) + timeout_check + Duration::from_secs(5),
         };
-        let result = run_scenario(&ctx, cluster.as_mut(), scenario, &mut rng);
+        let result = run_scenario(&ctx, cluster.as_mut(), cell, &mut rng);
         if let Some(proxy) = cluster.as_ref().and_then(|c| c.proxy()) {
             proxy.heal_all(); // a scenario that failed half-way leaves no fault behind
         }
@@ -274,15 +308,10 @@ struct Ctx<'a> {
     stall: Duration,
 }
 
-fn run_scenario(
-    ctx: &Ctx<'_>,
-    cluster: Option<&mut LocalCluster>,
-    scenario: Scenario,
-    rng: &mut Rng,
-) -> ScenarioResult {
+fn run_scenario(ctx: &Ctx<'_>, cluster: Option<&mut LocalCluster>, cell: Cell, rng: &mut Rng) -> ScenarioResult {
     let started = Instant::now();
-    let mut result = ScenarioResult::new(scenario);
-    if let Err(e) = Run::new(ctx, cluster, scenario, rng, &mut result).and_then(|run| run.execute()) {
+    let mut result = ScenarioResult::new(cell);
+    if let Err(e) = Run::new(ctx, cluster, cell, rng, &mut result).and_then(|run| run.execute()) {
         result.error = Some(e);
     }
     result.elapsed = started.elapsed();
@@ -295,6 +324,8 @@ struct Run<'a, 'r> {
     cluster: Option<&'a mut LocalCluster>,
     rng: &'a mut Rng,
     result: &'r mut ScenarioResult,
+    /// The workload, guarantee and fault this run is.
+    cell: Cell,
     plan: Plan,
     input_topic: String,
     output_topic: String,
@@ -317,19 +348,19 @@ impl<'a, 'r> Run<'a, 'r> {
     fn new(
         ctx: &'a Ctx<'a>,
         cluster: Option<&'a mut LocalCluster>,
-        scenario: Scenario,
+        cell: Cell,
         rng: &'a mut Rng,
         result: &'r mut ScenarioResult,
     ) -> Result<Run<'a, 'r>, String> {
         let cfg = ctx.cfg;
         let nodes = cluster.as_ref().map(|c| c.node_ids()).unwrap_or_default();
         let params = PlanParams { scale: cfg.fault_scale, nodes, stall: ctx.stall, session: SESSION_TIMEOUT };
-        let plan = Plan::new(scenario, &params, rng);
-        let app = format!("chaos-{}-{}", ctx.run_id, scenario.name());
+        let plan = Plan::new(cell.fault, &params, rng);
+        let app = format!("chaos-{}-{}", ctx.run_id, cell.label());
         let (input_topic, output_topic) = (format!("{app}-in"), format!("{app}-out"));
         let rf = cfg.replication.unwrap_or(3);
         let min_isr = if rf >= 3 { "2" } else { "1" };
-        let stateful = scenario == Scenario::FinancialClose;
+        let stateful = cell.workload.close();
         let late_topic = format!("{output_topic}-late");
         let topics = [&input_topic, &output_topic].into_iter().chain(stateful.then_some(&late_topic));
         for t in topics {
@@ -343,20 +374,22 @@ impl<'a, 'r> Run<'a, 'r> {
             application_id: app.clone(),
             input: input_topic.clone(),
             output: output_topic.clone(),
-            guarantee: cfg.guarantee,
+            guarantee: cell.guarantee,
             rebalancing: cfg.rebalancing,
             abort_one_in: plan.abort_one_in,
             session_timeout: SESSION_TIMEOUT,
             transaction_timeout: TRANSACTION_TIMEOUT,
             status_interval: Duration::from_millis(500),
             financial_close_payments: stateful.then_some(cfg.records),
-            state_dir: None,
+            // One directory per instance slot, kept by the slot's restarts (the fleet puts
+            // the slot in for `{slot}`), as a pod's volume would be.
+            state_dir: (cell.workload == Workload::CloseDisk).then(|| ctx.log_dir.join("state-{slot}")),
             sink: None,
             commit_log: None,
             instance_id: None,
             static_membership: false,
             keyed_state: false,
-            timer_delay: cfg.timers.then_some(TIMER_DELAY),
+            timer_delay: (cell.workload == Workload::Timers).then_some(cfg.timer_delay),
             client_properties: Properties::default(),
         };
         let mut args = vec!["chaos".to_string(), "instance".to_string()];
@@ -380,7 +413,7 @@ impl<'a, 'r> Run<'a, 'r> {
                 })
                 .map_err(|e| format!("writing the merchant table {}: {e}", t.merchants))?;
         }
-        let sink = scenario.sink().map(Server::start).transpose()?;
+        let sink = cell.workload.sink().map(Server::start).transpose()?;
         if let Some(server) = &sink {
             args.extend(["--sink".to_string(), server.spec()]);
         }
@@ -391,6 +424,7 @@ impl<'a, 'r> Run<'a, 'r> {
             cluster,
             rng,
             result,
+            cell,
             plan,
             input_topic,
             output_topic,
@@ -504,7 +538,8 @@ impl<'a, 'r> Run<'a, 'r> {
             self.mark("group caught up: waiting for the timers to close the last days");
             caught_up = self.wait_closed()?;
         }
-        if let (true, true, Some(reader)) = (caught_up, self.ctx.cfg.timers, reader.as_ref()) {
+        let timers = self.cell.workload == Workload::Timers;
+        if let (true, true, Some(reader)) = (caught_up, timers, reader.as_ref()) {
             self.mark("group caught up: waiting for the last timers");
             caught_up = self.wait_timers_fired(reader)?;
         }

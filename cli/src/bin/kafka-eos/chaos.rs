@@ -1,8 +1,10 @@
 //! `kafka-eos chaos`: exactly-once under injected faults (see `kafka_eos_cli::chaos` and
 //! `docs/reliability.md`).
 //!
-//! `kafka-eos chaos [--records N] [--scenario NAME]... [--soak] [--fault-scale K] [--seed S]
-//! [--bootstrap B [--client-config FILE] [-X key=value]...]` runs the suite and prints one
+//! `kafka-eos chaos [--records N] [--scenario NAME]... [--workload W] [--guarantee G] [--soak]
+//! [--fault-scale K] [--seed S] [--bootstrap B [--client-config FILE] [-X key=value]...]`
+//! runs the suite; `kafka-eos chaos --matrix ci|long [--list]` runs (or lists) the fault
+//! matrix's cells of that tier (narrowed by `--workload`, `--guarantee`, `--scenario`). It prints one
 //! row per scenario with its table of anomaly classes (concurrent reader / final checks),
 //! then the summary table (one column per class) and
 //! `chaos: <k> scenarios, <n> faults, <d> duplicates, <m> missing, <o> order violations,
@@ -15,6 +17,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use kafka_eos::{Guarantee, Rebalancing};
+use kafka_eos_cli::chaos::matrix::{self, Tier, Workload};
 use kafka_eos_cli::chaos::{self, InstanceConfig, Progress, Scenario, ScenarioResult, SuiteConfig};
 
 /// Arguments of `kafka-eos chaos`.
@@ -32,14 +35,30 @@ pub struct Args {
     /// Run only this scenario (repeatable): process-kill, process-bounce, broker-kill,
     /// broker-bounce, rebalance-storm, random-aborts, stall, financial-close, endtxn-held,
     /// produce-held, coordinator-cut, coordinator-kill, group-coord-cut, slow-broker, postgres-sink, redis-sink,
-    /// redis-no-dedup [default: all].
+    /// redis-no-dedup, sink-kill [default: all].
     #[arg(long = "scenario")]
     scenarios: Vec<Scenario>,
-    /// The timers workload: the copy's outputs are sent by wall-clock timers a second after
-    /// their records, most of them in transactions of timers alone (not with the
-    /// financial-close or sink scenarios, whose workloads are their own).
-    #[arg(long)]
-    timers: bool,
+    /// The workload of the scenarios that are a fault alone: copy, timers (outputs sent by
+    /// wall-clock timers, most in transactions of timers alone), close, close-disk,
+    /// postgres, redis, redis-no-dedup [default: copy]; repeatable with --matrix. The
+    /// presets (financial-close, the sink scenarios) run their own.
+    #[arg(long = "workload")]
+    workloads: Vec<Workload>,
+    /// Run the fault matrix's cells of this tier: `ci` (the merge gate's slice) or `long`
+    /// (every cell that applies); --workload, --guarantee and --scenario narrow it.
+    #[arg(long, value_parser = ["ci", "long"])]
+    matrix: Option<String>,
+    /// With --matrix: print the matrix (every cell's verdict, as Markdown) and the cells the
+    /// run would take, and run nothing.
+    #[arg(long, requires = "matrix")]
+    list: bool,
+    /// With --matrix: only this cell, by its label as --list prints it (repeatable), e.g.
+    /// `close-disk-eopc-stall`.
+    #[arg(long = "cell", requires = "matrix")]
+    cells: Vec<String>,
+    /// How long after its record the timers workload sends its output, in ms.
+    #[arg(long, default_value_t = 1000)]
+    timer_delay_ms: u64,
     /// Soak: ten times the faults of every scenario (hundreds in all) over millions of records.
     #[arg(long)]
     soak: bool,
@@ -56,9 +75,11 @@ pub struct Args {
     /// Replication factor of the topics [default: 3].
     #[arg(long)]
     replication: Option<i32>,
-    /// The guarantee under test: exactly-once or exactly-once-per-consumer.
-    #[arg(long, default_value = "exactly-once")]
-    guarantee: Guarantee,
+    /// The guarantee under test: exactly-once, exactly-once-per-consumer or at-least-once
+    /// (whose duplicates are reported, not failures) [default: exactly-once; every one
+    /// with --matrix].
+    #[arg(long)]
+    guarantee: Option<Guarantee>,
     /// The instances' rebalance protocol: cooperative, consumer (KIP-848: the broker's
     /// 45 s session timeout applies, so crash scenarios run slower) or eager [default: the
     /// guarantee's default].
@@ -151,14 +172,11 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
     if let Some(Sub::Instance(a)) = args.instance {
         return run_instance(a);
     }
-    if args.guarantee == Guarantee::AtLeastOnce {
-        return Err("the chaos suite checks exactly-once: at-least-once would fail it by design".into());
-    }
     let mut cfg = SuiteConfig::new(std::env::current_exe()?);
     cfg.records = args.records.unwrap_or(if args.soak { 2_000_000 } else { 100_000 });
     cfg.partitions = args.partitions;
     if !args.scenarios.is_empty() {
-        cfg.scenarios = args.scenarios;
+        cfg.scenarios = args.scenarios.clone();
     }
     cfg.fault_scale = args.fault_scale.map_or(if args.soak { 10 } else { 1 }, usize::from);
     if let Some(seed) = args.seed {
@@ -166,19 +184,53 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
     }
     cfg.bootstrap = args.bootstrap.filter(|b| !b.trim().is_empty());
     cfg.replication = args.replication;
-    cfg.guarantee = args.guarantee;
+    cfg.guarantee = args.guarantee.unwrap_or(Guarantee::ExactlyOnce);
     cfg.rebalancing = args.rebalancing;
     cfg.log_dir = args.log_dir;
     cfg.keep_data_on_failure = args.keep_data_on_failure;
     cfg.restart_unfenced = args.restart_unfenced;
-    cfg.timers = args.timers;
     cfg.client_properties = args.client.properties()?;
+    cfg.timer_delay = Duration::from_millis(args.timer_delay_ms);
+    let cells = match args.matrix.as_deref() {
+        Some(tier) => {
+            let tier = if tier == "ci" { Tier::Ci } else { Tier::Long };
+            let picked: Vec<matrix::Cell> = matrix::runs_in(tier)
+                .into_iter()
+                .filter(|c| args.workloads.is_empty() || args.workloads.contains(&c.workload))
+                .filter(|c| args.guarantee.is_none_or(|g| g == c.guarantee))
+                .filter(|c| args.scenarios.is_empty() || args.scenarios.contains(&c.fault))
+                .filter(|c| args.cells.is_empty() || args.cells.contains(&c.label()))
+                .collect();
+            if let Some(unknown) = args.cells.iter().find(|l| !picked.iter().any(|c| c.label() == **l)) {
+                return Err(format!("--cell {unknown}: no such cell runs in tier {} (see --list)", tier.name()).into());
+            }
+            if args.list {
+                for line in matrix::markdown() {
+                    println!("{line}");
+                }
+                println!("\n{} cells in tier {}:", picked.len(), tier.name());
+                for c in &picked {
+                    println!("  {}", c.label());
+                }
+                return Ok(ExitCode::SUCCESS);
+            }
+            picked
+        }
+        None => {
+            if args.workloads.len() > 1 {
+                return Err("several --workload values need --matrix".into());
+            }
+            cfg.workload = args.workloads.first().copied();
+            cfg.cells()
+        }
+    };
     println!(
-        "chaos: {} records x {} partitions per scenario{}, guarantee {}, rebalancing {}, seed {}{}{}",
+        "chaos: {} records x {} partitions per scenario, {} cell(s), workload {}, guarantee {}, rebalancing {}, seed {}{}{}",
         cfg.records,
         cfg.partitions,
-        if cfg.timers { ", outputs sent by timers" } else { "" },
-        cfg.guarantee.as_str(),
+        cells.len(),
+        if args.matrix.is_some() { "per cell".to_string() } else { cfg.workload.map_or("copy".into(), |w| w.to_string()) },
+        if args.matrix.is_some() { "per cell" } else { cfg.guarantee.as_str() },
         cfg.rebalancing.map_or("default", |r| r.as_str()),
         cfg.seed,
         match cfg.fault_scale {
@@ -192,7 +244,7 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
     }
     let started = Instant::now();
     let mut header = false;
-    let report = chaos::run_suite(&cfg, &mut |p| match p {
+    let report = chaos::run_cells(&cfg, &cells, &mut |p| match p {
         Progress::Message(m) => eprintln!("{m}"),
         Progress::Result(r) => print_result(r, &mut header),
     })?;

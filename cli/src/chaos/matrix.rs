@@ -1,0 +1,362 @@
+//! The fault matrix: every workload × guarantee × fault, and for each cell whether it runs
+//! (in CI, or in the long run outside it) or why it cannot apply.
+//!
+//! A cell is one scenario of the suite: a fault plan ([`Scenario`]) run against one
+//! [`Workload`] under one [`Guarantee`]. [`verdict`] decides every cell; it is a pure
+//! function, so the table in `docs/reliability.md` and the runs come from the same rule
+//! (`kafka-eos chaos --matrix all --list` prints it).
+//!
+//! The features a user combines map onto workloads ([`FEATURES`]): the financial close
+//! carries state, windows closed by idle timers, a stream–table join and dedup at once, on
+//! memory or on disk; the timers workload carries transactions of timers alone; the sink
+//! workloads carry the sinks. A feature with no workload says so in the table.
+
+use kafka_eos::Guarantee;
+
+use super::plan::{Scenario, SinkKind};
+
+/// What the instances of a cell run, and how the cell's outcome is checked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Workload {
+    /// The 1:1 copy, checked by the verifier, a final read and the concurrent reader.
+    Copy,
+    /// The copy with every output sent by a wall-clock timer a second after its record,
+    /// most of them in transactions of timers alone; checked like the copy.
+    Timers,
+    /// The financial close (dedup, daily windows closed by idle timers, a join with the
+    /// merchant table) with its stores in memory; checked against a batch recomputation.
+    Close,
+    /// The same with its stores on disk (`kafka-eos-disk`), one state directory per
+    /// instance slot, reused by the slot's restarts.
+    CloseDisk,
+    /// Kafka → PostgreSQL through the exactly-once sink; checked from the table.
+    Postgres,
+    /// Kafka → Redis counters through the effectively-once sink (dedup keys).
+    Redis,
+    /// Kafka → Redis counters without dedup (at-least-once): a counter may only drift up.
+    RedisNoDedup,
+}
+
+impl Workload {
+    /// Every workload, in table order.
+    pub const ALL: [Workload; 7] = [
+        Workload::Copy,
+        Workload::Timers,
+        Workload::Close,
+        Workload::CloseDisk,
+        Workload::Postgres,
+        Workload::Redis,
+        Workload::RedisNoDedup,
+    ];
+
+    /// The name on the command line and in result rows.
+    pub fn name(self) -> &'static str {
+        match self {
+            Workload::Copy => "copy",
+            Workload::Timers => "timers",
+            Workload::Close => "close",
+            Workload::CloseDisk => "close-disk",
+            Workload::Postgres => "postgres",
+            Workload::Redis => "redis",
+            Workload::RedisNoDedup => "redis-no-dedup",
+        }
+    }
+
+    /// The server the workload writes to instead of an output topic.
+    pub(crate) fn sink(self) -> Option<SinkKind> {
+        match self {
+            Workload::Postgres => Some(SinkKind::Postgres),
+            Workload::Redis => Some(SinkKind::Redis { dedup: true }),
+            Workload::RedisNoDedup => Some(SinkKind::Redis { dedup: false }),
+            _ => None,
+        }
+    }
+
+    /// The financial close, on either backend.
+    pub(crate) fn close(self) -> bool {
+        matches!(self, Workload::Close | Workload::CloseDisk)
+    }
+}
+
+impl std::fmt::Display for Workload {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for Workload {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Workload::ALL.into_iter().find(|w| w.name() == s).ok_or_else(|| {
+            let names: Vec<&str> = Workload::ALL.iter().map(|w| w.name()).collect();
+            format!("unknown workload {s:?}; one of: {}", names.join(", "))
+        })
+    }
+}
+
+/// The features of the runtime and the workloads that exercise them under faults; an empty
+/// list is a feature no cell covers yet.
+pub const FEATURES: [(&str, &[Workload]); 11] = [
+    ("stateless copy", &[Workload::Copy]),
+    ("state in memory (changelogs, restore)", &[Workload::Close]),
+    ("state on disk (local checkpoint, tail restore)", &[Workload::CloseDisk]),
+    ("timers (transactions of timers alone)", &[Workload::Timers]),
+    ("windows closed by idle advance", &[Workload::Close, Workload::CloseDisk]),
+    ("stream–table join", &[Workload::Close, Workload::CloseDisk]),
+    ("dedup", &[Workload::Close, Workload::CloseDisk]),
+    ("PostgreSQL sink", &[Workload::Postgres]),
+    ("Redis sink", &[Workload::Redis, Workload::RedisNoDedup]),
+    ("stream–stream join", &[]),
+    ("dead-lettering", &[]),
+];
+
+/// The faults of the matrix, in table order: the suite's scenarios less the presets (which
+/// name a workload and a fault together).
+pub const FAULTS: [Scenario; 14] = [
+    Scenario::ProcessKill,
+    Scenario::ProcessBounce,
+    Scenario::Stall,
+    Scenario::RebalanceStorm,
+    Scenario::RandomAborts,
+    Scenario::BrokerKill,
+    Scenario::BrokerBounce,
+    Scenario::CoordinatorKill,
+    Scenario::EndTxnHeld,
+    Scenario::ProduceHeld,
+    Scenario::CoordinatorCut,
+    Scenario::GroupCoordinatorCut,
+    Scenario::SlowBroker,
+    Scenario::SinkKill,
+];
+
+/// The guarantees, in table order.
+pub const GUARANTEES: [Guarantee; 3] =
+    [Guarantee::ExactlyOnce, Guarantee::ExactlyOncePerConsumer, Guarantee::AtLeastOnce];
+
+/// Where a cell that applies runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Tier {
+    /// In the merge gate (`.ci/run`), at CI size.
+    Ci,
+    /// In the long run outside it (`.ci/long chaos`).
+    Long,
+}
+
+impl Tier {
+    /// The name on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Tier::Ci => "ci",
+            Tier::Long => "long",
+        }
+    }
+}
+
+/// What the matrix says of one cell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// The cell runs, in this tier.
+    Runs(Tier),
+    /// The fault cannot reach what the cell would test: why.
+    Inapplicable(&'static str),
+}
+
+/// One cell: a workload under a guarantee and a fault.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cell {
+    /// What the instances run.
+    pub workload: Workload,
+    /// Under which guarantee.
+    pub guarantee: Guarantee,
+    /// The fault plan.
+    pub fault: Scenario,
+}
+
+impl Cell {
+    /// `<fault>`, or `<workload>-<guarantee>-<fault>` when the cell is not the copy under
+    /// exactly-once (or the preset's own workload): names its log directory and topics.
+    pub fn label(&self) -> String {
+        let plain = self.fault.preset().map_or(self.workload == Workload::Copy, |own| own == self.workload);
+        if plain && self.guarantee == Guarantee::ExactlyOnce {
+            self.fault.name().to_string()
+        } else {
+            format!("{}-{}-{}", self.workload, short(self.guarantee), self.fault)
+        }
+    }
+
+    /// Mixed into the suite's seed for this cell's schedule: the fault's position alone for
+    /// the copy under exactly-once (so such runs replay as before), else the workload and
+    /// guarantee too.
+    pub(crate) fn seed_salt(&self) -> u64 {
+        let pos = |i: Option<usize>| i.unwrap_or(0) as u64;
+        (pos(Scenario::ALL.iter().position(|s| *s == self.fault)) + 1)
+            ^ (pos(Workload::ALL.iter().position(|w| *w == self.workload)) << 8)
+            ^ (pos(GUARANTEES.iter().position(|g| *g == self.guarantee)) << 12)
+    }
+}
+
+/// A guarantee's short name, for labels.
+fn short(g: Guarantee) -> &'static str {
+    match g {
+        Guarantee::ExactlyOnce => "eos",
+        Guarantee::ExactlyOncePerConsumer => "eopc",
+        _ => "alo",
+    }
+}
+
+/// The merge gate's slice: the timers workload, whose outputs mostly commit in transactions
+/// of timers alone, under crashes and coordinator kills, and the exactly-once sink under
+/// crashes of its instances and its server.
+const CI: [(Workload, Guarantee, Scenario); 3] = [
+    (Workload::Timers, Guarantee::ExactlyOnce, Scenario::ProcessKill),
+    (Workload::Timers, Guarantee::ExactlyOnce, Scenario::CoordinatorKill),
+    (Workload::Postgres, Guarantee::ExactlyOnce, Scenario::SinkKill),
+];
+
+/// Whether the cell (`workload`, `guarantee`, `fault`) runs, and where, or why not.
+pub fn verdict(workload: Workload, guarantee: Guarantee, fault: Scenario) -> Verdict {
+    use Verdict::Inapplicable;
+    let transactional = guarantee != Guarantee::AtLeastOnce;
+    if fault.preset().is_some_and(|own| own != workload) {
+        return Inapplicable("a preset scenario runs its own workload");
+    }
+    if fault == Scenario::SinkKill && workload.sink().is_none() {
+        return Inapplicable("no sink server to kill: the workload writes to Kafka");
+    }
+    if fault == Scenario::ProduceHeld && workload.sink().is_some() {
+        return Inapplicable("the sink workload produces no output records for the proxy to hold");
+    }
+    if !transactional
+        && matches!(
+            fault,
+            Scenario::EndTxnHeld | Scenario::ProduceHeld | Scenario::CoordinatorCut | Scenario::CoordinatorKill
+        )
+    {
+        return Inapplicable("at-least-once runs no transactions: no EndTxn or transactional produce to aim at");
+    }
+    if !transactional && workload.close() {
+        return Inapplicable(
+            "the close is checked to the cent, which at-least-once does not promise (a replay counts twice); \
+             its no-loss check runs on the copy, timers and sink workloads",
+        );
+    }
+    if CI.contains(&(workload, guarantee, fault)) {
+        Verdict::Runs(Tier::Ci)
+    } else {
+        Verdict::Runs(Tier::Long)
+    }
+}
+
+/// Every cell of the matrix with its verdict, in table order (workload, guarantee, fault).
+pub fn cells() -> Vec<(Cell, Verdict)> {
+    let mut out = Vec::new();
+    for workload in Workload::ALL {
+        for guarantee in GUARANTEES {
+            for fault in FAULTS {
+                out.push((Cell { workload, guarantee, fault }, verdict(workload, guarantee, fault)));
+            }
+        }
+    }
+    out
+}
+
+/// The cells that run in `tier` (the CI slice is part of the long run too).
+pub fn runs_in(tier: Tier) -> Vec<Cell> {
+    cells().into_iter().filter(|(_, v)| matches!(v, Verdict::Runs(t) if *t <= tier)).map(|(c, _)| c).collect()
+}
+
+/// The matrix as Markdown: a row per workload and fault, a column per
+/// guarantee; a cell says where it runs, or `n/a` with a footnote number.
+pub fn markdown() -> Vec<String> {
+    let mut reasons: Vec<&'static str> = Vec::new();
+    let mut out = vec![
+        format!("| workload | fault | {} |", GUARANTEES.map(|g| g.as_str()).join(" | ")),
+        "|---|---|---|---|---|".to_string(),
+    ];
+    for workload in Workload::ALL {
+        for fault in FAULTS {
+            let row: Vec<String> = GUARANTEES
+                .iter()
+                .map(|&g| match verdict(workload, g, fault) {
+                    Verdict::Runs(t) => t.name().to_string(),
+                    Verdict::Inapplicable(why) => {
+                        let n = reasons.iter().position(|r| *r == why).unwrap_or_else(|| {
+                            reasons.push(why);
+                            reasons.len() - 1
+                        });
+                        format!("n/a ({})", n + 1)
+                    }
+                })
+                .collect();
+            out.push(format!("| {workload} | {fault} | {} |", row.join(" | ")));
+        }
+    }
+    out.push(String::new());
+    out.extend(reasons.iter().enumerate().map(|(i, r)| format!("{}. {r}", i + 1)));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_cell_has_a_verdict_and_every_fault_and_workload_runs_somewhere() {
+        let all = cells();
+        assert_eq!(all.len(), Workload::ALL.len() * GUARANTEES.len() * FAULTS.len());
+        for fault in FAULTS {
+            assert!(fault.preset().is_none(), "{fault} is a fault");
+            assert!(all.iter().any(|(c, v)| c.fault == fault && matches!(v, Verdict::Runs(_))), "{fault} never runs");
+        }
+        for w in Workload::ALL {
+            for g in GUARANTEES {
+                let runs =
+                    all.iter().filter(|(c, v)| c.workload == w && c.guarantee == g && matches!(v, Verdict::Runs(_)));
+                // The close under at-least-once is the one pair the matrix leaves out whole.
+                assert_eq!(runs.count() == 0, w.close() && g == Guarantee::AtLeastOnce, "{w} {g:?}");
+            }
+            assert_eq!(w.name().parse::<Workload>(), Ok(w));
+        }
+        assert!("nope".parse::<Workload>().unwrap_err().contains("close-disk"));
+    }
+
+    #[test]
+    fn the_ci_slice_is_part_of_the_long_run_and_every_preset_is_refused() {
+        let (ci, long) = (runs_in(Tier::Ci), runs_in(Tier::Long));
+        assert_eq!(ci.len(), CI.len());
+        assert!(ci.iter().all(|c| long.contains(c)));
+        for preset in [Scenario::FinancialClose, Scenario::PostgresSink, Scenario::RedisSink, Scenario::RedisNoDedup] {
+            assert!(matches!(verdict(Workload::Copy, Guarantee::ExactlyOnce, preset), Verdict::Inapplicable(_)));
+        }
+    }
+
+    #[test]
+    fn the_review_holes_each_have_a_cell_that_runs() {
+        // Hole 1 and 2: timers alone in a transaction, in both modes, under the faults that
+        // leave a commit's outcome unknown or a member a zombie.
+        for g in [Guarantee::ExactlyOnce, Guarantee::ExactlyOncePerConsumer] {
+            for f in
+                [Scenario::CoordinatorKill, Scenario::CoordinatorCut, Scenario::Stall, Scenario::GroupCoordinatorCut]
+            {
+                assert!(matches!(verdict(Workload::Timers, g, f), Verdict::Runs(_)), "{g:?} {f}");
+            }
+        }
+        // Hole 3: an exactly-once sink behind a rewind, per consumer, under a storm.
+        let storm = verdict(Workload::Postgres, Guarantee::ExactlyOncePerConsumer, Scenario::RebalanceStorm);
+        assert!(matches!(storm, Verdict::Runs(_)));
+        // Hole 4: a restore behind a transaction left open, per consumer, state on disk too.
+        for w in [Workload::Close, Workload::CloseDisk] {
+            let stall = verdict(w, Guarantee::ExactlyOncePerConsumer, Scenario::Stall);
+            assert!(matches!(stall, Verdict::Runs(_)), "{w}");
+        }
+    }
+
+    #[test]
+    fn the_markdown_has_a_row_per_workload_and_fault_and_numbers_its_reasons() {
+        let md = markdown();
+        let rows = md.iter().filter(|l| l.starts_with("| ") && !l.starts_with("| workload")).count();
+        assert_eq!(rows, Workload::ALL.len() * FAULTS.len());
+        assert!(md.iter().any(|l| l.starts_with("1. ")));
+        assert!(md.iter().all(|l| !l.contains("n/a (0)")));
+    }
+}
