@@ -290,12 +290,12 @@ impl Fleet {
         p.stopped = true;
     }
 
-    /// Has the instance SIGSTOP itself inside an open transaction (SIGUSR1, see the
-    /// `instance` module). Returns false if it was not stopped within `timeout` — then it is
-    /// SIGSTOPped wherever it is.
-    pub(crate) fn stop_in_transaction(&mut self, idx: usize, timeout: Duration) -> bool {
+    /// Has the instance SIGSTOP itself where `signal` asks (SIGUSR1: inside an open
+    /// transaction; SIGUSR2: right after a commit; see the `instance` module). Returns false
+    /// if it was not stopped within `timeout` — then it is SIGSTOPped wherever it is.
+    pub(crate) fn stop_itself(&mut self, idx: usize, signal: Signal, timeout: Duration) -> bool {
         let p = &mut self.running[idx];
-        p.signal(Signal::SIGUSR1);
+        p.signal(signal);
         let deadline = Instant::now() + timeout;
         let pid = p.child.id();
         while Instant::now() < deadline {

@@ -16,7 +16,8 @@
 //! chaos-final records_in=... (same fields)
 //! ```
 //!
-//! The first status line also means its SIGUSR1 handler is installed (see below).
+//! The first status line also means its SIGUSR1 and SIGUSR2 handlers are installed (see
+//! below).
 //!
 //! # Deliberate aborts (`abort_one_in`)
 //! The runtime has no "abort this transaction" call for user code, and it should not: the
@@ -34,13 +35,19 @@
 //! transaction is open and its earlier outputs are already sent) waits 200 ms for those
 //! outputs to reach the broker, then the process SIGSTOPs itself. When the suite SIGCONTs
 //! it, it finishes the batch and tries to commit — with a producer that has been fenced.
+//!
+//! # Stalling right after a commit (SIGUSR2)
+//! On SIGUSR2 the transaction hook of the next committed transaction SIGSTOPs the process:
+//! no transaction is open, so the coordinator aborts nothing at the transaction timeout and
+//! the producer's epoch stays. On waking, the instance's next transaction (timers alone,
+//! under the timers workload) can only be refused by the group generation its offsets carry.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::rng::Rng;
-use kafka_eos::observe::TransactionEvent;
+use kafka_eos::observe::{Outcome, TransactionEvent};
 use kafka_eos::{Guarantee, OutputRecord, Pipeline, ProcessorErrorPolicy, Rebalancing, Summary};
 
 /// How to run one instance.
@@ -280,6 +287,15 @@ async fn run(cfg: InstanceConfig) -> kafka_eos::Result<Summary> {
             flag.store(true, Ordering::SeqCst);
         }
     });
+    let stall_after_commit = Arc::new(AtomicBool::new(false));
+    let mut usr2 = signal(SignalKind::user_defined2())
+        .map_err(|e| kafka_eos::Error::Internal(format!("cannot install the SIGUSR2 handler: {e}")))?;
+    let flag = stall_after_commit.clone();
+    tokio::spawn(async move {
+        while usr2.recv().await.is_some() {
+            flag.store(true, Ordering::SeqCst);
+        }
+    });
 
     let dice = Arc::new(AbortDice::new(cfg.abort_one_in));
     let (out, d) = (cfg.output.clone(), dice.clone());
@@ -312,6 +328,9 @@ async fn run(cfg: InstanceConfig) -> kafka_eos::Result<Summary> {
         .on_processor_error(ProcessorErrorPolicy::retry(u32::MAX).backoff(Duration::from_millis(10)))
         .on_transaction(move |e: &TransactionEvent| {
             d.observe(e.records);
+            if e.outcome == Outcome::Committed && stall_after_commit.swap(false, Ordering::SeqCst) {
+                let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGSTOP);
+            }
             if let Some(log) = &commit_log {
                 log.record(e);
             }

@@ -112,7 +112,7 @@ pub const FEATURES: [(&str, &[Workload]); 11] = [
 
 /// The faults of the matrix, in table order: the suite's scenarios less the presets (which
 /// name a workload and a fault together).
-pub const FAULTS: [Scenario; 14] = [
+pub const FAULTS: [Scenario; 15] = [
     Scenario::ProcessKill,
     Scenario::ProcessBounce,
     Scenario::Stall,
@@ -125,6 +125,7 @@ pub const FAULTS: [Scenario; 14] = [
     Scenario::ProduceHeld,
     Scenario::CoordinatorCut,
     Scenario::GroupCoordinatorCut,
+    Scenario::MemberCut,
     Scenario::SlowBroker,
     Scenario::SinkKill,
 ];
@@ -335,9 +336,7 @@ mod tests {
         // Hole 1 and 2: timers alone in a transaction, in both modes, under the faults that
         // leave a commit's outcome unknown or a member a zombie.
         for g in [Guarantee::ExactlyOnce, Guarantee::ExactlyOncePerConsumer] {
-            for f in
-                [Scenario::CoordinatorKill, Scenario::CoordinatorCut, Scenario::Stall, Scenario::GroupCoordinatorCut]
-            {
+            for f in [Scenario::CoordinatorKill, Scenario::CoordinatorCut, Scenario::Stall, Scenario::MemberCut] {
                 assert!(matches!(verdict(Workload::Timers, g, f), Verdict::Runs(_)), "{g:?} {f}");
             }
         }

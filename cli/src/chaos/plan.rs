@@ -79,6 +79,14 @@ pub enum Scenario {
     /// member commits its batch after another member took the partitions over (a
     /// duplicate), or the new owner starts from offsets the zombie later moves.
     GroupCoordinatorCut,
+    /// One member cut off from the group coordinator until its session expires, the others
+    /// not: the proxy holds the first connection that sends a group request (one member's
+    /// heartbeats) for the session timeout plus 5 s. The group gives that member's
+    /// partitions to the others while it still runs, fetches and produces: a zombie that
+    /// has not heard it lost them. Hazard: a transaction of the zombie commits what the new
+    /// owner also commits (in per-consumer mode only the group generation, carried by
+    /// `TxnOffsetCommit`, can fence it: a transaction of timers alone must carry it too).
+    MemberCut,
     /// One slow broker: 50–500 ms added to every request to one broker, for the whole run.
     /// Hazard: timeouts that fire on slowness rather than failure (a commit, a produce, a
     /// heartbeat) and their retries, on every path at once.
@@ -109,7 +117,7 @@ pub(crate) enum SinkKind {
 
 impl Scenario {
     /// Every scenario, in the order the suite runs them.
-    pub const ALL: [Scenario; 18] = [
+    pub const ALL: [Scenario; 19] = [
         Scenario::ProcessKill,
         Scenario::ProcessBounce,
         Scenario::BrokerKill,
@@ -128,6 +136,7 @@ impl Scenario {
         Scenario::RedisSink,
         Scenario::RedisNoDedup,
         Scenario::SinkKill,
+        Scenario::MemberCut,
     ];
 
     /// The name used on the command line and in result rows.
@@ -151,6 +160,7 @@ impl Scenario {
             Scenario::RedisSink => "redis-sink",
             Scenario::RedisNoDedup => "redis-no-dedup",
             Scenario::SinkKill => "sink-kill",
+            Scenario::MemberCut => "member-cut",
         }
     }
 
@@ -180,6 +190,7 @@ impl Scenario {
                 | Scenario::ProduceHeld
                 | Scenario::CoordinatorCut
                 | Scenario::GroupCoordinatorCut
+                | Scenario::MemberCut
                 | Scenario::SlowBroker
         )
     }
@@ -214,9 +225,8 @@ pub(crate) enum Action {
     BrokerUp { node: i32 },
     /// Start or gracefully stop instances until this many run.
     Scale(usize),
-    /// SIGSTOP a random instance: at a random instant, or (`in_transaction`) from inside its
-    /// processor, in the middle of an open transaction whose first outputs have been sent.
-    Stall { in_transaction: bool },
+    /// SIGSTOP a random instance, at the instant `at` says.
+    Stall { at: StallAt },
     /// SIGCONT the stalled instance.
     Resume,
     /// A network fault through the fault proxy (see the `net` module).
@@ -228,6 +238,22 @@ pub(crate) enum Action {
     KillCoordinatorMidCommit { timing: KillTiming },
     /// Start every broker that is down and wait until every partition has its full ISR back.
     RestartDownBrokers,
+}
+
+/// When a stall stops its instance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum StallAt {
+    /// At a random instant (SIGSTOP from the suite).
+    Anywhere,
+    /// From inside its processor, in the middle of an open transaction whose first outputs
+    /// have been sent (SIGUSR1: the instance stops itself).
+    InTransaction,
+    /// Right after a commit, before the next transaction begins (SIGUSR2: the instance stops
+    /// itself from its transaction hook). Nothing of it is open for the coordinator to abort
+    /// at the transaction timeout, so its producer is not fenced by that: on waking, its
+    /// first transaction (timers alone, under the timers workload, whose timers are all due
+    /// by then) can only be refused by the group generation its offsets carry.
+    AfterCommit,
 }
 
 /// Which broker a network fault aims at, resolved when the step runs.
@@ -385,20 +411,27 @@ impl Plan {
                 s.now = secs(30 * scale as u64);
             }
             Scenario::Stall => {
-                // Per round: a stall at a random instant and one inside an open transaction,
-                // both with a second instance that takes the partitions over (fencing by the
-                // new owner's init_transactions); then one inside a transaction with the
-                // stalled instance alone (no takeover: the coordinator aborts the transaction
-                // on its timeout and the instance must recover by itself).
+                // Per round: a stall at a random instant, one inside an open transaction and
+                // one right after a commit, each with a second instance that takes the
+                // partitions over (fencing by the new owner's init_transactions, or by the
+                // group generation); then one inside a transaction with the stalled instance
+                // alone (no takeover: the coordinator aborts the transaction on its timeout
+                // and the instance must recover by itself).
                 for round in 0..scale {
                     if round > 0 {
                         s.after(2, 4, Action::Scale(2), false);
                     }
-                    for (in_transaction, alone) in [(false, false), (true, false), (true, true)] {
+                    let stalls = [
+                        (StallAt::Anywhere, false),
+                        (StallAt::InTransaction, false),
+                        (StallAt::AfterCommit, false),
+                        (StallAt::InTransaction, true),
+                    ];
+                    for (at, alone) in stalls {
                         if alone {
                             s.after(2, 4, Action::Scale(1), false);
                         }
-                        s.after(4, 8, Action::Stall { in_transaction }, true);
+                        s.after(4, 8, Action::Stall { at }, true);
                         s.after_exactly(p.stall, Action::Resume, false);
                     }
                 }
@@ -451,13 +484,15 @@ impl Plan {
                     s.after(3, 8, Action::RestartDownBrokers, false);
                 }
             }
-            Scenario::GroupCoordinatorCut => {
+            Scenario::GroupCoordinatorCut | Scenario::MemberCut => {
+                // Every member's group connection, or the first one's alone.
+                let count = if scenario == Scenario::MemberCut { 1 } else { u32::MAX };
                 for _ in 0..2 * scale {
                     let hold = NetFault::Hold {
                         target: Target::GroupCoordinator,
                         apis: &api::GROUP,
                         transactional_only: false,
-                        count: u32::MAX,
+                        count,
                     };
                     // Long enough after the last heal for the group to be stable again, with
                     // transactions flowing: a hold during the rejoin would hit no transaction.
@@ -531,6 +566,7 @@ mod tests {
             (Scenario::ProduceHeld, 3),
             (Scenario::CoordinatorCut, 3),
             (Scenario::GroupCoordinatorCut, 2),
+            (Scenario::MemberCut, 2),
             (Scenario::SlowBroker, 1),
         ] {
             let plan = Plan::new(sc, &params(1), &mut rng);
@@ -597,7 +633,8 @@ mod tests {
         let plan = Plan::new(Scenario::Stall, &params(1), &mut Rng::new(3));
         let stalls = plan.steps.iter().filter(|s| matches!(s.action, Action::Stall { .. })).count();
         let resumes = plan.steps.iter().filter(|s| s.action == Action::Resume).count();
-        assert_eq!((stalls, resumes, plan.faults()), (3, 3, 3));
+        assert_eq!((stalls, resumes, plan.faults()), (4, 4, 4));
+        assert!(plan.steps.iter().any(|s| s.action == Action::Stall { at: StallAt::AfterCommit }));
         assert!("nope".parse::<Scenario>().unwrap_err().contains("process-kill"));
         for sc in Scenario::ALL {
             assert_eq!(sc.name().parse::<Scenario>(), Ok(sc));

@@ -5,8 +5,9 @@ use std::time::{Duration, Instant};
 
 use super::{wait_full_isr, Run, STOP_TIMEOUT};
 use crate::chaos::net::Scope;
-use crate::chaos::plan::Action;
+use crate::chaos::plan::{Action, StallAt};
 use kafka_eos::Guarantee;
+use kafka_eos_testkit::process::Signal;
 
 impl Run<'_, '_> {
     pub(super) fn act(&mut self, action: Action) -> Result<(), String> {
@@ -43,21 +44,25 @@ impl Run<'_, '_> {
                 }
             }
             Action::Scale(n) => self.fleet.scale_to(n, STOP_TIMEOUT)?,
-            Action::Stall { in_transaction } => {
+            Action::Stall { at } => {
                 let Some(idx) = self.fleet.pick_within(self.rng, pick_timeout) else {
                     return Err(format!("no running instance to stall within {pick_timeout:?}"));
                 };
                 let id = self.fleet.id(idx);
                 self.mark(&format!("  instance {id}"));
                 let before = self.fleet.status_of(id).and_then(|s| s.summary).unwrap_or_default();
-                if in_transaction {
-                    if !self.fleet.stop_in_transaction(idx, Duration::from_secs(30)) {
-                        self.note(format!(
-                            "instance {id} processed no record within 30 s of SIGUSR1: stopped where it was"
-                        ));
+                let asked = match at {
+                    StallAt::Anywhere => None,
+                    StallAt::InTransaction => Some((Signal::SIGUSR1, "processed no record")),
+                    StallAt::AfterCommit => Some((Signal::SIGUSR2, "committed nothing")),
+                };
+                match asked {
+                    None => self.fleet.stop_now(idx),
+                    Some((signal, what)) => {
+                        if !self.fleet.stop_itself(idx, signal, Duration::from_secs(30)) {
+                            self.note(format!("instance {id} {what} within 30 s of {signal:?}: stopped where it was"));
+                        }
                     }
-                } else {
-                    self.fleet.stop_now(idx);
                 }
                 self.zombies.push((id, before));
             }
