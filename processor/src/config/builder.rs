@@ -332,10 +332,11 @@ impl PipelineBuilder {
         self
     }
 
-    /// Names this instance in the per-consumer transactional.id
-    /// (`<application-id>:<instance-id>`). Letters, digits, `.`, `_` and `-` only (a pod or
-    /// host name fits). Default: a random id per process. Only used by
-    /// [`Guarantee::ExactlyOncePerConsumer`].
+    /// Names this instance: in the per-consumer transactional.id
+    /// (`<application-id>:<instance-id>`, [`Guarantee::ExactlyOncePerConsumer`]) and, with
+    /// [`static_membership`](Self::static_membership), as the consumer's `group.instance.id`
+    /// under every guarantee. Letters, digits, `.`, `_` and `-` only (a pod or host name
+    /// fits). Default: a random id per process.
     pub fn instance_id(mut self, id: impl Into<String>) -> Self {
         self.instance_id = Some(id.into());
         self
