@@ -3,7 +3,7 @@
 //! The library half of the `kafka-eos` command line, shared with the benchmarks
 //! (`benches/`) and the integration tests (`tests/it`):
 //!
-//! - [`bench`]: what each guarantee costs (`kafka-eos bench`, `cargo bench`);
+//! - [`bench`](mod@bench): what each guarantee costs (`kafka-eos bench`, `cargo bench`);
 //! - [`chaos`]: exactly-once under injected faults (`kafka-eos chaos`);
 //! - [`scale`]: what scaling out and in costs: partitions pausing, threads, memory;
 //! - [`workloads`]: the financial-close workload shared by the chaos suite and the tests;

@@ -2,7 +2,7 @@
 //! driver (`kafka_eos_testkit::driver`), not this module.
 //!
 //! It exposes the runtime's own processing so the driver cannot drift from it: an
-//! [`Engine`] is the processing half of a partition task ([`crate::processing`]) — the
+//! [`Engine`] is the processing half of a partition task (the crate's `processing` module) — the
 //! processor instances (one per input partition, made after the partition's state is
 //! restored), the state overlays, the dead-letter route and the error policy's bookkeeping —
 //! run over a batch by the same `process_batch` the transaction cycle runs, with the

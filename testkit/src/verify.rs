@@ -3,7 +3,7 @@
 //! It reads the input and output topics with `isolation.level=read_committed` from the
 //! beginning to their end (the last stable offset: an open transaction's records are not
 //! read) and joins every output record to its input through the
-//! [`ORIGIN_HEADER`](kafka_eos::record::ORIGIN_HEADER) (`topic/partition/offset`) that the
+//! [`ORIGIN_HEADER`] (`topic/partition/offset`) that the
 //! runtime writes. For a transform with `k` outputs per input (default 1) it counts:
 //!
 //! - **duplicates**: outputs beyond `k` for one input record;

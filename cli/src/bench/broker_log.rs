@@ -96,7 +96,7 @@ impl Cursor {
 }
 
 /// The broker's commit steps per transactional.id, in commit order: the k-th successful
-/// request of each kind of [`STEP`] make the k-th step. Also the failed attempts per id.
+/// request of each kind of `STEP` make the k-th step. Also the failed attempts per id.
 pub fn commit_steps(requests: &[Completed]) -> HashMap<String, Vec<[Completed; 3]>> {
     let mut by_kind: HashMap<String, [Vec<Completed>; 3]> = HashMap::new();
     for r in requests {
@@ -115,7 +115,7 @@ pub fn commit_steps(requests: &[Completed]) -> HashMap<String, Vec<[Completed; 3
         .collect()
 }
 
-/// Failed attempts of the commit-step requests (retried by the client), per kind of [`STEP`].
+/// Failed attempts of the commit-step requests (retried by the client), per kind of `STEP`.
 pub fn failed_attempts(requests: &[Completed]) -> [usize; 3] {
     let mut failed = [0; 3];
     for r in requests.iter().filter(|r| !r.ok) {

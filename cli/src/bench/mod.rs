@@ -5,7 +5,7 @@
 //!
 //! A *copy* reads a pre-produced input topic and writes every record, unchanged, to an
 //! output topic (same key, value and partition, plus the `kafka-eos.origin` header the
-//! verifier joins on). The subject doing the copy is either a kafka-eos [`Pipeline`] under
+//! verifier joins on). The subject doing the copy is either a kafka-eos [`Pipeline`](kafka_eos::Pipeline) under
 //! one [`Guarantee`], or the **ceiling**: a plain rdkafka consume→produce loop with no
 //! transaction and no offset guarantee, the fastest a Rust program can copy with the same
 //! client library and settings ([`Subject::Ceiling`]).

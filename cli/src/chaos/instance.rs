@@ -85,7 +85,7 @@ pub struct InstanceConfig {
     /// restores only the changelogs' tails.
     pub state_dir: Option<std::path::PathBuf>,
     /// `Some(spec)`: write each input record's effect to a sink instead of the output topic
-    /// (see [`sink`](super::sink)): `postgres=<connection string>`, `redis=<url>`,
+    /// (see the `sink` module): `postgres=<connection string>`, `redis=<url>`,
     /// `redis-plain=<url>`.
     pub sink: Option<String>,
     /// `Some(dir)`: append every committed transaction to `dir/commits-<pid>.log`, one line
@@ -101,7 +101,7 @@ pub struct InstanceConfig {
     /// record), so that an instance has state to restore: the rolling restart's workload.
     pub keyed_state: bool,
     /// `Some(delay)`: the copy's outputs are sent by wall-clock timers this long after their
-    /// records ([`super::delayed`]), most of them in transactions of timers alone.
+    /// records (the `delayed` module), most of them in transactions of timers alone.
     pub timer_delay: Option<Duration>,
     /// Client properties (security settings) for the pipeline's clients. Never put on the
     /// instance's command line: the suite hands them over in a private file

@@ -47,7 +47,7 @@ impl Seen {
     }
 }
 
-/// Jepsen's anomaly classes for one scenario (see the [module docs](self)).
+/// Jepsen's anomaly classes for one scenario (what each means: `docs/reliability.md`, *Anomaly classes*).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Anomalies {
     /// An input processed into the output twice.

@@ -2,7 +2,7 @@
 //! implementation.
 //!
 //! A backend only ever holds *committed* state: the changes of the open transaction sit in
-//! the store's overlay ([`super::StoreCell`]) and reach the backend in one
+//! the store's overlay (`StoreCell`) and reach the backend in one
 //! [`write_checkpointed`](KeyValueBackend::write_checkpointed) after the transaction
 //! commits. So a backend needs no transactions of the Kafka kind, and processors and
 //! operators do not change with the backend.

@@ -5,7 +5,7 @@
 //! [`store_spec`](crate::PipelineBuilder::store_spec) with a [`StoreSpec`] for another
 //! backend, a schema version and migrations). The processor reads and writes it through the
 //! record's [`Context`](crate::Context): `ctx.store(&totals).get(&merchant)?`. Keys and
-//! values are serde types, encoded with bincode behind a version header ([`format`]), **one
+//! values are serde types, encoded with bincode behind a version header ([`format`](mod@format)), **one
 //! instance per store per input partition**. A store with other types than declared does
 //! not compile; a store that was not declared cannot be named.
 //!
@@ -122,7 +122,7 @@ pub enum StateError {
         detail: String,
     },
     /// A changelog record cannot be read as the store's declared types and schema version
-    /// (see [`format`]): the store's partition is not restored and the pipeline stops,
+    /// (see [`format`](mod@format)): the store's partition is not restored and the pipeline stops,
     /// before processing anything with wrong state.
     #[error(
         "store {store:?} cannot restore partition {partition} from {changelog} (offset {offset}): {problem}. \

@@ -26,6 +26,7 @@
 //! **One state directory per instance.** A database is locked by the process that has it
 //! open: a second instance on the same directory cannot open a partition's store, and the
 //! partition's restore fails (with an error that says so) rather than share it.
+#![warn(missing_docs)]
 
 mod backend;
 

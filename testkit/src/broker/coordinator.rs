@@ -92,7 +92,7 @@ fn find_once(addr: &str, key: &str, kind: CoordinatorKind) -> std::io::Result<(i
 
 impl LocalCluster {
     /// The node that coordinates `key` (a transactional.id or a group id), asked of the
-    /// running nodes in turn over their direct listeners (see the [module docs](self)).
+    /// running nodes in turn over their direct listeners (see the `coordinator` module's docs).
     pub fn coordinator(&self, key: &str, kind: CoordinatorKind) -> Result<i32, BrokerError> {
         let mut last = String::new();
         for addr in self.direct_bootstrap_servers().split(',') {

@@ -175,7 +175,7 @@ pub struct ClusterConfig {
     /// probe use it); [`LocalCluster::sasl_bootstrap_servers`] names the SASL one. (A
     /// detached cluster's state file records only the plaintext bootstrap servers.)
     pub sasl: Option<SaslConfig>,
-    /// Put a [`FaultProxy`](proxy::FaultProxy) between clients and every node. Default `false`.
+    /// Put a [`FaultProxy`] between clients and every node. Default `false`.
     ///
     /// Each node gets a `CLIENT` listener that advertises the proxy's port, and
     /// [`LocalCluster::bootstrap_servers`] names the proxies: every client connection goes

@@ -84,7 +84,7 @@ impl ReplayCheck {
 }
 
 /// Checks that the pipeline `pipeline()` builds is replay-safe on `inputs`: see the
-/// [module docs](self). `Ok` tells how many aborts and crashes the faulty runs went through;
+/// `replay` module's docs. `Ok` tells how many aborts and crashes the faulty runs went through;
 /// `Err` names the first difference.
 ///
 /// ```
