@@ -48,6 +48,9 @@ impl Run<'_, '_> {
         let found = server.check(&self.app, &self.input_topic, &ends)?;
         let t = self.fleet.totals();
         let r = &mut *self.result;
+        if r.scenario == Scenario::RandomAborts {
+            r.faults = t.transactions_aborted;
+        }
         r.records = found.records;
         r.anomalies.lost.at_end = found.lost;
         r.anomalies.duplicate.at_end = found.duplicate;
