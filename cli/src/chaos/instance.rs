@@ -275,27 +275,26 @@ pub fn run_instance(cfg: InstanceConfig) -> kafka_eos::Result<Summary> {
     rt.block_on(run(cfg))
 }
 
-async fn run(cfg: InstanceConfig) -> kafka_eos::Result<Summary> {
-    use tokio::signal::unix::{signal, SignalKind};
+/// A flag set each time the process gets the signal `kind` (`name` for the error); whoever
+/// acts on it clears it.
+fn raised_on(kind: tokio::signal::unix::SignalKind, name: &str) -> kafka_eos::Result<Arc<AtomicBool>> {
+    let mut signals = tokio::signal::unix::signal(kind)
+        .map_err(|e| kafka_eos::Error::Internal(format!("cannot install the {name} handler: {e}")))?;
+    let flag = Arc::new(AtomicBool::new(false));
+    let set = flag.clone();
+    tokio::spawn(async move {
+        while signals.recv().await.is_some() {
+            set.store(true, Ordering::SeqCst);
+        }
+    });
+    Ok(flag)
+}
 
-    let stall = Arc::new(AtomicBool::new(false));
-    let mut usr1 = signal(SignalKind::user_defined1())
-        .map_err(|e| kafka_eos::Error::Internal(format!("cannot install the SIGUSR1 handler: {e}")))?;
-    let flag = stall.clone();
-    tokio::spawn(async move {
-        while usr1.recv().await.is_some() {
-            flag.store(true, Ordering::SeqCst);
-        }
-    });
-    let stall_after_commit = Arc::new(AtomicBool::new(false));
-    let mut usr2 = signal(SignalKind::user_defined2())
-        .map_err(|e| kafka_eos::Error::Internal(format!("cannot install the SIGUSR2 handler: {e}")))?;
-    let flag = stall_after_commit.clone();
-    tokio::spawn(async move {
-        while usr2.recv().await.is_some() {
-            flag.store(true, Ordering::SeqCst);
-        }
-    });
+async fn run(cfg: InstanceConfig) -> kafka_eos::Result<Summary> {
+    use tokio::signal::unix::SignalKind;
+
+    let stall = raised_on(SignalKind::user_defined1(), "SIGUSR1")?;
+    let stall_after_commit = raised_on(SignalKind::user_defined2(), "SIGUSR2")?;
 
     let dice = Arc::new(AbortDice::new(cfg.abort_one_in));
     let (out, d) = (cfg.output.clone(), dice.clone());
