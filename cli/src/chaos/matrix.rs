@@ -186,8 +186,8 @@ impl Cell {
     }
 
     /// Mixed into the suite's seed for this cell's schedule: the fault's position alone for
-    /// the copy under exactly-once (so such runs replay as before), else the workload and
-    /// guarantee too.
+    /// the copy under exactly-once (the suite's default cells keep their schedules), else
+    /// the workload and guarantee too.
     pub(crate) fn seed_salt(&self) -> u64 {
         let pos = |i: Option<usize>| i.unwrap_or(0) as u64;
         (pos(Scenario::ALL.iter().position(|s| *s == self.fault)) + 1)
