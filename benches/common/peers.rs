@@ -1,18 +1,14 @@
 //! The Java peers, run on the same broker and the same input as our pipelines:
 //!
-//! - `benches/streams/CopyApp.java`: a minimal Kafka Streams application doing the same 1:1
+//! - `cli/java/CopyApp.java`: a minimal Kafka Streams application doing the same 1:1
 //!   copy (same key, value and partition, plus the `kafka-eos.origin` header), with
 //!   `processing.guarantee=exactly_once_v2`;
 //! - Kafka's own `TransactionalMessageCopier` (`kafka-tools`), one process per input
 //!   partition, as Kafka's system tests run it.
 //!
-//! Their jars come from Maven Central once, like the broker's (`kafka_eos_testkit::broker::install`):
-//! `benches/streams/pom.xml`, with the Kafka version of the peers (the broker's,
-//! [`KAFKA_VERSION`], or another: [`Peers::prepare_version`] runs Kafka Streams 4.4.0 beside
-//! the 4.1.1 broker), is written into `<cache>/kafka-peers-<version>/` and Maven copies its
-//! runtime classpath into `libs/` next to it; a marker file written last makes an
-//! interrupted fetch start over. `CopyApp.java` is compiled with `javac` into
-//! `target/bench-peers/classes-<version>` at every run (a second or two).
+//! [`kafka_eos_cli::java::JavaApps`] fetches their jars (once) and compiles the apps, with
+//! the Kafka version of the peers (the broker's, [`KAFKA_VERSION`], or another:
+//! [`Peers::prepare_version`] runs Kafka Streams 4.4.0 beside the 4.1.1 broker).
 //!
 //! A peer is a separate process: its CPU comes from `/proc/<pid>/stat` and its peak RSS
 //! from `/proc/<pid>/status`, and its progress from its consumer group's committed offsets,
@@ -27,12 +23,13 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use kafka_eos_cli::bench::{peak_rss, CopyResult, CpuSource, Input, Progress, Verified};
-use kafka_eos_testkit::broker::{cache_dir, copy_dependencies, log4j_version, KAFKA_VERSION};
+use kafka_eos_cli::java::JavaApps;
+use kafka_eos_testkit::broker::KAFKA_VERSION;
 use kafka_eos_testkit::process::{self, SpawnMode};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
-use super::{results_dir, workspace_dir};
+use super::results_dir;
 
 /// The fewest records `ProducerPerformance` writes for the reference rate.
 pub const PRODUCER_PERF_MIN_RECORDS: u64 = 1_000_000;
@@ -41,20 +38,11 @@ pub const PRODUCER_PERF_MIN_RECORDS: u64 = 1_000_000;
 pub struct Peers {
     /// The Kafka release of the jars (Kafka Streams, kafka-tools).
     pub version: String,
-    java: PathBuf,
-    libs: PathBuf,
-    classes: PathBuf,
+    apps: JavaApps,
     logs: PathBuf,
 }
 
 type Res<T> = Result<T, String>;
-
-fn jdk_tool(name: &str) -> PathBuf {
-    match std::env::var_os("JAVA_HOME").filter(|h| !h.is_empty()) {
-        Some(home) if Path::new(&home).join("bin").join(name).is_file() => Path::new(&home).join("bin").join(name),
-        _ => PathBuf::from(name),
-    }
-}
 
 impl Peers {
     /// Fetches the jars of the broker's Kafka release (once) and compiles `CopyApp.java`.
@@ -65,33 +53,11 @@ impl Peers {
     /// The same with the jars of Kafka `version` (a client release talks to older and newer
     /// brokers alike).
     pub fn prepare_version(version: &str) -> Res<Peers> {
-        let dir = cache_dir().join(format!("kafka-peers-{version}"));
-        let libs = dir.join("libs");
-        if !dir.join(".complete").is_file() {
-            fetch(&dir, version)?;
-        }
         let out = results_dir().parent().unwrap_or(Path::new(".")).join("bench-peers");
-        let classes = out.join(format!("classes-{version}"));
-        fs::create_dir_all(&classes).map_err(|e| format!("creating {}: {e}", classes.display()))?;
-        let src = workspace_dir().join("benches/streams/CopyApp.java");
-        let status = Command::new(jdk_tool("javac"))
-            .args(["--release", "17", "-nowarn", "-d"])
-            .arg(&classes)
-            .arg("-cp")
-            .arg(format!("{}/*", libs.display()))
-            .arg(&src)
-            .status()
-            .map_err(|e| format!("running javac (a JDK 17+ is needed for the peers): {e}"))?;
-        if !status.success() {
-            return Err(format!("javac failed on {}", src.display()));
-        }
+        let apps = JavaApps::prepare(version, &out)?;
         let logs = out.join("logs");
         fs::create_dir_all(&logs).map_err(|e| format!("creating {}: {e}", logs.display()))?;
-        Ok(Peers { version: version.to_string(), java: jdk_tool("java"), libs, classes, logs })
-    }
-
-    fn classpath(&self) -> String {
-        format!("{}:{}/*", self.classes.display(), self.libs.display())
+        Ok(Peers { version: version.to_string(), apps, logs })
     }
 
     /// Starts a JVM; every stdout line goes to its log and to `on_line`.
@@ -107,8 +73,7 @@ impl Peers {
         let log_path = self.logs.join(format!("{log_name}.log"));
         let log = fs::File::create(&log_path).map_err(|e| format!("creating {}: {e}", log_path.display()))?;
         let mut out_log = log.try_clone().map_err(|e| e.to_string())?;
-        let mut cmd = Command::new(&self.java);
-        cmd.args(jvm).arg("-cp").arg(self.classpath()).arg(main).args(args);
+        let mut cmd = self.apps.command(jvm, main, args);
         cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(log);
         let mut child = process::spawn(cmd, SpawnMode::Attached).map_err(|e| format!("starting {main}: {e}"))?;
         let stdout = child.stdout.take().ok_or("no stdout")?;
@@ -123,18 +88,7 @@ impl Peers {
 
     /// Runs a Kafka tool to completion and returns its output.
     fn tool(&self, main: &str, args: &[&str]) -> Res<String> {
-        let out = Command::new(&self.java)
-            .args(["-Xmx256m", "-cp", &self.classpath(), main])
-            .args(args)
-            .stdin(Stdio::null())
-            .output()
-            .map_err(|e| format!("running {main}: {e}"))?;
-        let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-        if out.status.success() {
-            Ok(text)
-        } else {
-            Err(format!("{main} failed: {text}"))
-        }
+        self.apps.tool(main, args)
     }
 
     /// The cluster's finalized `transaction.version` (0: the classic protocol librdkafka
@@ -406,44 +360,3 @@ impl LagPoller {
     }
 }
 
-/// Copies the peers' runtime classpath into `<dir>/libs` with Maven.
-fn fetch(dir: &Path, version: &str) -> Res<()> {
-    fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
-    let template = workspace_dir().join("benches/streams/pom.xml");
-    let pom = fs::read_to_string(&template).map_err(|e| format!("reading {}: {e}", template.display()))?;
-    // The template names the broker's release; the peers' version and its log4j generation
-    // replace them.
-    let pom = pom
-        .replace(
-            &format!("<kafka.version>{KAFKA_VERSION}</kafka.version>"),
-            &format!("<kafka.version>{version}</kafka.version>"),
-        )
-        .replace(
-            &format!("<log4j.version>{}</log4j.version>", log4j_version(KAFKA_VERSION)),
-            &format!("<log4j.version>{}</log4j.version>", log4j_version(version)),
-        );
-    if !pom.contains(&format!("<kafka.version>{version}</kafka.version>")) {
-        return Err(format!("{} does not name Kafka {KAFKA_VERSION} in <kafka.version>", template.display()));
-    }
-    fs::write(dir.join("pom.xml"), pom).map_err(|e| format!("writing the pom: {e}"))?;
-    let partial = dir.join("libs.partial");
-    let libs = dir.join("libs");
-    for stale in [&partial, &libs] {
-        let _ = fs::remove_dir_all(stale);
-    }
-    eprintln!("fetching Kafka Streams and kafka-tools {version} with Maven into {} (one time)", dir.display());
-    let out = copy_dependencies(dir, &partial)
-        .map_err(|e| format!("running mvn (Maven is needed once to fetch the peers' jars): {e}"))?;
-    if !out.status.success() {
-        return Err(format!(
-            "Maven failed fetching the peers' jars: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ));
-    }
-    if !partial.join(format!("kafka-streams-{version}.jar")).is_file() {
-        return Err("Maven succeeded but kafka-streams is missing".into());
-    }
-    fs::rename(&partial, &libs).map_err(|e| format!("renaming {}: {e}", partial.display()))?;
-    fs::write(dir.join(".complete"), "").map_err(|e| format!("writing the marker: {e}"))
-}

@@ -7,7 +7,8 @@
 //! - [`chaos`]: exactly-once under injected faults (`kafka-eos chaos`);
 //! - [`scale`]: what scaling out and in costs: partitions pausing, threads, memory;
 //! - [`workloads`]: the financial-close workload shared by the chaos suite and the tests;
-//! - [`client_config`]: `client.properties` files (`--client-config`).
+//! - [`client_config`]: `client.properties` files (`--client-config`);
+//! - [`java`]: the apps written with Kafka's own Java clients (benchmark peers, chaos subjects).
 //!
 //! It runs processes and sends them POSIX signals: it builds on Unix only.
 #![warn(missing_docs)]
@@ -15,5 +16,6 @@
 pub mod bench;
 pub mod chaos;
 pub mod client_config;
+pub mod java;
 pub mod scale;
 pub mod workloads;

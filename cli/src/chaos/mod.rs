@@ -31,6 +31,7 @@
 //! | `instance` | the body of one instance process (`kafka-eos chaos instance`) |
 //! | `delayed` | the timers workload: the copy, its outputs sent by wall-clock timers |
 //! | `sink` | the sink scenarios' servers, instance pipelines and checks (PostgreSQL, Redis) |
+//! | `subject` | who runs the pipeline: our instances, or the copy on Kafka's Java clients |
 //!
 //! # Pacing
 //! The input is not produced up front: a producer writes it while the scenario runs, paced
@@ -50,9 +51,11 @@ mod reader;
 mod report;
 mod rng;
 mod sink;
+mod subject;
 mod suite;
 
 pub use instance::{run_instance, InstanceConfig};
 pub use plan::Scenario;
 pub use report::{Anomalies, ScenarioResult, Seen, SuiteReport};
+pub use subject::Subject;
 pub use suite::{run_cells, run_suite, Progress, SuiteConfig};

@@ -29,15 +29,17 @@ use super::reader::{utc_time_of_day, wall_ms, Reader};
 use super::report::{ScenarioResult, SuiteReport};
 use super::rng::Rng;
 use super::sink::Server;
+use super::subject::{java_command, JavaInstance, Subject};
 
 mod act;
 mod checks;
 mod wait;
+use crate::java::JavaApps;
 use crate::workloads::financial_close;
 use kafka_eos::config::Properties;
 use kafka_eos::{Guarantee, Summary};
 use kafka_eos_testkit::admin;
-use kafka_eos_testkit::broker::{ClusterConfig, LocalCluster};
+use kafka_eos_testkit::broker::{ClusterConfig, LocalCluster, KAFKA_VERSION};
 
 /// Consumer `session.timeout.ms` of every instance: the broker's minimum by default, so a
 /// crashed or stalled instance loses its partitions quickly.
@@ -97,6 +99,9 @@ pub struct SuiteConfig {
     pub timer_delay: Duration,
     /// Bytes per input record value.
     pub value_size: usize,
+    /// Who runs the pipeline: our instances (default) or the copy written with Kafka's own
+    /// Java clients, the control for a flaw that may be the broker's.
+    pub subject: Subject,
     /// Client properties (security settings) for every client of the suite: the instances'
     /// pipelines, topic creation, the input producer, the readers and the verifier. The
     /// instances get them through a file only the user can read, never on their command
@@ -132,6 +137,7 @@ impl SuiteConfig {
             restart_unfenced: false,
             value_size: 64,
             timer_delay: Duration::from_secs(1),
+            subject: Subject::KafkaEos,
             client_properties: Properties::default(),
         }
     }
@@ -168,6 +174,12 @@ pub fn run_cells(
     progress: &mut dyn FnMut(Progress<'_>),
 ) -> Result<SuiteReport, Box<dyn std::error::Error>> {
     let mut scenarios = Vec::new();
+    if let Some(why) = cells.iter().find_map(|c| cfg.subject.refuses(c)) {
+        return Err(why.into());
+    }
+    if cfg.subject.is_java() && cfg.client_properties.iter().next().is_some() {
+        return Err(format!("--subject {} does not take client properties (--client-config)", cfg.subject).into());
+    }
     for &c in cells {
         match verdict(c.workload, c.guarantee, c.fault) {
             Verdict::Inapplicable(why) => progress(Progress::Message(&format!(
@@ -220,6 +232,14 @@ pub fn run_cells(
             (b, LOCAL_TIMEOUT_CHECK)
         }
     };
+    let java = if cfg.subject.is_java() {
+        let version = cluster.as_ref().map_or(KAFKA_VERSION.to_string(), |c: &LocalCluster| c.kafka_version().to_string());
+        progress(Progress::Message(&format!("chaos: subject {}, Kafka's Java clients {version}", cfg.subject)));
+        let out = cfg.instance_exe.parent().map_or_else(std::env::temp_dir, Path::to_path_buf).join("chaos-java");
+        Some(JavaApps::prepare(&version, &out)?)
+    } else {
+        None
+    };
     let (log_root, remove_logs) = match &cfg.log_dir {
         Some(d) => (d.clone(), false),
         None => (std::env::temp_dir().join(format!("kafka-eos-chaos-{}", std::process::id())), true),
@@ -239,6 +259,7 @@ pub fn run_cells(
             cfg,
             client: &client,
             client_config: client_config.as_ref().map(|f| f.path.as_path()),
+            java: java.as_ref(),
             run_id: &run_id,
             log_dir: log_root.join(&label),
             // Longer than the session timeout and the transaction timeout plus the
@@ -303,6 +324,8 @@ struct Ctx<'a> {
     client: &'a admin::Client,
     /// Those properties in a private file, for the instances (`--client-config`).
     client_config: Option<&'a Path>,
+    /// The Java subjects' apps, when the subject is one.
+    java: Option<&'a JavaApps>,
     run_id: &'a str,
     log_dir: PathBuf,
     stall: Duration,
@@ -417,7 +440,23 @@ impl<'a, 'r> Run<'a, 'r> {
         if let Some(server) = &sink {
             args.extend(["--sink".to_string(), server.spec()]);
         }
-        let fleet = Fleet::new(cfg.instance_exe.clone(), args, ctx.log_dir.clone());
+        let (exe, args) = match ctx.java {
+            Some(apps) => {
+                let java = JavaInstance {
+                    bootstrap: &instance.bootstrap,
+                    app: &app,
+                    input: &input_topic,
+                    output: &output_topic,
+                    session_timeout: SESSION_TIMEOUT,
+                    transaction_timeout: TRANSACTION_TIMEOUT,
+                    status_interval: instance.status_interval,
+                    log_dir: &ctx.log_dir,
+                };
+                java_command(cfg.subject, apps, &java)
+            }
+            None => (cfg.instance_exe.clone(), args),
+        };
+        let fleet = Fleet::new(exe, args, ctx.log_dir.clone());
         let timeline = std::fs::File::create(ctx.log_dir.join("steps.log")).ok();
         Ok(Run {
             ctx,

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use kafka_eos::{Guarantee, Rebalancing};
 use kafka_eos_cli::chaos::matrix::{self, Tier, Workload};
-use kafka_eos_cli::chaos::{self, InstanceConfig, Progress, Scenario, ScenarioResult, SuiteConfig};
+use kafka_eos_cli::chaos::{self, InstanceConfig, Progress, Scenario, ScenarioResult, Subject, SuiteConfig};
 
 /// Arguments of `kafka-eos chaos`.
 #[derive(clap::Args)]
@@ -99,6 +99,13 @@ pub struct Args {
     /// Reproduces the broker-side split transaction of docs/reliability.md; not for CI.
     #[arg(long)]
     restart_unfenced: bool,
+    /// Who runs the copy: kafka-eos (this runtime, default), java-txn (a read-process-write
+    /// loop on Kafka's Java transactional producer and consumer) or kafka-streams (Kafka
+    /// Streams, exactly_once_v2). The Java subjects take --guarantee
+    /// exactly-once-per-consumer (one producer per process, as theirs) and the copy
+    /// workload; their jars come from Maven Central once (Java 17+ and Maven needed).
+    #[arg(long, value_enum, default_value_t)]
+    subject: Subject,
     /// Security settings for a cluster given with --bootstrap, applied to every client the
     /// suite creates (instances, topic creation, input producer, readers, verifier).
     #[command(flatten)]
@@ -189,6 +196,7 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
     cfg.log_dir = args.log_dir;
     cfg.keep_data_on_failure = args.keep_data_on_failure;
     cfg.restart_unfenced = args.restart_unfenced;
+    cfg.subject = args.subject;
     cfg.client_properties = args.client.properties()?;
     cfg.timer_delay = Duration::from_millis(args.timer_delay_ms);
     let cells = match args.matrix.as_deref() {
@@ -225,10 +233,11 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
         }
     };
     println!(
-        "chaos: {} records x {} partitions per scenario, {} cell(s), workload {}, guarantee {}, rebalancing {}, seed {}{}{}",
+        "chaos: {} records x {} partitions per scenario, {} cell(s), subject {}, workload {}, guarantee {}, rebalancing {}, seed {}{}{}",
         cfg.records,
         cfg.partitions,
         cells.len(),
+        cfg.subject,
         if args.matrix.is_some() { "per cell".to_string() } else { cfg.workload.map_or("copy".into(), |w| w.to_string()) },
         if args.matrix.is_some() { "per cell" } else { cfg.guarantee.as_str() },
         cfg.rebalancing.map_or("default", |r| r.as_str()),

@@ -1,6 +1,6 @@
-// The Kafka Streams peer of the kafka-eos benchmarks (benches/common/peers.rs compiles and
-// runs it): the same 1:1 copy as the Rust pipelines, so that the two can be compared on
-// the same broker and the same input.
+// The Kafka Streams peer of the kafka-eos benchmarks and a subject of the chaos suite
+// (`--subject kafka-streams`); cli/src/java.rs compiles it. The same 1:1 copy as the Rust
+// pipelines, so that the two can be compared on the same broker and the same input.
 //
 // Every record is forwarded unchanged (key, value) to the output partition with the
 // input's number (input record i sits in partition i % n and has key "i"), with the
@@ -9,7 +9,10 @@
 // consumer settings, and, under exactly_once_v2, one transactional producer per thread.
 //
 // Usage: CopyApp <bootstrap> <application-id> <input> <output> <guarantee> <commit-ms> <state-dir>
+//                [<status-ms> <session-ms> <transaction-timeout-ms>]
 //   guarantee: exactly_once_v2 | at_least_once
+//   status-ms: print "chaos-status key=value ..." that often (the chaos suite's status
+//   line: records processed, commits, rebalances), and "chaos-final ..." on SIGTERM.
 
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
@@ -17,6 +20,7 @@ import java.util.Optional;
 import java.util.Properties;
 import java.util.Set;
 import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.atomic.AtomicLong;
 
 import org.apache.kafka.common.header.internals.RecordHeaders;
 import org.apache.kafka.common.serialization.Serdes;
@@ -33,6 +37,8 @@ import org.apache.kafka.streams.processor.api.RecordMetadata;
 
 public final class CopyApp {
     private static final String ORIGIN_HEADER = "kafka-eos.origin";
+    private static final AtomicLong PROCESSED = new AtomicLong();
+    private static final AtomicLong REBALANCES = new AtomicLong();
 
     /** Adds the origin header and forwards the record unchanged. */
     static final class Tag implements Processor<byte[], byte[], byte[], byte[]> {
@@ -50,6 +56,7 @@ public final class CopyApp {
             RecordHeaders headers = new RecordHeaders();
             headers.add(ORIGIN_HEADER, origin.getBytes(StandardCharsets.UTF_8));
             context.forward(record.withHeaders(headers));
+            PROCESSED.incrementAndGet();
         }
     }
 
@@ -72,8 +79,9 @@ public final class CopyApp {
     }
 
     public static void main(String[] args) throws InterruptedException {
-        if (args.length != 7) {
-            System.err.println("usage: CopyApp <bootstrap> <application-id> <input> <output> <guarantee> <commit-ms> <state-dir>");
+        if (args.length != 7 && args.length != 10) {
+            System.err.println("usage: CopyApp <bootstrap> <application-id> <input> <output> <guarantee> <commit-ms> <state-dir>"
+                    + " [<status-ms> <session-ms> <transaction-timeout-ms>]");
             System.exit(2);
         }
         Properties props = new Properties();
@@ -82,6 +90,11 @@ public final class CopyApp {
         props.put(StreamsConfig.PROCESSING_GUARANTEE_CONFIG, args[4]);
         props.put(StreamsConfig.COMMIT_INTERVAL_MS_CONFIG, args[5]);
         props.put(StreamsConfig.STATE_DIR_CONFIG, args[6]);
+        if (args.length == 10) {
+            props.put(StreamsConfig.consumerPrefix("session.timeout.ms"), args[8]);
+            props.put(StreamsConfig.consumerPrefix("heartbeat.interval.ms"), String.valueOf(Long.parseLong(args[8]) / 3));
+            props.put(StreamsConfig.producerPrefix("transaction.timeout.ms"), args[9]);
+        }
 
         StreamsBuilder builder = new StreamsBuilder();
         builder.stream(args[2], Consumed.with(Serdes.ByteArray(), Serdes.ByteArray()))
@@ -93,16 +106,54 @@ public final class CopyApp {
         CountDownLatch stopped = new CountDownLatch(1);
         streams.setStateListener((now, before) -> {
             System.out.println("state " + before + " -> " + now);
+            if (now == KafkaStreams.State.REBALANCING) {
+                REBALANCES.incrementAndGet();
+            }
             if (now == KafkaStreams.State.ERROR || now == KafkaStreams.State.NOT_RUNNING) {
                 stopped.countDown();
             }
         });
+        boolean chaos = args.length == 10;
         // The bench stops us with SIGTERM once every input record is committed.
         Runtime.getRuntime().addShutdownHook(new Thread(() -> {
             streams.close(Duration.ofSeconds(10));
             stopped.countDown();
+            if (chaos) {
+                printStatus("chaos-final", streams);
+                // A stop asked for and done: exit 0, not the JVM's 143 for SIGTERM.
+                Runtime.getRuntime().halt(0);
+            }
         }));
         streams.start();
+        if (chaos) {
+            long statusMs = Long.parseLong(args[7]);
+            Thread status = new Thread(() -> {
+                while (true) {
+                    try {
+                        Thread.sleep(statusMs);
+                    } catch (InterruptedException e) {
+                        return;
+                    }
+                    printStatus("chaos-status", streams);
+                }
+            }, "status");
+            status.setDaemon(true);
+            status.start();
+        }
         stopped.await();
+    }
+
+    /** The chaos suite's status line; commits from the stream threads' metrics. */
+    private static synchronized void printStatus(String kind, KafkaStreams streams) {
+        double commits = 0;
+        for (var e : streams.metrics().entrySet()) {
+            if (e.getKey().name().equals("commit-total") && e.getKey().group().equals("stream-thread-metrics")) {
+                commits += ((Number) e.getValue().metricValue()).doubleValue();
+            }
+        }
+        long processed = PROCESSED.get();
+        System.out.println(kind + " records_in=" + processed + " records_out=" + processed + " committed="
+                + (long) commits + " aborted=0 fenced=0 rebalances=" + REBALANCES.get());
+        System.out.flush();
     }
 }
