@@ -18,7 +18,7 @@
 
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -359,4 +359,3 @@ impl LagPoller {
         )
     }
 }
-

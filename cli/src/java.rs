@@ -21,8 +21,10 @@ use std::process::{Command, Stdio};
 use kafka_eos_testkit::broker::{cache_dir, copy_dependencies, log4j_version, KAFKA_VERSION};
 
 const POM: &str = include_str!("../java/pom.xml");
-const SOURCES: [(&str, &str); 2] =
-    [("CopyApp.java", include_str!("../java/CopyApp.java")), ("TxnCopyApp.java", include_str!("../java/TxnCopyApp.java"))];
+const SOURCES: [(&str, &str); 2] = [
+    ("CopyApp.java", include_str!("../java/CopyApp.java")),
+    ("TxnCopyApp.java", include_str!("../java/TxnCopyApp.java")),
+];
 /// The apps log warnings to stderr (their stdout carries status lines only).
 const LOG4J2: &str = "\
 rootLogger.level = warn

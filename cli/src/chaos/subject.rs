@@ -58,7 +58,9 @@ impl Subject {
             ));
         }
         if cell.fault == Scenario::Stall {
-            return Some(format!("--subject {name} cannot run stall: its instances cannot stop themselves mid-transaction"));
+            return Some(format!(
+                "--subject {name} cannot run stall: its instances cannot stop themselves mid-transaction"
+            ));
         }
         None
     }

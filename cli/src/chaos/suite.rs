@@ -95,6 +95,10 @@ pub struct SuiteConfig {
     /// Kafka then commits one transaction in some partitions and aborts it in others, which
     /// no client can prevent (`docs/reliability.md`). On, the suite reproduces that flaw.
     pub restart_unfenced: bool,
+    /// Restart a crashed broker this long after its crash (not sooner, and without waiting
+    /// for the controller to fence it): the restart delay `docs/operations.md` gives
+    /// supervisors, tested as a supervisor applies it. `None`: wait for the fencing.
+    pub restart_delay: Option<Duration>,
     /// How long after its record the timers workload sends its output.
     pub timer_delay: Duration,
     /// Bytes per input record value.
@@ -135,6 +139,7 @@ impl SuiteConfig {
             log_dir: None,
             keep_data_on_failure: false,
             restart_unfenced: false,
+            restart_delay: None,
             value_size: 64,
             timer_delay: Duration::from_secs(1),
             subject: Subject::KafkaEos,
@@ -233,7 +238,8 @@ pub fn run_cells(
         }
     };
     let java = if cfg.subject.is_java() {
-        let version = cluster.as_ref().map_or(KAFKA_VERSION.to_string(), |c: &LocalCluster| c.kafka_version().to_string());
+        let version =
+            cluster.as_ref().map_or(KAFKA_VERSION.to_string(), |c: &LocalCluster| c.kafka_version().to_string());
         progress(Progress::Message(&format!("chaos: subject {}, Kafka's Java clients {version}", cfg.subject)));
         let out = cfg.instance_exe.parent().map_or_else(std::env::temp_dir, Path::to_path_buf).join("chaos-java");
         Some(JavaApps::prepare(&version, &out)?)
@@ -365,6 +371,8 @@ struct Run<'a, 'r> {
     timeline: Option<std::fs::File>,
     /// Network faults injected so far.
     net: Net,
+    /// When each broker that is down now was SIGKILLed (for `restart_delay`).
+    crashed_at: std::collections::HashMap<i32, Instant>,
 }
 
 impl<'a, 'r> Run<'a, 'r> {
@@ -474,6 +482,7 @@ impl<'a, 'r> Run<'a, 'r> {
             zombies: Vec::new(),
             timeline,
             net: Net::new(),
+            crashed_at: Default::default(),
         })
     }
 

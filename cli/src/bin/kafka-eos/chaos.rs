@@ -97,8 +97,12 @@ pub struct Args {
     /// Restart a crashed broker when the plan says, even before the controller has fenced it
     /// (by default the restart waits for that, as docs/operations.md asks of a deployment).
     /// Reproduces the broker-side split transaction of docs/reliability.md; not for CI.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "restart_delay_secs")]
     restart_unfenced: bool,
+    /// Restart a crashed broker this many seconds after its crash, as a supervisor would
+    /// (systemd's RestartSec; docs/operations.md), instead of once the controller has fenced it.
+    #[arg(long)]
+    restart_delay_secs: Option<u64>,
     /// Who runs the copy: kafka-eos (this runtime, default), java-txn (a read-process-write
     /// loop on Kafka's Java transactional producer and consumer) or kafka-streams (Kafka
     /// Streams, exactly_once_v2). The Java subjects take --guarantee
@@ -196,6 +200,7 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
     cfg.log_dir = args.log_dir;
     cfg.keep_data_on_failure = args.keep_data_on_failure;
     cfg.restart_unfenced = args.restart_unfenced;
+    cfg.restart_delay = args.restart_delay_secs.map(Duration::from_secs);
     cfg.subject = args.subject;
     cfg.client_properties = args.client.properties()?;
     cfg.timer_delay = Duration::from_millis(args.timer_delay_ms);
@@ -246,7 +251,11 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
             1 => String::new(),
             k => format!(", {k}x the faults"),
         },
-        if cfg.restart_unfenced { ", crashed brokers restarted before they are fenced" } else { "" }
+        match (cfg.restart_unfenced, cfg.restart_delay) {
+            (true, _) => ", crashed brokers restarted before they are fenced".to_string(),
+            (false, Some(d)) => format!(", crashed brokers restarted {d:?} after their crash"),
+            (false, None) => String::new(),
+        }
     );
     if let Some(line) = super::describe(&cfg.client_properties) {
         println!("{line}");

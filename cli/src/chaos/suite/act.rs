@@ -34,6 +34,9 @@ impl Run<'_, '_> {
                 let cluster = self.cluster.as_mut().ok_or("a broker scenario needs the suite's own cluster")?;
                 let r = if hard { cluster.kill_node(node) } else { cluster.stop_node(node) };
                 r.map_err(|e| format!("taking broker {node} down: {e}"))?;
+                if hard {
+                    self.crashed_at.insert(node, Instant::now());
+                }
             }
             Action::BrokerUp { node } => self.broker_up(node)?,
             Action::RestartDownBrokers => {
@@ -85,7 +88,12 @@ impl Run<'_, '_> {
                     Action::KillCoordinatorMidCommit { timing } => {
                         // A commit every commit interval per partition: 20 s is plenty.
                         let wait = Duration::from_secs(20);
-                        self.net.kill_coordinator_mid_commit(cluster, &scope, timing, wait, self.rng)?.1
+                        let (killed, what) =
+                            self.net.kill_coordinator_mid_commit(cluster, &scope, timing, wait, self.rng)?;
+                        if let Some(node) = killed {
+                            self.crashed_at.insert(node, Instant::now());
+                        }
+                        what
                     }
                     Action::Net(fault) => self.net.apply(cluster, &scope, fault, self.rng)?,
                     _ => unreachable!("matched above"),
@@ -105,9 +113,10 @@ impl Run<'_, '_> {
     /// `restart_unfenced`: back within its broker session, it would lead its partitions
     /// again at the same leader epoch, and a transaction coordinator among them loads its
     /// log past the high watermark and acts on what it never replicated — the broker-side
-    /// split transaction of `docs/reliability.md` (the likely cause of 21 records lost in
-    /// one CI `broker-kill` run, 2026-12-03, whose broker 3 was back 4.8 s after its
-    /// SIGKILL). A graceful stop fenced the broker already: the wait ends at once.
+    /// split transaction of `docs/reliability.md`. A graceful stop fenced the broker
+    /// already: the wait ends at once. With `restart_delay`, a crashed broker comes back
+    /// that long after its crash and no sooner, whatever the metadata says: the
+    /// supervisor's recipe of `docs/operations.md`, tested as a supervisor applies it.
     fn broker_up(&mut self, node: i32) -> Result<(), String> {
         let unfenced = self.ctx.cfg.restart_unfenced;
         let cluster = self.cluster.as_mut().ok_or("a broker scenario needs the suite's own cluster")?;
