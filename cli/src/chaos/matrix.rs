@@ -13,86 +13,8 @@
 
 use kafka_eos::Guarantee;
 
-use super::plan::{Scenario, SinkKind};
-
-/// What the instances of a cell run, and how the cell's outcome is checked.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Workload {
-    /// The 1:1 copy, checked by the verifier, a final read and the concurrent reader.
-    Copy,
-    /// The copy with every output sent by a wall-clock timer a second after its record,
-    /// most of them in transactions of timers alone; checked like the copy.
-    Timers,
-    /// The financial close (dedup, daily windows closed by idle timers, a join with the
-    /// merchant table) with its stores in memory; checked against a batch recomputation.
-    Close,
-    /// The same with its stores on disk (`kafka-eos-disk`), one state directory per
-    /// instance slot, reused by the slot's restarts.
-    CloseDisk,
-    /// Kafka → PostgreSQL through the exactly-once sink; checked from the table.
-    Postgres,
-    /// Kafka → Redis counters through the effectively-once sink (dedup keys).
-    Redis,
-    /// Kafka → Redis counters without dedup (at-least-once): a counter may only drift up.
-    RedisNoDedup,
-}
-
-impl Workload {
-    /// Every workload, in table order.
-    pub const ALL: [Workload; 7] = [
-        Workload::Copy,
-        Workload::Timers,
-        Workload::Close,
-        Workload::CloseDisk,
-        Workload::Postgres,
-        Workload::Redis,
-        Workload::RedisNoDedup,
-    ];
-
-    /// The name on the command line and in result rows.
-    pub fn name(self) -> &'static str {
-        match self {
-            Workload::Copy => "copy",
-            Workload::Timers => "timers",
-            Workload::Close => "close",
-            Workload::CloseDisk => "close-disk",
-            Workload::Postgres => "postgres",
-            Workload::Redis => "redis",
-            Workload::RedisNoDedup => "redis-no-dedup",
-        }
-    }
-
-    /// The server the workload writes to instead of an output topic.
-    pub(crate) fn sink(self) -> Option<SinkKind> {
-        match self {
-            Workload::Postgres => Some(SinkKind::Postgres),
-            Workload::Redis => Some(SinkKind::Redis { dedup: true }),
-            Workload::RedisNoDedup => Some(SinkKind::Redis { dedup: false }),
-            _ => None,
-        }
-    }
-
-    /// The financial close, on either backend.
-    pub(crate) fn close(self) -> bool {
-        matches!(self, Workload::Close | Workload::CloseDisk)
-    }
-}
-
-impl std::fmt::Display for Workload {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl std::str::FromStr for Workload {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        Workload::ALL.into_iter().find(|w| w.name() == s).ok_or_else(|| {
-            let names: Vec<&str> = Workload::ALL.iter().map(|w| w.name()).collect();
-            format!("unknown workload {s:?}; one of: {}", names.join(", "))
-        })
-    }
-}
+use super::plan::Scenario;
+pub use super::workload::Workload;
 
 /// The features of the runtime and the workloads that exercise them under faults; an empty
 /// list is a feature no cell covers yet.

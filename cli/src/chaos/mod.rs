@@ -22,6 +22,7 @@
 //! # Moving parts
 //! | module | what |
 //! |---|---|
+//! | `workload` | what a cell's instances run, and the sink they write to |
 //! | `matrix` | the fault matrix: workload × guarantee × fault, and each cell's verdict |
 //! | `plan` | the scenarios ([`Scenario`]) and their fault schedules |
 //! | `suite` | runs scenarios: cluster, topics, instances, faults, checks |
@@ -53,6 +54,7 @@ mod rng;
 mod sink;
 mod subject;
 mod suite;
+mod workload;
 
 pub use instance::{run_instance, InstanceConfig};
 pub use plan::Scenario;

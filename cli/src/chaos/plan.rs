@@ -6,8 +6,8 @@
 
 use std::time::Duration;
 
-use super::matrix::Workload;
 use super::rng::Rng;
+use super::workload::Workload;
 use kafka_eos_testkit::broker::proxy::api;
 use kafka_eos_testkit::broker::OnRequest;
 
@@ -106,13 +106,6 @@ pub enum Scenario {
     /// The sink's server crash, for any sink workload: instances SIGKILLed mid-batch, the
     /// server SIGKILLed and restarted between them (the sink presets' plan).
     SinkKill,
-}
-
-/// The system outside Kafka a sink scenario writes to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum SinkKind {
-    Postgres,
-    Redis { dedup: bool },
 }
 
 impl Scenario {

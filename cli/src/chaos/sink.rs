@@ -20,7 +20,7 @@ use kafka_eos_testkit::postgres::{Postgres, PostgresConfig};
 use kafka_eos_testkit::redis::{Redis, RedisConfig};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 
-use super::plan::SinkKind;
+use super::workload::SinkKind;
 
 const TABLE: &str = "CREATE TABLE chaos_ledger (id text PRIMARY KEY, part integer NOT NULL, off bigint NOT NULL)";
 const DEDUP_TTL: Duration = Duration::from_secs(3600);
