@@ -118,9 +118,14 @@ impl Run<'_, '_> {
     /// that long after its crash and no sooner, whatever the metadata says: the
     /// supervisor's recipe of `docs/operations.md`, tested as a supervisor applies it.
     fn broker_up(&mut self, node: i32) -> Result<(), String> {
-        let unfenced = self.ctx.cfg.restart_unfenced;
+        let cfg = self.ctx.cfg;
+        let crashed_at = self.crashed_at.remove(&node);
+        if let (Some(delay), Some(at)) = (cfg.restart_delay, crashed_at) {
+            self.pause((at + delay).saturating_duration_since(Instant::now()))?;
+            self.mark(&format!("  {delay:?} after the crash, as a supervisor's restart delay"));
+        }
         let cluster = self.cluster.as_mut().ok_or("a broker scenario needs the suite's own cluster")?;
-        if !unfenced && !cluster.is_running(node) {
+        if !cfg.restart_unfenced && cfg.restart_delay.is_none() && !cluster.is_running(node) {
             let waited = Instant::now();
             let fenced = cluster.wait_ready(Duration::from_secs(60));
             match fenced {
