@@ -79,7 +79,7 @@ use rdkafka::TopicPartitionList;
 
 use crate::config::{FaultInjection, PipelineConfig, UnknownOutcome};
 use crate::metrics::{add_ns, TxnTimers};
-use crate::processing::partition_ranges;
+use crate::partition::partition_ranges;
 use crate::record::{InputRecord, OutputRecord, ORIGIN_HEADER};
 use crate::runtime::interrupt::Deadline;
 

@@ -76,7 +76,7 @@ impl FaultInjection {
     }
 
     /// Whether this initialisation of a producer for `partitions` must fail.
-    pub(crate) fn on_init(&self, partitions: &[crate::runtime::TopicPartition]) -> bool {
+    pub(crate) fn on_init(&self, partitions: &[crate::partition::TopicPartition]) -> bool {
         let mut left = self.init_failures.lock().unwrap_or_else(|p| p.into_inner());
         partitions.iter().any(|(_, p)| match left.get_mut(p) {
             Some(n) if *n > 0 => {

@@ -33,20 +33,17 @@ pub(crate) mod slots;
 pub(crate) mod task;
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use crate::config::PipelineConfig;
+use crate::counters::Counter;
 use crate::error::{Error, Result};
 use crate::health::{Health, HealthReport};
 use crate::observe::TransactionHook;
+use crate::partition::TopicPartition;
 use crate::processor::driver::ProcessorFactory;
-
-/// `(topic, partition)`. The topic is a [`Topic`](crate::record::Topic), so that keying a
-/// map by a record's partition clones a reference count, not the name (the consumer thread
-/// and the tasks do so per record).
-pub(crate) type TopicPartition = (crate::record::Topic, i32);
 
 /// What a task tells the consumer thread.
 pub(crate) enum Control {
@@ -60,22 +57,6 @@ pub(crate) enum Control {
     Rewind { task: u64, partitions: Vec<TopicPartition>, resume: task::Resume },
     /// Stop the pipeline with this error.
     Fatal(Error),
-}
-
-/// A monotonically increasing count.
-#[derive(Debug, Default)]
-pub(crate) struct Counter(AtomicU64);
-
-impl Counter {
-    pub(crate) fn inc(&self) {
-        self.add(1)
-    }
-    pub(crate) fn add(&self, n: u64) {
-        self.0.fetch_add(n, Ordering::Relaxed);
-    }
-    pub(crate) fn get(&self) -> u64 {
-        self.0.load(Ordering::Relaxed)
-    }
 }
 
 #[derive(Debug, Default)]

@@ -48,11 +48,12 @@ use crate::config::Guarantee;
 use crate::error::{Error, ErrorClass, Result};
 use crate::metrics::TaskMetrics;
 use crate::observe::{Interruption, Outcome};
+use crate::partition::TopicPartition;
 use crate::processing::Processing;
 use crate::record::InputRecord;
 use crate::runtime::interrupt::{Deadline, Interrupt};
 use crate::runtime::slots::Slots;
-use crate::runtime::{Control, Shared, TopicPartition};
+use crate::runtime::{Control, Shared};
 use crate::sink::SinkGuarantee;
 use crate::txn::{
     next_offset_per_partition, run_cycle, CommitTo, CycleError, CycleStats, SinkStep, Step, StepError, TxnProducer,

@@ -90,6 +90,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::marker::PhantomData;
 use std::sync::Arc;
 
+pub(crate) use crate::counters::Tally;
 use crate::record::{OutputRecord, Topic};
 use backend::{BackendError, KeyValueBackend};
 
@@ -154,20 +155,6 @@ pub enum StateError {
         /// What failed, and what to do.
         source: BackendError,
     },
-}
-
-/// What operators count; committed with the transaction (so replays do not count twice) and
-/// exported as metrics and in the [`Summary`](crate::Summary).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub(crate) enum Tally {
-    /// Records dropped by [`Dedup`](crate::operators::Dedup).
-    Duplicate,
-    /// Records routed to a late-records topic by a window operator, or refused as late by
-    /// a [`StreamJoin`](crate::operators::StreamJoin).
-    Late,
-    /// Window results changed after their window closed (a late record within the
-    /// retention): corrections emitted and session results retracted by a merge.
-    Correction,
 }
 
 /// What a partition's committed transaction changed.
