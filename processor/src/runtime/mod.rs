@@ -267,11 +267,6 @@ impl std::fmt::Debug for Pipeline {
 }
 
 impl Pipeline {
-    /// Starts building a pipeline.
-    pub fn builder() -> crate::PipelineBuilder {
-        crate::PipelineBuilder::default()
-    }
-
     pub(crate) fn new((cfg, processor, hooks): (PipelineConfig, ProcessorFactory, Vec<TransactionHook>)) -> Pipeline {
         let handle = ShutdownHandle::new(cfg.health_threshold);
         Pipeline { cfg: Arc::new(cfg), processor, hooks, handle }
