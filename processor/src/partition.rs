@@ -3,10 +3,13 @@
 
 use crate::record::{InputRecord, Topic};
 
-/// `(topic, partition)`. The topic is a [`Topic`], so that keying a map by a record's
-/// partition clones a reference count, not the name (the consumer thread and the tasks do
-/// so per record).
+/// `(topic, partition)`. The topic is a [`Topic`], so that keying a
+/// map by a record's partition clones a reference count, not the name (the consumer thread
+/// and the tasks do so per record).
 pub(crate) type TopicPartition = (Topic, i32);
+
+/// Where partitions resume when the pipeline's sink stores their offsets ([`crate::sink`]).
+pub(crate) type Resume = Vec<(TopicPartition, i64)>;
 
 /// The input range of a batch in one partition.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -72,8 +72,7 @@ use sink::anchors;
 use streamed::Streamed;
 mod state;
 
-/// Where partitions resume when the pipeline's sink stores their offsets ([`crate::sink`]).
-pub(crate) type Resume = Vec<(TopicPartition, i64)>;
+pub(crate) use crate::partition::Resume;
 
 /// What the consumer thread sends a task.
 pub(crate) enum TaskMsg {
