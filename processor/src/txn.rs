@@ -545,6 +545,7 @@ mod mock_cluster_tests;
 
 mod delivery;
 mod offsets;
+mod reports;
 mod retry;
 mod step;
 mod watchdog;
