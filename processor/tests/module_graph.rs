@@ -9,16 +9,9 @@
 //! `macro_rules!` bodies are left out (their paths resolve where the macro expands).
 use std::collections::{BTreeMap, BTreeSet};
 
-#[derive(Clone, Debug, PartialEq)]
-enum Tok {
-    Ident(String),
-    Str(String),
-    Punct(char),
-    Colons,
-}
-
-/// Identifiers, string contents, `::` and other punctuation; comments and chars dropped.
-fn tokens(src: &str) -> Vec<Tok> {
+/// Identifiers, string literals (as `"` and their text), `::` and other punctuation, one
+/// token each; comments and char literals dropped.
+fn tokens(src: &str) -> Vec<String> {
     let c: Vec<char> = src.chars().collect();
     let at = |i: usize, s: &str| s.chars().enumerate().all(|(k, ch)| c.get(i + k) == Some(&ch));
     let word = |i: usize| c.get(i).is_some_and(|ch| ch.is_alphanumeric() || *ch == '_');
@@ -31,65 +24,54 @@ fn tokens(src: &str) -> Vec<Tok> {
     let (mut out, mut i) = (Vec::new(), 0);
     while i < c.len() {
         let start = i;
-        if at(i, "//") || at(i, "/*") {
-            i = until(i + 2, if at(i, "//") { "\n" } else { "*/" }, false);
-        } else if c[i] == '"' {
-            i = until(i + 1, "\"", true);
-            out.push(Tok::Str(c[start + 1..i.min(c.len() + 1) - 1].iter().collect()));
-        } else if c[i] == '\'' && (at(i + 1, "\\") || at(i + 2, "'")) {
-            i = until(i + 1, "'", true);
-        } else if word(i) {
-            while word(i) {
-                i += 1;
-            }
-            out.push(Tok::Ident(c[start..i].iter().collect()));
-        } else if at(i, "::") {
-            out.push(Tok::Colons);
-            i += 2;
-        } else {
-            out.extend(Some(Tok::Punct(c[i])).filter(|_| !c[i].is_whitespace()));
-            i += 1;
+        i = match c[i] {
+            '/' if at(i, "//") || at(i, "/*") => until(i + 2, if at(i, "//") { "\n" } else { "*/" }, false),
+            '"' => until(i + 1, "\"", true),
+            '\'' if at(i + 1, "\\") || at(i + 2, "'") => until(i + 1, "'", true),
+            ':' if at(i, "::") => i + 2,
+            _ if word(i) => (i..).find(|&k| !word(k)).unwrap_or(i),
+            _ => i + 1,
+        };
+        let tok: String = c[start..i.min(c.len())].iter().collect();
+        if !(tok.starts_with("//") || tok.starts_with("/*") || tok.starts_with('\'') || tok.trim().is_empty()) {
+            out.push(tok.trim_end_matches('"').to_string());
         }
     }
     out
 }
 
-/// One file: the child modules it declares (with `#[path]`), its `use` paths with the name
-/// each binds, and the other paths in its code.
+/// One file: the child modules it declares (with `#[path]`), and the paths it names, each
+/// with the name it binds (`use` paths; `None` for the paths in its code).
 #[derive(Default)]
 struct Parsed {
     mods: Vec<(String, Option<String>)>,
     uses: Vec<(Vec<String>, Option<String>)>,
-    paths: Vec<Vec<String>>,
 }
 
-fn ident(t: Option<&Tok>) -> Option<&str> {
-    match t {
-        Some(Tok::Ident(s)) => Some(s),
-        _ => None,
-    }
+fn ident(t: Option<&String>) -> Option<&str> {
+    t.map(String::as_str).filter(|s| s.starts_with(|c: char| c.is_alphanumeric() || c == '_'))
 }
 
 /// Expands the use tree at `t[*i]` under `path`, leaving `*i` after it.
-fn use_tree(t: &[Tok], i: &mut usize, mut path: Vec<String>, out: &mut Vec<(Vec<String>, Option<String>)>) {
-    while let Some(Tok::Ident(s)) = t.get(*i).filter(|_| t.get(*i + 1) == Some(&Tok::Colons)) {
-        path.push(s.clone());
+fn use_tree(t: &[String], i: &mut usize, mut path: Vec<String>, out: &mut Vec<(Vec<String>, Option<String>)>) {
+    while let (Some(s), Some("::")) = (ident(t.get(*i)), t.get(*i + 1).map(String::as_str)) {
+        path.push(s.to_string());
         *i += 2;
     }
-    match t.get(*i) {
-        Some(Tok::Punct('{')) => {
+    match t.get(*i).map(String::as_str) {
+        Some("{") => {
             *i += 1;
-            while !matches!(t.get(*i), Some(Tok::Punct('}')) | None) {
+            while !matches!(t.get(*i).map(String::as_str), Some("}") | None) {
                 use_tree(t, i, path.clone(), out);
-                *i += (t.get(*i) == Some(&Tok::Punct(','))) as usize;
+                *i += (t[*i] == ",") as usize;
             }
         }
-        Some(Tok::Punct('*')) => out.push((path, None)),
-        Some(Tok::Ident(s)) if s == "self" => out.push((path.clone(), path.last().cloned())),
-        Some(Tok::Ident(s)) => {
+        Some("*") => out.push((path, None)),
+        Some("self") => out.push((path.clone(), path.last().cloned())),
+        Some(s) if ident(t.get(*i)).is_some() => {
             let alias = ident(t.get(*i + 1)) == Some("as");
-            let name = if alias { ident(t.get(*i + 2)).filter(|a| *a != "_") } else { Some(s.as_str()) };
-            out.push(([&path[..], &[s.clone()]].concat(), name.map(String::from)));
+            let name = if alias { ident(t.get(*i + 2)).filter(|a| *a != "_") } else { Some(s) };
+            out.push(([&path[..], &[s.to_string()]].concat(), name.map(String::from)));
             *i += 2 * alias as usize;
         }
         _ => {}
@@ -98,12 +80,10 @@ fn use_tree(t: &[Tok], i: &mut usize, mut path: Vec<String>, out: &mut Vec<(Vec<
 }
 
 /// The index just after the bracketed group that opens at `t[i]`.
-fn after_group(t: &[Tok], mut i: usize) -> usize {
+fn after_group(t: &[String], mut i: usize) -> usize {
     let mut depth = 0;
-    while i < t.len() {
-        if let Tok::Punct(c) = t[i] {
-            depth += "{([".contains(c) as i32 - "})]".contains(c) as i32;
-        }
+    while let Some(tok) = t.get(i) {
+        depth += ["{", "(", "["].contains(&tok.as_str()) as i32 - ["}", ")", "]"].contains(&tok.as_str()) as i32;
         i += 1;
         if depth == 0 {
             break;
@@ -116,41 +96,36 @@ fn parse(src: &str) -> Parsed {
     let t = tokens(src);
     let (mut p, mut i, mut cfg_test, mut path_attr) = (Parsed::default(), 0, false, None);
     while i < t.len() {
-        let (a, b, c) = (ident(t.get(i)), t.get(i + 1), t.get(i + 2));
-        if t[i] == Tok::Punct('#') {
-            let open = i + 1 + (b == Some(&Tok::Punct('!'))) as usize;
-            let attr = &t[open..after_group(&t, open)];
-            let has = |w: &str| attr.iter().any(|a| ident(Some(a)) == Some(w));
-            cfg_test |= ident(attr.get(1)) == Some("cfg") && has("test") && !has("not");
-            if let (Some("path"), Some(Tok::Str(s))) = (ident(attr.get(1)), attr.get(3)) {
-                path_attr = Some(s.clone());
-            }
-            i = open + attr.len();
-            continue;
-        }
+        let (a, b, c) = (t[i].as_str(), t.get(i + 1).map(String::as_str), t.get(i + 2).map(String::as_str));
         match (a, b, c) {
-            (Some("pub"), Some(Tok::Punct('(')), _) => i += 4,
-            (Some("pub"), ..) => i += 1,
-            (Some("mod"), Some(Tok::Ident(name)), Some(Tok::Punct(';'))) => {
+            ("#", ..) => {
+                let open = i + 1 + (b == Some("!")) as usize;
+                let attr = &t[open..after_group(&t, open)];
+                let has = |w: &str| attr.iter().any(|a| a == w);
+                cfg_test |= attr.get(1).is_some_and(|a| a == "cfg") && has("test") && !has("not");
+                if attr.get(1).is_some_and(|a| a == "path") {
+                    path_attr = attr.get(3).and_then(|s| s.strip_prefix('"')).map(String::from);
+                }
+                i = open + attr.len();
+            }
+            ("pub", Some("("), _) => i += 4,
+            ("pub", ..) => i += 1,
+            ("mod", Some(name), Some(";")) => {
                 if !cfg_test {
-                    p.mods.push((name.clone(), path_attr.take()));
+                    p.mods.push((name.to_string(), path_attr.take()));
                 }
                 (cfg_test, path_attr, i) = (false, None, i + 3);
             }
-            (Some("mod"), _, Some(Tok::Punct('{'))) if cfg_test => (cfg_test, i) = (false, after_group(&t, i + 2)),
-            (Some("macro_rules"), ..) => i = after_group(&t, i + 3),
-            (Some("use"), ..) => {
+            ("mod", _, Some("{")) if cfg_test => (cfg_test, i) = (false, after_group(&t, i + 2)),
+            ("macro_rules", ..) => i = after_group(&t, i + 3),
+            ("use", ..) => {
                 i += 1;
                 use_tree(&t, &mut i, Vec::new(), &mut p.uses);
             }
-            (Some(first), Some(Tok::Colons), _) if i == 0 || t[i - 1] != Tok::Colons => {
-                let mut path = vec![first.to_string()];
-                while let (Some(&Tok::Colons), Some(next)) = (t.get(i + 1), ident(t.get(i + 2))) {
-                    path.push(next.to_string());
-                    i += 2;
-                }
-                p.paths.push(path);
-                i += 1;
+            (_, Some("::"), _) if ident(t.get(i)).is_some() && (i == 0 || t[i - 1] != "::") => {
+                let mut found = Vec::new();
+                use_tree(&t, &mut i, Vec::new(), &mut found);
+                p.uses.extend(found.into_iter().map(|(path, _)| (path, None)));
             }
             _ => (cfg_test, path_attr, i) = (false, None, i + 1),
         }
@@ -162,35 +137,30 @@ type Module = Vec<String>;
 /// File to the files it depends on, each with the paths that make the edge.
 type Graph = BTreeMap<String, BTreeMap<String, BTreeSet<String>>>;
 
-/// The crate's modules, found by following `mod` declarations from `lib.rs`.
-struct Crate {
-    files: BTreeMap<Module, String>,
-    parsed: BTreeMap<Module, Parsed>,
-}
+/// The crate's modules with their files, found by following `mod` declarations from `lib.rs`.
+struct Crate(BTreeMap<Module, (String, Parsed)>);
 
 impl Crate {
     /// `read`: a file's text from its path under `src` (with `/`).
     fn load(read: impl Fn(&str) -> Option<String>) -> Crate {
-        let mut krate = Crate { files: BTreeMap::new(), parsed: BTreeMap::new() };
+        let mut krate = Crate(BTreeMap::new());
         let mut todo = vec![(Module::new(), "lib.rs".to_string())];
         while let Some((module, file)) = todo.pop() {
             let Some(src) = read(&file) else { continue };
             let parsed = parse(&src);
             let (dir, stem) = file.rsplit_once('/').unwrap_or(("", &file));
+            let own = if stem == "lib.rs" || stem == "mod.rs" { dir } else { &file[..file.len() - 3] };
             let join = |a: &str, b: &str| if a.is_empty() { b.to_string() } else { format!("{a}/{b}") };
-            let own =
-                if stem == "lib.rs" || stem == "mod.rs" { dir.to_string() } else { join(dir, &stem[..stem.len() - 3]) };
             for (name, path) in &parsed.mods {
-                let flat = join(&own, &format!("{name}.rs"));
+                let flat = join(own, &format!("{name}.rs"));
                 let child = match path {
                     Some(p) => join(dir, p),
                     None if read(&flat).is_some() => flat,
-                    None => join(&own, &format!("{name}/mod.rs")),
+                    None => join(own, &format!("{name}/mod.rs")),
                 };
-                todo.push(([&module[..], &[name.clone()]].concat(), child));
+                todo.push(([&module[..], std::slice::from_ref(name)].concat(), child));
             }
-            krate.files.insert(module.clone(), file);
-            krate.parsed.insert(module, parsed);
+            krate.0.insert(module, (file, parsed));
         }
         krate
     }
@@ -202,7 +172,7 @@ impl Crate {
             "crate" => (&m[..0], &path[1..]),
             "self" => (m, &path[1..]),
             "super" => (&m[..m.len().checked_sub(supers)?], &path[supers..]),
-            first if self.files.contains_key(&[m, &[first.to_string()]].concat()) => (m, path),
+            first if self.0.contains_key(&[m, &[first.to_string()]].concat()) => (m, path),
             _ => return None,
         };
         Some([base, rest].concat())
@@ -212,12 +182,12 @@ impl Crate {
     fn definer(&self, path: &[String], depth: usize) -> Option<Module> {
         let mut m = Module::new();
         for (k, seg) in path.iter().enumerate() {
-            let child = [&m[..], &[seg.clone()]].concat();
-            if self.files.contains_key(&child) {
+            let child = [&m[..], std::slice::from_ref(seg)].concat();
+            if self.0.contains_key(&child) {
                 m = child;
                 continue;
             }
-            let binding = self.parsed[&m].uses.iter().find(|(_, name)| name.as_ref() == Some(seg));
+            let binding = self.0[&m].1.uses.iter().find(|(_, name)| name.as_ref() == Some(seg));
             if let (Some((used, _)), true) = (binding, depth < 16) {
                 let target = self.absolute(&m, used)?;
                 return self.definer(&[&target[..], &path[k + 1..]].concat(), depth + 1);
@@ -229,12 +199,12 @@ impl Crate {
 
     fn edges(&self) -> Graph {
         let mut edges = Graph::new();
-        for (m, p) in &self.parsed {
-            for path in p.uses.iter().map(|(path, _)| path).chain(&p.paths) {
+        for (m, (from, p)) in &self.0 {
+            for (path, _) in &p.uses {
                 let Some(to) = self.absolute(m, path).and_then(|a| self.definer(&a, 0)) else { continue };
                 if to != *m {
-                    let names = edges.entry(self.files[m].clone()).or_default().entry(self.files[&to].clone());
-                    names.or_default().insert(path.join("::"));
+                    let names = edges.entry(from.clone()).or_default().entry(self.0[&to].0.clone()).or_default();
+                    names.insert(path.join("::"));
                 }
             }
         }
