@@ -29,8 +29,8 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+use crate::partition::TopicPartition;
 use crate::runtime::interrupt::Interrupt;
-use crate::runtime::TopicPartition;
 
 /// The health of one assigned partition.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]

@@ -86,12 +86,14 @@
 pub mod admin;
 pub mod codec;
 pub mod config;
+mod counters;
 pub mod error;
 pub mod health;
 mod metrics;
 pub mod observe;
 pub mod operators;
 pub mod ops;
+mod partition;
 mod processing;
 pub mod processor;
 pub mod record;

@@ -41,10 +41,10 @@ use std::time::Duration;
 
 use metrics::{counter, gauge, histogram, Counter, Histogram};
 
+use crate::counters::Tally;
 use crate::error::ErrorClass;
 use crate::observe::Reconciliation;
-use crate::runtime::TopicPartition;
-use crate::state::Tally;
+use crate::partition::TopicPartition;
 
 fn partition_label(tp: &TopicPartition) -> String {
     format!("{}-{}", tp.0, tp.1)

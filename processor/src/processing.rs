@@ -17,11 +17,11 @@ use tokio::runtime::Handle;
 
 use crate::config::{Exhausted, PipelineConfig};
 use crate::error::{BoxError, Error};
+use crate::partition::TopicPartition;
 use crate::processor::driver::{Instances, ProcessorFactory};
 use crate::record::{InputRecord, OutputRecord, Topic};
-use crate::runtime::TopicPartition;
 use crate::sink::erased::AnyRow;
-use crate::sink::{PartitionRange, SinkRow};
+use crate::sink::SinkRow;
 use crate::state::{ChangelogEnds, Committed, PartitionState};
 use crate::table::PartitionTables;
 use crate::txn::Work;
@@ -409,25 +409,4 @@ fn dead_letter(cfg: &PipelineConfig, dead: &HashMap<String, (String, u32)>, r: &
         );
     }
     None
-}
-
-/// Each input partition's range in `batch`: first offset and last + 1, in order of first
-/// appearance.
-pub(crate) fn partition_ranges(batch: &[InputRecord]) -> Vec<PartitionRange> {
-    let mut ranges: Vec<PartitionRange> = Vec::new();
-    for r in batch {
-        match ranges.iter_mut().find(|x| x.partition == r.partition && x.topic == r.topic) {
-            Some(x) => {
-                x.first_offset = x.first_offset.min(r.offset);
-                x.next_offset = x.next_offset.max(r.offset + 1);
-            }
-            None => ranges.push(PartitionRange {
-                topic: r.topic.clone(),
-                partition: r.partition,
-                first_offset: r.offset,
-                next_offset: r.offset + 1,
-            }),
-        }
-    }
-    ranges
 }

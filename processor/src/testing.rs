@@ -79,7 +79,7 @@ pub type ChangelogEntry = (i64, Vec<u8>, Option<Vec<u8>>);
 pub type TableRecord = (Vec<u8>, Option<Vec<u8>>);
 
 /// A store's committed entries (encoded keys and values), in key byte order.
-pub type Entries = Vec<(Vec<u8>, Vec<u8>)>;
+pub type Entries = crate::state::Entries;
 
 /// Every store's committed entries, by (store, partition).
 pub type Snapshot = BTreeMap<(String, i32), Entries>;

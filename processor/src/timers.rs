@@ -93,9 +93,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
+mod declare;
+
 use crate::processor::Context;
 use crate::state::{PartitionState, StateError, Store, StoreMut};
-use crate::PipelineBuilder;
 
 /// The clock a timer follows (see the [module docs](self)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -213,18 +214,6 @@ pub struct Timers {
 }
 
 impl Timers {
-    /// Declares the pipeline's timers with the defaults of [`TimerSpec::new`].
-    pub fn new(builder: &mut PipelineBuilder, name: impl Into<String>) -> Timers {
-        Timers::with(builder, TimerSpec::new(name))
-    }
-
-    /// Declares the pipeline's timers as `spec` says.
-    pub fn with(builder: &mut PipelineBuilder, spec: TimerSpec) -> Timers {
-        let timers = Timers { store: builder.store(spec.name), idle: spec.idle, stream_time: spec.stream_time };
-        builder.declare_timers(timers.clone());
-        timers
-    }
-
     /// Whether record timestamps move the stream time.
     pub(crate) fn follows_records(&self) -> bool {
         self.stream_time == StreamTime::RecordTimestamps

@@ -79,7 +79,7 @@ use rdkafka::TopicPartitionList;
 
 use crate::config::{FaultInjection, PipelineConfig, UnknownOutcome};
 use crate::metrics::{add_ns, TxnTimers};
-use crate::processing::partition_ranges;
+use crate::partition::partition_ranges;
 use crate::record::{InputRecord, OutputRecord, ORIGIN_HEADER};
 use crate::runtime::interrupt::Deadline;
 
@@ -545,6 +545,7 @@ mod mock_cluster_tests;
 
 mod delivery;
 mod offsets;
+mod reports;
 mod retry;
 mod step;
 mod watchdog;

@@ -7,7 +7,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::group::{GroupSettings, Rebalancing};
-use super::{Exhausted, Guarantee, PipelineConfig, ProcessorErrorPolicy, Properties};
+use super::{Exhausted, Guarantee, PipelineConfig, ProcessorErrorPolicy, Properties, UnknownOutcome};
 use crate::error::{Error, Result};
 use crate::observe::{TransactionEvent, TransactionHook};
 use crate::processor::driver::ProcessorFactory;
@@ -16,6 +16,7 @@ use crate::record::{InputRecord, Topic};
 use crate::sink::erased::SinkFactory;
 use crate::sink::{Sink, SinkHandle};
 use crate::state::{Store, StoreDef, StoreSpec};
+use crate::Pipeline;
 
 /// Builds a [`Pipeline`](crate::Pipeline). Required: bootstrap servers, application id, at
 /// least one input topic, a processor. Everything else has a default, given on its setter.
@@ -56,6 +57,13 @@ pub struct PipelineBuilder {
     sinks: Vec<SinkFactory>,
     timers: Vec<crate::timers::Timers>,
     tables: Vec<crate::table::TableDef>,
+}
+
+impl Pipeline {
+    /// Starts building a pipeline.
+    pub fn builder() -> PipelineBuilder {
+        PipelineBuilder::default()
+    }
 }
 
 impl PipelineBuilder {
@@ -497,6 +505,48 @@ impl PipelineBuilder {
         self.bootstrap_servers.get_or_insert_with(|| "test-driver:9092".into());
         self.application_id.get_or_insert_with(|| "test-driver".into());
         self.validate()
+    }
+}
+
+impl PipelineBuilder {
+    /// **Test-only fault injection; not part of the API.** Makes the `nth` transaction commit
+    /// of this pipeline (counted from 1 across all its producers) end with an outcome the
+    /// runtime does not know, as a commit that times out does: see [`UnknownOutcome`]. The
+    /// integration tests use it to drive the fence-and-reconcile path on a real broker.
+    #[doc(hidden)]
+    pub fn inject_unknown_outcome(mut self, nth: u64, fault: UnknownOutcome) -> Self {
+        self.fault.unknown = Some((nth, fault, false));
+        self
+    }
+
+    /// **Test-only fault injection; not part of the API.** As
+    /// [`inject_unknown_outcome`](Self::inject_unknown_outcome), and the reconcile of that
+    /// outcome fails too: the producer is given up, which drives the in-place replacement
+    /// of a failed producer.
+    #[doc(hidden)]
+    pub fn inject_unreconciled_outcome(mut self, nth: u64, fault: UnknownOutcome) -> Self {
+        self.fault.unknown = Some((nth, fault, true));
+        self
+    }
+
+    /// **Test-only fault injection; not part of the API.** The first `times`
+    /// initialisations of the producer of input partition `partition` (per-partition
+    /// exactly-once) fail, as an `init_transactions` that times out does.
+    #[doc(hidden)]
+    pub fn inject_init_failures(mut self, partition: i32, times: u32) -> Self {
+        self.fault.init_failures.insert(partition, times);
+        self
+    }
+
+    /// **Benchmark-only; not part of the API.** Transactional calls run on the task's own
+    /// thread instead of a watchdog thread (`txn/watchdog.rs`), so a call that librdkafka
+    /// never returns from (librdkafka#5456) hangs the task for good. For measuring what
+    /// the watchdog's hand-over costs (`commit_latency --broker-breakdown`); never in
+    /// production.
+    #[doc(hidden)]
+    pub fn unguarded_transactional_calls(mut self) -> Self {
+        self.fault.unguarded_calls = true;
+        self
     }
 }
 

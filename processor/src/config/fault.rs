@@ -9,8 +9,6 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use super::PipelineBuilder;
-
 /// How a commit is made to end with an outcome unknown to the runtime. Every way, the
 /// commit step reports a timeout (retriable).
 #[doc(hidden)]
@@ -32,9 +30,9 @@ pub enum UnknownOutcome {
 /// What the builder was asked to inject.
 #[derive(Debug, Clone, Default)]
 pub(super) struct FaultSpec {
-    unknown: Option<(u64, UnknownOutcome, bool)>,
-    init_failures: HashMap<i32, u32>,
-    unguarded_calls: bool,
+    pub(super) unknown: Option<(u64, UnknownOutcome, bool)>,
+    pub(super) init_failures: HashMap<i32, u32>,
+    pub(super) unguarded_calls: bool,
 }
 
 impl FaultSpec {
@@ -76,7 +74,7 @@ impl FaultInjection {
     }
 
     /// Whether this initialisation of a producer for `partitions` must fail.
-    pub(crate) fn on_init(&self, partitions: &[crate::runtime::TopicPartition]) -> bool {
+    pub(crate) fn on_init(&self, partitions: &[crate::partition::TopicPartition]) -> bool {
         let mut left = self.init_failures.lock().unwrap_or_else(|p| p.into_inner());
         partitions.iter().any(|(_, p)| match left.get_mut(p) {
             Some(n) if *n > 0 => {
@@ -85,47 +83,5 @@ impl FaultInjection {
             }
             _ => false,
         })
-    }
-}
-
-impl PipelineBuilder {
-    /// **Test-only fault injection; not part of the API.** Makes the `nth` transaction commit
-    /// of this pipeline (counted from 1 across all its producers) end with an outcome the
-    /// runtime does not know, as a commit that times out does: see [`UnknownOutcome`]. The
-    /// integration tests use it to drive the fence-and-reconcile path on a real broker.
-    #[doc(hidden)]
-    pub fn inject_unknown_outcome(mut self, nth: u64, fault: UnknownOutcome) -> Self {
-        self.fault.unknown = Some((nth, fault, false));
-        self
-    }
-
-    /// **Test-only fault injection; not part of the API.** As
-    /// [`inject_unknown_outcome`](Self::inject_unknown_outcome), and the reconcile of that
-    /// outcome fails too: the producer is given up, which drives the in-place replacement
-    /// of a failed producer.
-    #[doc(hidden)]
-    pub fn inject_unreconciled_outcome(mut self, nth: u64, fault: UnknownOutcome) -> Self {
-        self.fault.unknown = Some((nth, fault, true));
-        self
-    }
-
-    /// **Test-only fault injection; not part of the API.** The first `times`
-    /// initialisations of the producer of input partition `partition` (per-partition
-    /// exactly-once) fail, as an `init_transactions` that times out does.
-    #[doc(hidden)]
-    pub fn inject_init_failures(mut self, partition: i32, times: u32) -> Self {
-        self.fault.init_failures.insert(partition, times);
-        self
-    }
-
-    /// **Benchmark-only; not part of the API.** Transactional calls run on the task's own
-    /// thread instead of a watchdog thread (`txn/watchdog.rs`), so a call that librdkafka
-    /// never returns from (librdkafka#5456) hangs the task for good. For measuring what
-    /// the watchdog's hand-over costs (`commit_latency --broker-breakdown`); never in
-    /// production.
-    #[doc(hidden)]
-    pub fn unguarded_transactional_calls(mut self) -> Self {
-        self.fault.unguarded_calls = true;
-        self
     }
 }

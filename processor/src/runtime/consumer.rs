@@ -313,7 +313,7 @@ struct Rebalancer {
 
 impl Rebalancer {
     /// Wakes the fetchers of `partitions`, just resumed ([`wake`]).
-    fn wake(&self, partitions: impl IntoIterator<Item = crate::runtime::TopicPartition>) {
+    fn wake(&self, partitions: impl IntoIterator<Item = crate::partition::TopicPartition>) {
         if let Some(w) = self.waker.get() {
             w.wake(partitions);
         }
@@ -396,7 +396,7 @@ impl Rebalancer {
                 Err(_) => Sent::Gone,
             }
         });
-        let mut resumed: Vec<(crate::runtime::TopicPartition, i64)> = emptied.into_iter().map(|tp| (tp, 0)).collect();
+        let mut resumed: Vec<(crate::partition::TopicPartition, i64)> = emptied.into_iter().map(|tp| (tp, 0)).collect();
         resumed.retain(|(tp, _)| reg.paused.remove(tp));
         drop(reg);
         if !resumed.is_empty() {

@@ -24,8 +24,8 @@
 
 use std::collections::{HashMap, VecDeque};
 
+use crate::partition::TopicPartition;
 use crate::record::InputRecord;
-use crate::runtime::TopicPartition;
 
 /// How many task queues' worth of records a partition may hold here while the instance is
 /// under [`PENDING_BUDGET`].

@@ -12,10 +12,11 @@ use rdkafka::{Offset, TopicPartitionList};
 
 use crate::config::PipelineConfig;
 use crate::error::{Error, Result};
+use crate::partition::TopicPartition;
 use crate::runtime::interrupt::Interrupt;
 use crate::runtime::pending::Pending;
 use crate::runtime::task::{Resume, Task, TaskMsg};
-use crate::runtime::{Shared, TopicPartition};
+use crate::runtime::Shared;
 
 pub(super) fn to_tpl(offsets: &[(TopicPartition, i64)]) -> TopicPartitionList {
     let mut tpl = TopicPartitionList::with_capacity(offsets.len());

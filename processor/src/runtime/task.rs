@@ -40,146 +40,42 @@
 //! inside a rebalance callback.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, SyncSender};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::config::Guarantee;
 use crate::error::{Error, ErrorClass, Result};
 use crate::metrics::TaskMetrics;
-use crate::observe::{Interruption, Outcome};
+use crate::observe::Outcome;
+use crate::partition::TopicPartition;
 use crate::processing::Processing;
 use crate::record::InputRecord;
 use crate::runtime::interrupt::{Deadline, Interrupt};
 use crate::runtime::slots::Slots;
-use crate::runtime::{Control, Shared, TopicPartition};
+use crate::runtime::{Control, Shared};
 use crate::sink::SinkGuarantee;
 use crate::txn::{
     next_offset_per_partition, run_cycle, CommitTo, CycleError, CycleStats, SinkStep, Step, StepError, TxnProducer,
 };
 
 mod failed;
+mod first_attempt;
 mod positions;
 mod report;
 mod revoke;
 mod rewind;
 mod sink;
+mod state;
 mod streamed;
+mod types;
 mod unknown;
 use failed::give_up;
 use sink::anchors;
-use streamed::Streamed;
-mod state;
+use types::{Flush, Next};
+pub(crate) use types::{RevokeReply, Task, TaskMsg};
 
-/// Where partitions resume when the pipeline's sink stores their offsets ([`crate::sink`]).
-pub(crate) type Resume = Vec<(TopicPartition, i64)>;
-
-/// What the consumer thread sends a task.
-pub(crate) enum TaskMsg {
-    /// A consumed record of one of the task's partitions.
-    Record(InputRecord),
-    /// New partitions (long-lived tasks only); the reply says where the sink, if any, has
-    /// them resume.
-    Assign { partitions: Vec<TopicPartition>, reply: SyncSender<Result<Resume>> },
-    /// Give these partitions up; reply when their batch is committed (or dropped, if lost).
-    Revoke { partitions: Vec<TopicPartition>, lost: bool, reply: SyncSender<RevokeReply> },
-    /// The consumer moved these partitions back to their committed offsets (after
-    /// [`Control::Rewind`]): their records from here on follow the rewind.
-    Rewound { partitions: Vec<TopicPartition> },
-    /// Commit what is collected and exit.
-    Shutdown,
-}
-
-/// A task's answer to a revocation.
-pub(crate) struct RevokeReply {
-    /// At-least-once: the next offsets acknowledged for the revoked partitions, for the
-    /// consumer to commit synchronously before the revocation completes.
-    pub acked_offsets: Vec<(TopicPartition, i64)>,
-}
-
-enum Flush {
-    Committed,
-    /// The producer was fenced (or its unknown outcome could not be reconciled): it is
-    /// dropped, the batch with it, and the partitions go back to the group — or stay, for
-    /// a failure of its own, unless a reconcile found another owner (`replaced`).
-    GaveUp {
-        error: Box<StepError>,
-        replaced: bool,
-    },
-    /// The task was interrupted (see [`interrupt`](super::interrupt)): the batch's
-    /// transaction is aborted and the batch dropped; the producer stays.
-    Dropped {
-        because: Interruption,
-        reason: String,
-    },
-    /// The pipeline must stop.
-    Stop(Error),
-    /// An exactly-once sink refused the batch for an owner that claimed the partitions
-    /// since: like a fenced producer, the partitions go back to the group.
-    SinkFenced(String),
-}
-
-/// What a failed or successful cycle leads to.
-enum Next {
-    /// The batch is done with (committed, dropped, or the producer or pipeline given up).
-    Done(Flush),
-    /// Replay the batch after this pause.
-    Retry(Duration),
-}
-
-pub(crate) struct Task {
-    pub(crate) id: u64,
-    shared: Arc<Shared>,
-    producer: Option<TxnProducer>,
-    transactional_id: Option<String>,
-    owned: HashSet<TopicPartition>,
-    /// At-least-once: next offset acknowledged per partition.
-    acked: HashMap<TopicPartition, i64>,
-    /// The processor instances, the partitions' state and the error policy's bookkeeping:
-    /// the part of the task the test driver runs too (see [`crate::processing`]).
-    processing: Processing,
-    stopped: bool,
-    control: Sender<Control>,
-    /// Set by the consumer thread on revocation and shutdown: bounds the retries of a
-    /// failing batch (see [`interrupt`](super::interrupt)).
-    interrupt: Arc<Interrupt>,
-    /// `topic-partition` for a per-partition task; for a worker, `all` (the only one) or
-    /// `worker-<k>`: the `partition` label of its metrics and spans.
-    label: String,
-    metrics: TaskMetrics,
-    /// The pipeline's sink, connected on this thread ([`crate::sink`]).
-    sink: Option<Box<dyn crate::sink::erased::ErasedSink>>,
-    /// Partitions an exactly-once sink has no offset for yet (anchored at their next batch).
-    unanchored: HashSet<TopicPartition>,
-    /// The partitions of the last batch dropped by an interrupt (see the revocation).
-    dropped: Vec<TopicPartition>,
-    /// Partitions whose records are dropped as they come: waiting for [`TaskMsg::Rewound`]
-    /// after a producer was replaced in place (their records until then came before the
-    /// rewind), or whose batch an interruption dropped (a later batch of theirs must never
-    /// commit past it: revoked, the next owner reads them again from the committed offset;
-    /// kept, the revocation rewinds them).
-    rewinding: HashSet<TopicPartition>,
-    /// When the previous cycle ended, and when the collected batch's first record came:
-    /// the `idle` and `collect` times of the next [`TransactionEvent`](crate::observe::TransactionEvent).
-    last_cycle_end: Instant,
-    collect_started: Option<Instant>,
-    /// Failed attempts of the timers firing without a record, in the batch in flight.
-    timer_attempts: u32,
-    /// The first attempt of the batch being collected, run as its records arrive.
-    streamed: Option<Streamed>,
-    /// The consumers of the pipeline's [tables](crate::table), made at the first
-    /// partition that needs them.
-    tables: Option<crate::table::reader::TableReader>,
-    /// Where the owned partitions stand: the next offset each is committed at, as this
-    /// task's own transactions (or a read of the group's offsets) left it
-    /// ([`positions`]).
-    positions: HashMap<TopicPartition, i64>,
-    /// The offsets the batch in flight commits, kept for its reconcile.
-    offsets: rdkafka::TopicPartitionList,
-    /// Per-partition mode: counted by the transaction slots while the task lives (the bound
-    /// is engaged only past as many tasks as slots: [`crate::runtime::slots`]).
-    _member: Option<crate::runtime::slots::Member>,
-}
+pub(crate) use crate::partition::Resume;
 
 impl Task {
     /// Creates the task's producer and, if transactional, runs `init_transactions` — which

@@ -46,6 +46,7 @@ use std::future::Future;
 use std::marker::PhantomData;
 use std::time::Duration;
 
+pub use crate::partition::PartitionRange;
 use crate::record::Topic;
 
 pub(crate) mod erased;
@@ -81,20 +82,6 @@ pub struct SinkRow<R> {
     pub offset: i64,
     /// The row.
     pub row: R,
-}
-
-/// The input range of a batch in one partition.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PartitionRange {
-    /// Input topic.
-    pub topic: Topic,
-    /// Input partition.
-    pub partition: i32,
-    /// First input offset of the batch in this partition.
-    pub first_offset: i64,
-    /// Last input offset + 1: where the partition resumes once the batch is written (what an
-    /// exactly-once sink stores).
-    pub next_offset: i64,
 }
 
 /// One batch: every input partition it covers and the rows made of its records, in input

@@ -8,8 +8,9 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::backend::{self, BackendFactory, Change};
+use super::cell::StoreCell;
+use super::error::StateError;
 use super::format::{self, Mismatch, FORMAT, UNVERSIONED};
-use super::{StateError, StoreCell};
 
 type Migration<V> = Arc<dyn Fn(&[u8]) -> Result<V, String> + Send + Sync>;
 

@@ -3,9 +3,10 @@
 use std::time::Duration;
 
 use serde::de::DeserializeOwned;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use super::list::{self, Listed, Merge};
+use super::stored::Slide;
 use super::{window_options, ClosedWindow, Key, Policy, Val, WindowError, WindowUpdate};
 use crate::record::InputRecord;
 use crate::state::StateError;
@@ -39,19 +40,6 @@ pub struct SlidingWindows<K, A> {
     policy: Policy<K, A>,
     size_ms: i64,
     merge: Merge<A>,
-}
-
-/// One record time of a key.
-#[derive(Serialize, Deserialize, Clone, Debug)]
-pub(in crate::operators) struct Slide<A> {
-    /// The record time.
-    t: i64,
-    /// The contributions of the records at `t`, merged.
-    own: A,
-    /// The window `(t - size, t]`.
-    window: A,
-    revision: Option<u32>,
-    closed: bool,
 }
 
 window_options!(SlidingWindows);

@@ -13,12 +13,12 @@ use rdkafka::{Offset, TopicPartitionList};
 use super::Rebalancer;
 use crate::config::Guarantee;
 use crate::error::Error;
+use crate::partition::TopicPartition;
 use crate::runtime::limits;
 use crate::runtime::registry::{
     by_task, retry_later, send_bounded, spawn_partition_task, to_tpl, wait_ready, Ready, Unstarted,
 };
 use crate::runtime::task::{Resume, RevokeReply, TaskMsg};
-use crate::runtime::TopicPartition;
 
 impl Rebalancer {
     fn on_assign(&self, partitions: Vec<TopicPartition>) {

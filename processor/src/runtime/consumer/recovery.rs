@@ -13,9 +13,9 @@ use rdkafka::{Offset, TopicPartitionList};
 
 use super::Rebalancer;
 use crate::error::Error;
+use crate::partition::TopicPartition;
 use crate::runtime::registry::{by_task, send_bounded, spawn_partition_task, to_tpl, wait_ready, Registry, Unstarted};
 use crate::runtime::task::TaskMsg;
-use crate::runtime::TopicPartition;
 
 impl Rebalancer {
     /// Moves a task's partitions back to where `resume` says (an exactly-once sink's

@@ -36,9 +36,9 @@ use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 
+use crate::partition::TopicPartition;
 use crate::record::Topic;
 use crate::runtime::registry::join_by;
-use crate::runtime::TopicPartition;
 
 /// How long the leaders of the last metadata fetch are trusted.
 const LEADERS_TTL: Duration = Duration::from_secs(30);

@@ -21,9 +21,9 @@ use rdkafka::{Offset, TopicPartitionList};
 
 use super::Task;
 use crate::error::Error;
+use crate::partition::TopicPartition;
 use crate::record::InputRecord;
 use crate::runtime::interrupt::Deadline;
-use crate::runtime::TopicPartition;
 use crate::state::changelog::{group_reader_config, stable_committed_offsets};
 use crate::txn::next_offsets;
 

@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use super::Task;
 use crate::observe::{Outcome, Reconciliation, TransactionEvent};
+use crate::partition::TopicPartition;
 use crate::record::InputRecord;
-use crate::runtime::TopicPartition;
 use crate::txn::CycleStats;
 
 impl Task {

@@ -15,8 +15,8 @@
 //! Both count `kafka_eos_revoked_records_handed_back_total`.
 
 use super::Task;
+use crate::partition::TopicPartition;
 use crate::record::InputRecord;
-use crate::runtime::TopicPartition;
 
 impl Task {
     /// Gives up `partitions`; returns the next offsets acknowledged for them (at-least-once:

@@ -29,8 +29,9 @@
 
 use super::Task;
 use crate::observe::Interruption;
+use crate::partition::TopicPartition;
 use crate::runtime::reconcile;
-use crate::runtime::{Control, TopicPartition};
+use crate::runtime::Control;
 use crate::txn::StepError;
 
 impl Task {

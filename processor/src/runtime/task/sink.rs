@@ -16,10 +16,10 @@ use std::time::{Duration, Instant};
 use super::{Flush, Next, Resume, Task};
 use crate::error::Error;
 use crate::observe::Outcome;
+use crate::partition::TopicPartition;
 use crate::record::InputRecord;
 use crate::record::Topic;
 use crate::runtime::interrupt::Deadline;
-use crate::runtime::TopicPartition;
 use crate::sink::erased::SinkFailure;
 use crate::sink::PartitionRange;
 use crate::sink::{SinkErrorClass, SinkGuarantee};
@@ -217,7 +217,7 @@ pub(super) fn anchors(
     if unanchored.is_empty() {
         return Vec::new();
     }
-    crate::processing::partition_ranges(batch)
+    crate::partition::partition_ranges(batch)
         .into_iter()
         .filter(|r| unanchored.contains(&(r.topic.clone(), r.partition)))
         .map(|r| PartitionRange { next_offset: r.first_offset, ..r })

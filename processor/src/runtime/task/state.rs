@@ -64,7 +64,7 @@ impl Task {
     }
 
     /// Stops reading the tables of revoked `partitions`.
-    pub(super) fn release_tables(&mut self, partitions: &[crate::runtime::TopicPartition]) {
+    pub(super) fn release_tables(&mut self, partitions: &[crate::partition::TopicPartition]) {
         if let Some(reader) = &self.tables {
             let numbers: Vec<i32> = partitions.iter().map(|tp| tp.1).collect();
             reader.release(&self.shared.cfg, &numbers);

@@ -1,0 +1,165 @@
+//! A configured pipeline and its run: preflight, the ops server, the consumer thread, the
+//! signal watcher, and the stop when its future is dropped.
+
+use std::sync::{Arc, OnceLock};
+
+use super::shared::Shared;
+use super::shutdown::ShutdownHandle;
+use super::stats::Summary;
+use super::{consumer, limits, preflight, slots};
+use crate::config::PipelineConfig;
+use crate::error::{Error, Result};
+use crate::observe::TransactionHook;
+use crate::processor::driver::ProcessorFactory;
+
+/// A configured pipeline; [`run`](Pipeline::run) it.
+pub struct Pipeline {
+    cfg: Arc<PipelineConfig>,
+    processor: ProcessorFactory,
+    hooks: Vec<TransactionHook>,
+    handle: ShutdownHandle,
+}
+
+impl std::fmt::Debug for Pipeline {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pipeline").field("config", &self.cfg).finish_non_exhaustive()
+    }
+}
+
+impl Pipeline {
+    pub(crate) fn new((cfg, processor, hooks): (PipelineConfig, ProcessorFactory, Vec<TransactionHook>)) -> Pipeline {
+        let handle = ShutdownHandle::new(cfg.health_threshold);
+        Pipeline { cfg: Arc::new(cfg), processor, hooks, handle }
+    }
+
+    /// The validated configuration.
+    pub fn config(&self) -> &PipelineConfig {
+        &self.cfg
+    }
+
+    /// A handle that stops the pipeline and reads its counters.
+    pub fn shutdown_handle(&self) -> ShutdownHandle {
+        self.handle.clone()
+    }
+
+    /// Runs until the [`ShutdownHandle`] (or, with
+    /// [`handle_signals`](crate::PipelineBuilder::handle_signals), SIGINT/SIGTERM) stops it,
+    /// or until an unrecoverable error. Must be called from a multi-thread Tokio runtime.
+    ///
+    /// # Errors
+    /// [`Error::Unreachable`] and [`Error::UnknownTopics`] within the startup timeout; then
+    /// whatever stopped the pipeline (see [`Error`]). Whatever the error, nothing
+    /// uncommitted becomes visible, and a restart resumes from the committed offsets.
+    pub async fn run(self) -> Result<Summary> {
+        let application_id = self.cfg.application_id.clone();
+        let result = self.run_to_end().await;
+        if let Err(e) = &result {
+            // Also returned; logged because the result of a spawned pipeline is easily never read.
+            tracing::error!(%application_id, error = %e, "pipeline failed");
+        }
+        result
+    }
+
+    async fn run_to_end(self) -> Result<Summary> {
+        let cfg = self.cfg.clone();
+        let cluster = tokio::task::spawn_blocking(move || preflight::preflight(&cfg))
+            .await
+            .map_err(|e| Error::Internal(format!("preflight task: {e}")))??;
+
+        // Dropping this future (a `select!` that lost, a cancelled task) stops the pipeline
+        // as `shutdown` does: the consumer thread and the tasks commit what they collected
+        // and leave the group, in the background.
+        let _stop_on_drop = StopOnDrop(self.handle.clone());
+        #[cfg(feature = "ops-server")]
+        let ops = match self.cfg.ops_address {
+            Some(addr) => {
+                let (bound, task) = crate::ops::serve(addr, self.handle.clone()).await?;
+                let _ = self.handle.inner.ops_address.set(bound);
+                Some(task)
+            }
+            None => None,
+        };
+        #[cfg(not(feature = "ops-server"))]
+        let ops: Option<tokio::task::JoinHandle<()>> = None;
+        let (control_tx, control_rx) = std::sync::mpsc::channel();
+        let shared = Arc::new(Shared {
+            cfg: self.cfg.clone(),
+            group: OnceLock::new(),
+            processor: self.processor,
+            hooks: self.hooks,
+            rt: tokio::runtime::Handle::current(),
+            control: control_tx,
+            shutdown: self.handle.clone(),
+            brokers: cluster.brokers,
+            max_tasks: limits::task_bound(&self.cfg, cluster.brokers),
+            slots: match self.cfg.guarantee {
+                crate::Guarantee::ExactlyOnce => {
+                    Some(Arc::new(slots::Slots::new(self.cfg.max_concurrent_transactions)))
+                }
+                _ => None,
+            },
+        });
+        let (done_tx, done_rx) = tokio::sync::oneshot::channel();
+        let thread_shared = shared.clone();
+        std::thread::Builder::new()
+            .name(format!("kafka-eos-consumer-{}", self.cfg.application_id))
+            .spawn(move || {
+                let _ = done_tx.send(consumer::run(thread_shared, control_rx));
+            })
+            .map_err(|e| Error::Internal(format!("cannot spawn the consumer thread: {e}")))?;
+
+        let watcher = self.cfg.handle_signals.then(|| {
+            let handle = self.handle.clone();
+            tokio::spawn(async move { watch_signals(handle).await })
+        });
+        let result = done_rx.await.map_err(|_| Error::Internal("the consumer thread panicked".into()));
+        for task in watcher.into_iter().chain(ops) {
+            task.abort();
+        }
+        result?.map(|()| self.handle.summary())
+    }
+}
+
+/// Calls [`ShutdownHandle::shutdown`] when dropped: with [`Pipeline::run`]'s future.
+struct StopOnDrop(ShutdownHandle);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.shutdown();
+    }
+}
+
+/// Every SIGINT or SIGTERM (Ctrl-C, Ctrl-Break on Windows) asks for a graceful shutdown. A
+/// second signal does not exit the process: a library must not, and a supervisor such as
+/// GNU `timeout` may deliver its one SIGTERM twice (to the process and to its group). An
+/// application that wants a hard stop on a second signal installs its own handler.
+async fn watch_signals(handle: ShutdownHandle) {
+    loop {
+        if let Err(e) = next_signal().await {
+            tracing::warn!(error = %e, "cannot install signal handlers; use the ShutdownHandle");
+            return;
+        }
+        if handle.is_shutdown() {
+            tracing::info!("signal received: already shutting down gracefully");
+        } else {
+            tracing::info!("signal received: shutting down gracefully");
+            handle.shutdown();
+        }
+    }
+}
+
+#[cfg(unix)]
+async fn next_signal() -> std::io::Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (mut int, mut term) = (signal(SignalKind::interrupt())?, signal(SignalKind::terminate())?);
+    tokio::select! {
+        _ = int.recv() => {},
+        _ = term.recv() => {},
+    }
+    Ok(())
+}
+
+#[cfg(not(unix))]
+async fn next_signal() -> std::io::Result<()> {
+    tokio::signal::ctrl_c().await
+}

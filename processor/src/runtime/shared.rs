@@ -1,0 +1,71 @@
+//! What the consumer thread and the partition tasks share: the pipeline's configuration and
+//! processor, the control channel a task reports on, and the bounds on tasks and
+//! transactions.
+
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use super::shutdown::ShutdownHandle;
+use super::slots;
+use crate::config::PipelineConfig;
+use crate::error::Error;
+use crate::observe::TransactionHook;
+use crate::partition::{Resume, TopicPartition};
+use crate::processor::driver::ProcessorFactory;
+
+/// What a task tells the consumer thread.
+pub(crate) enum Control {
+    /// At-least-once: these next offsets are acknowledged; commit them.
+    CommitOffsets(Vec<(TopicPartition, i64)>),
+    /// The task's producer was fenced, or its member left the group: give its partitions up.
+    Fenced { task: u64, error: String },
+    /// The task dropped a batch (or replaced a failed producer in place): move its
+    /// partitions back to the offsets `resume` gives (an exactly-once sink's), the others to
+    /// their committed offsets, then send it
+    /// [`TaskMsg::Rewound`](super::task::TaskMsg::Rewound).
+    Rewind { task: u64, partitions: Vec<TopicPartition>, resume: Resume },
+    /// Stop the pipeline with this error.
+    Fatal(Error),
+}
+
+/// The group metadata a transaction's offsets carry (`crate::txn`'s `offsets` module says
+/// which): the consumer's current one (member id, generation or member epoch), or the group
+/// id alone in per-partition mode.
+pub(crate) type GroupMetadataSource =
+    Box<dyn Fn() -> Option<Arc<rdkafka::consumer::ConsumerGroupMetadata>> + Send + Sync>;
+
+/// What the consumer thread and every task share.
+pub(crate) struct Shared {
+    pub cfg: Arc<PipelineConfig>,
+    /// Set by the consumer thread once its consumer exists. A transaction reads the
+    /// metadata afresh before it sends its offsets: in per-consumer mode the generation
+    /// moves on with every rebalance, incremental ones included, and offsets sent with a
+    /// stale one are refused (KIP-447 checks it).
+    pub group: OnceLock<GroupMetadataSource>,
+    pub processor: ProcessorFactory,
+    pub hooks: Vec<TransactionHook>,
+    pub rt: tokio::runtime::Handle,
+    pub control: std::sync::mpsc::Sender<Control>,
+    pub shutdown: ShutdownHandle,
+    /// Brokers in the cluster's metadata at start-up (per-partition mode's open files scale
+    /// with it: [`limits`](super::limits)).
+    pub brokers: usize,
+    /// Per-partition mode's bound on concurrent transaction cycles
+    /// ([`PipelineConfig::max_concurrent_transactions`]); `None` in the other guarantees.
+    pub slots: Option<Arc<slots::Slots>>,
+    /// Per-partition mode's bound on running partition tasks
+    /// ([`PipelineConfig::max_partition_tasks`], or what the open-file limit holds);
+    /// `None`: unbounded, and always in the other guarantees.
+    pub max_tasks: Option<usize>,
+}
+
+impl Shared {
+    /// The consumer's current group metadata; `None` before the consumer exists or after
+    /// it is gone.
+    pub(crate) fn group_metadata(&self) -> Option<Arc<rdkafka::consumer::ConsumerGroupMetadata>> {
+        self.group.get().and_then(|read| read())
+    }
+}
+
+/// How often the consumer thread checks for shutdown and control messages.
+pub(crate) const POLL_INTERVAL: Duration = Duration::from_millis(50);

@@ -1,0 +1,60 @@
+//! A table's declaration: the handle a processor looks rows up with, and the definition the
+//! pipeline's configuration holds (its topic and how to decode its values).
+
+use std::any::Any;
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use crate::codec::{Codec, DecodeError};
+
+/// A decoded table row, type-erased (the handle knows its type).
+pub(super) type Row = Arc<dyn Any + Send + Sync>;
+/// Decodes a row's value bytes.
+pub(crate) type Decoder = Arc<dyn Fn(&[u8]) -> Result<Row, DecodeError> + Send + Sync>;
+
+/// The handle of a table with values of type `V`, from
+/// [`PipelineBuilder::table`](crate::PipelineBuilder::table): `ctx.table(&handle)` in the
+/// processor. Cheap to clone.
+pub struct Table<V> {
+    pub(super) index: usize,
+    pub(super) topic: Arc<str>,
+    _value: PhantomData<fn() -> V>,
+}
+
+impl<V> Clone for Table<V> {
+    fn clone(&self) -> Self {
+        Table { index: self.index, topic: self.topic.clone(), _value: PhantomData }
+    }
+}
+
+impl<V> Table<V> {
+    /// The topic the table is read from.
+    pub fn topic(&self) -> &str {
+        &self.topic
+    }
+}
+
+/// A table's declaration, held by the pipeline's configuration.
+#[derive(Clone)]
+pub struct TableDef {
+    /// The compacted topic holding the table.
+    pub topic: String,
+    pub(crate) decode: Decoder,
+}
+
+impl std::fmt::Debug for TableDef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TableDef").field("topic", &self.topic).finish_non_exhaustive()
+    }
+}
+
+/// Declares table number `index` read from `topic` with `codec`, and returns its handle.
+pub(crate) fn declare<V, C>(index: usize, topic: String, codec: C) -> (TableDef, Table<V>)
+where
+    V: Send + Sync + 'static,
+    C: Codec<V> + 'static,
+{
+    let decode: Decoder = Arc::new(move |bytes| codec.decode(bytes).map(|v| Arc::new(v) as Row));
+    let handle = Table { index, topic: Arc::from(topic.as_str()), _value: PhantomData };
+    (TableDef { topic, decode }, handle)
+}
