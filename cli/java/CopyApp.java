@@ -39,6 +39,8 @@ public final class CopyApp {
     private static final String ORIGIN_HEADER = "kafka-eos.origin";
     private static final AtomicLong PROCESSED = new AtomicLong();
     private static final AtomicLong REBALANCES = new AtomicLong();
+    /** The commits last read from the metrics, which a closed KafkaStreams no longer has. */
+    private static final AtomicLong COMMITS = new AtomicLong();
 
     /** Adds the origin header and forwards the record unchanged. */
     static final class Tag implements Processor<byte[], byte[], byte[], byte[]> {
@@ -152,8 +154,9 @@ public final class CopyApp {
             }
         }
         long processed = PROCESSED.get();
+        long committed = COMMITS.accumulateAndGet((long) commits, Math::max);
         System.out.println(kind + " records_in=" + processed + " records_out=" + processed + " committed="
-                + (long) commits + " aborted=0 fenced=0 rebalances=" + REBALANCES.get());
+                + committed + " aborted=0 fenced=0 rebalances=" + REBALANCES.get());
         System.out.flush();
     }
 }

@@ -1,4 +1,4 @@
-//! Failures kept local to their partitions (issue 11): a task that replaced its producer in
+//! Failures kept local to their partitions: a task that replaced its producer in
 //! place gets its partitions rewound ([`Rebalancer::rewind`]); a partition whose task could
 //! not start on assignment, or that per-partition mode's task bound left waiting for room,
 //! is paused and its task retried ([`Rebalancer::start_unstarted`]).
@@ -221,16 +221,48 @@ fn seek_to_start(
         _ => consumer.committed_offsets(wanted, timeout).map_err(|e| format!("committed offsets: {e}"))?,
     };
     for e in committed.elements() {
-        // No committed offset yet: from the start, as `auto.offset.reset=earliest` does.
-        let offset = match e.offset() {
-            Offset::Offset(o) => Offset::Offset(o),
-            _ => Offset::Beginning,
-        };
+        let offset = resume_at(e.offset(), e.error().err().as_ref())
+            .map_err(|why| format!("committed offset of {}-{}: {why}", e.topic(), e.partition()))?;
         seek.add_partition_offset(e.topic(), e.partition(), offset).map_err(|e| e.to_string())?;
     }
     let sought = consumer.seek_partitions(seek, timeout).map_err(|e| format!("seek: {e}"))?;
     match sought.elements().iter().find_map(|e| e.error().err()) {
         Some(e) => Err(format!("seek: {e}")),
         None => Ok(()),
+    }
+}
+
+/// Where a partition resumes from the group's answer for it: its committed offset, or its
+/// start when the group has none (as `auto.offset.reset=earliest` does). A per-partition
+/// error (an unstable offset, a coordinator loading) is no answer: seeking to the start on
+/// it would replay everything the partition ever committed.
+fn resume_at(committed: Offset, error: Option<&rdkafka::error::KafkaError>) -> Result<Offset, String> {
+    match (committed, error) {
+        (_, Some(e)) => Err(e.to_string()),
+        (Offset::Offset(o), None) if o >= 0 => Ok(Offset::Offset(o)),
+        _ => Ok(Offset::Beginning),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rdkafka::error::KafkaError;
+    use rdkafka::types::RDKafkaErrorCode;
+
+    #[test]
+    fn a_partition_resumes_at_its_committed_offset_or_its_start_and_never_on_an_error() {
+        let unstable = KafkaError::OffsetFetch(RDKafkaErrorCode::UnstableOffsetCommit);
+        let loading = KafkaError::OffsetFetch(RDKafkaErrorCode::CoordinatorLoadInProgress);
+        for offset in [Offset::Offset(0), Offset::Offset(41), Offset::Invalid, Offset::Beginning, Offset::End] {
+            for e in [&unstable, &loading] {
+                assert!(resume_at(offset, Some(e)).is_err(), "{offset:?} with {e}");
+            }
+        }
+        assert_eq!(resume_at(Offset::Offset(41), None), Ok(Offset::Offset(41)));
+        assert_eq!(resume_at(Offset::Offset(0), None), Ok(Offset::Offset(0)));
+        for none in [Offset::Invalid, Offset::Stored, Offset::Offset(-1001)] {
+            assert_eq!(resume_at(none, None), Ok(Offset::Beginning), "{none:?}");
+        }
     }
 }
