@@ -4,7 +4,7 @@
 //! A cell is one scenario of the suite: a fault plan ([`Scenario`]) run against one
 //! [`Workload`] under one [`Guarantee`]. [`verdict`] decides every cell; it is a pure
 //! function, so the table in `docs/reliability.md` and the runs come from the same rule
-//! (`kafka-eos chaos --matrix all --list` prints it).
+//! (`kafka-eos chaos --matrix long --list` prints it).
 //!
 //! The features a user combines map onto workloads ([`FEATURES`]): the financial close
 //! carries state, windows closed by idle timers, a stream–table join and dedup at once, on

@@ -28,7 +28,7 @@ pub enum Scenario {
     /// leaderships first) mid-run and restarted.
     BrokerBounce,
     /// Rebalance storm: the number of instances goes 1 → 3 → 1 → 2 during the run, each
-    /// step revoking and reassigning every partition (eager protocol).
+    /// step moving partitions between instances (under the instances' rebalance protocol).
     RebalanceStorm,
     /// Random aborts: about 1 transaction in 3 is aborted on purpose by the processor
     /// failing on a random record, then replayed; aborted outputs must stay invisible.
@@ -64,13 +64,14 @@ pub enum Scenario {
     /// task guesses the outcome — replaying a committed batch duplicates it, dropping an
     /// aborted one loses it.
     CoordinatorCut,
-    /// The transaction coordinator SIGKILLed mid-commit (issue 10's aimed fault): the next
+    /// The transaction coordinator SIGKILLed mid-commit (the aimed fault): the next
     /// EndTxn to the coordinator of a random input partition's transactional.id is held,
     /// and that broker is SIGKILLed before the EndTxn reaches it or 0–30 ms after; it
     /// restarts 3–8 s later. The coordinator fails over to another broker with the
     /// transaction open, prepared, or complete, and the client's commit call fails or
-    /// times out. Hazard: the first duplicate this suite found (`docs/reliability.md`)
-    /// came from a commit that timed out while the coordinator's broker was killed.
+    /// times out. Hazard: a commit whose outcome the client never hears, guessed wrong (a
+    /// duplicate or a loss), and the broker-side split transaction of `docs/reliability.md`
+    /// when the broker comes back before it is fenced.
     CoordinatorKill,
     /// The group coordinator cut off until the session expires, with a transaction open:
     /// every group request (heartbeat, join, sync, offsets) to the app's group coordinator

@@ -35,7 +35,7 @@ pub struct Args {
     /// Run only this scenario (repeatable): process-kill, process-bounce, broker-kill,
     /// broker-bounce, rebalance-storm, random-aborts, stall, financial-close, endtxn-held,
     /// produce-held, coordinator-cut, coordinator-kill, group-coord-cut, slow-broker, postgres-sink, redis-sink,
-    /// redis-no-dedup, sink-kill [default: all].
+    /// redis-no-dedup, sink-kill, member-cut [default: all].
     #[arg(long = "scenario")]
     scenarios: Vec<Scenario>,
     /// The workload of the scenarios that are a fault alone: copy, timers (outputs sent by
