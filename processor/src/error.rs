@@ -128,7 +128,7 @@ pub enum Error {
     /// A Kafka call failed in a way the runtime could not recover from.
     #[error("{op} failed ({class}): {source}. {hint}")]
     Kafka {
-        /// The operation, e.g. `"init_transactions for my-app-orders-3"`.
+        /// The operation, e.g. `"init_transactions for my-app:orders:3"`.
         op: String,
         /// Its classification.
         class: ErrorClass,

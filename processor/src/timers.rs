@@ -66,8 +66,7 @@
 //! a window's closing timer whenever a record opens the window, *whatever the stream time*:
 //! a timer already due fires right after that record and closes it (later records of it
 //! are then corrections or late). A processor that skips the timer because "the stream time
-//! is past it already" leaves those windows open for good (the chaos suite's
-//! `financial-close` found exactly that in our own example).
+//! is past it already" leaves those windows open for good.
 //!
 //! # Exactly once
 //! Timers and the stream time live in a store of their own (with its changelog): scheduling

@@ -85,13 +85,10 @@ use crate::runtime::interrupt::Deadline;
 
 /// How long a task waiting for delivery reports ([`TxnProducer::await_acks`], or an abort
 /// waiting for its outstanding messages) sleeps when a poll served nothing: the most it
-/// adds to a transaction's latency, against one wake-up per pause while a task waits
-/// (~10 ms per transaction on a local broker). Polling in 1 ms steps instead, as before,
-/// spun through the whole wait inside `BaseProducer::poll` (`clock_gettime` was a quarter
-/// of the pipeline's CPU samples), and during a broker outage an abort spun for up to the
-/// message timeout; a `ThreadedProducer` whose thread serves the reports and wakes the
-/// task through a `Condvar` cost more still (a wake-up and a context switch per
-/// delivery-report event). The A/B figures are in docs/benchmarks.md.
+/// adds to a transaction's latency, against one wake-up per pause while a task waits.
+/// Shorter polls spin inside `BaseProducer::poll` (see the module doc), for the whole
+/// wait and, during a broker outage, for up to the message timeout; a `ThreadedProducer`
+/// waking the task per delivery report costs a context switch per event.
 const ACK_POLL_PAUSE: Duration = Duration::from_micros(500);
 
 /// Where a successful cycle's input offsets go.
@@ -180,11 +177,10 @@ impl TxnProducer {
         }
         let started = Instant::now();
         // A fresh producer's first coordinator query finds no broker connected and is
-        // retried 500 ms later (librdkafka 2.12, `rd_kafka_txn_coord_query`): four producers
-        // in turn took 510–1,100 ms in `init_transactions` in most runs on a local broker,
-        // and 62–70 ms after this metadata request, which waits for the first connection
-        // (in the runtime about half the starts still wait 500 ms: docs/scaling.md, *A
-        // producer's connection warm-up*). Best effort: a failure is `init_transactions`'.
+        // retried only after librdkafka's fixed retry pause (`rd_kafka_txn_coord_query`).
+        // This metadata request waits for the first connection, so the query finds one
+        // (docs/scaling.md, *A producer's connection warm-up*, has the figures). Best
+        // effort: a failure is `init_transactions`'.
         if let (Some(topic), false) = (self.warm_up_topic.as_deref(), self.wedged) {
             let bound = deadline.remaining().min(self.call_timeout);
             if let Err(e) = self.inner.client().fetch_metadata(Some(topic), bound) {
@@ -355,11 +351,10 @@ impl TxnProducer {
     /// Outstanding messages are *not* purged first: a message has its idempotence sequence
     /// number from the moment it is enqueued, so purging queued ones leaves a gap that the
     /// next transaction's first produce hits (`OUT_OF_ORDER_SEQUENCE_NUMBER`, "requires
-    /// epoch bump"): every processor-failure abort then cost a second, failed transaction,
-    /// and now and then an abort failed with `INVALID_TXN_STATE`, giving the producer up
-    /// (found by the chaos suite's random-aborts scenario: 45% of cycles aborted instead of
-    /// the 33% injected). Letting them be delivered costs at most a produce round trip (or
-    /// the message timeout while brokers are down), and they are aborted with the rest.
+    /// epoch bump"): every processor-failure abort would cost a second, failed transaction,
+    /// and an abort could fail with `INVALID_TXN_STATE`, giving the producer up. Letting
+    /// them be delivered costs at most a produce round trip (or the message timeout while
+    /// brokers are down), and they are aborted with the rest.
     pub(crate) fn abort(&mut self, deadline: Deadline<'_>) -> Result<(), StepError> {
         if self.in_txn {
             self.serve_until_none(|p| p.inner.in_flight_count().max(0) as u64, deadline);

@@ -262,8 +262,8 @@ impl PipelineBuilder {
     /// Whether a batch is processed as it is collected. Default `true`: the batch's
     /// transaction begins at its first record, each record is processed and its outputs
     /// produced as it arrives, and the interval's end only waits for the last
-    /// acknowledgements and commits — the producer sends while the batch fills (×1.09–1.20 records/s
-    /// in every guarantee at 1 and 4 partitions; `docs/benchmarks.md`). `false` collects the
+    /// acknowledgements and commits — the producer sends while the batch fills, which raises
+    /// throughput in every guarantee (`docs/benchmarks.md`). `false` collects the
     /// batch first and then runs its whole transaction, so the transaction is open only for
     /// the cycle and not the interval (a downstream `read_committed` consumer's last stable
     /// offset is held back for less time), at the cost of the producer idling while the
@@ -381,11 +381,10 @@ impl PipelineBuilder {
     /// collect first and take a slot for their cycle alone. Why: hundreds of partitions
     /// per instance, each with its own producer, committing at once flood the brokers with
     /// small transactional requests and the machine with runnable threads until produce
-    /// requests time out and batches abort and replay. Measured on one broker sharing two
-    /// cores with the pipeline (`docs/scaling.md`): with 32 slots 0 % of the transactions
-    /// aborted at 256 partitions, 0.2 % at 512 and 0 % at 1,024 (two runs), where no bound
-    /// aborted 22 %, 47 % and 92 %; 32 also copied the most records/s of 32, 64 and 128 at
-    /// 256 and 1,024 partitions (64 did at 512). Raise it for brokers with cores of their
+    /// requests time out and batches abort and replay. The default of 32 keeps aborts near
+    /// zero from 256 to 1,024 partitions on one broker sharing two cores with the pipeline,
+    /// where no bound aborts most transactions (figures: `docs/scaling.md`, *Transaction
+    /// slots*). Raise it for brokers with cores of their
     /// own. The trade-off: an engaged bound adds the wait for a slot to each partition's
     /// commit latency, and a smaller `n` makes each partition's transactions fewer and
     /// larger. A value at least

@@ -62,8 +62,8 @@ fn rejects_what_would_break_the_guarantee() {
     assert!(base().guarantee(Guarantee::AtLeastOnce).transaction_timeout(Duration::from_millis(50)).build().is_ok());
 }
 
-/// Item 7 of issue 10: `a-b` + topic `c` and `a` + topic `b-c` used to share
-/// `a-b-c-0`, so two pipelines fenced each other forever.
+/// `a-b` + topic `c` and `a` + topic `b-c` must not share a transactional.id, or two
+/// pipelines fence each other forever.
 #[test]
 fn transactional_ids_are_unambiguous() {
     let cfg = |app: &str| base().application_id(app).instance_id("c-0").build().unwrap().config().clone();

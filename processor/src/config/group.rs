@@ -35,12 +35,11 @@ pub enum Rebalancing {
     /// [`ExactlyOncePerConsumer`](crate::Guarantee::ExactlyOncePerConsumer), which accepts
     /// the incremental protocols too: there a worker's transaction holds all its
     /// partitions, so under an incremental protocol the transactions in flight when the
-    /// generation changes are refused and replayed, unmoved partitions included. Measured
-    /// on 16 stateless partitions (docs/scaling.md), eager paused the whole group about one
-    /// commit interval (0.3–0.5 s) while cooperative kept the unmoved partitions at 0.33 s,
-    /// made the moved ones wait 1.3 s and aborted 1.3 % of transactions; the incremental
-    /// protocols pay off when assignments are costly (large stores to restore, many
-    /// partitions).
+    /// generation changes are refused and replayed, unmoved partitions included. With cheap
+    /// assignments eager pauses the whole group for about one commit interval, less than
+    /// the moved partitions wait under cooperative, and aborts nothing (docs/scaling.md,
+    /// *Rebalance protocols*); the incremental protocols pay off when assignments are
+    /// costly (large stores to restore, many partitions).
     ///
     /// Stop-the-world, on the classic protocol (`range,roundrobin`): every rebalance revokes
     /// every partition of every instance, and under `ExactlyOnce` re-creates every
@@ -96,7 +95,7 @@ impl GroupSettings {
         }
         if self.rebalancing != Rebalancing::Consumer {
             // A member learns of a rebalance from its next heartbeat, and a cooperative one
-            // takes two rounds: librdkafka's 3 s interval kept moved partitions waiting for up
+            // takes two rounds: with librdkafka's default interval moved partitions wait for up
             // to two of them (docs/scaling.md). 1 s costs one small request per second per
             // instance. The user's consumer property, applied after, wins.
             c.set("heartbeat.interval.ms", "1000");

@@ -8,7 +8,7 @@ use super::{FaultInjection, GroupSettings, Guarantee, ProcessorErrorPolicy, Prop
 use crate::state::StoreDef;
 
 /// [`PipelineBuilder::max_concurrent_transactions`](crate::PipelineBuilder::max_concurrent_transactions)'s
-/// default (measured in `docs/scaling.md`).
+/// default (its measurements: `docs/scaling.md`, *Transaction slots*).
 pub(crate) const DEFAULT_MAX_CONCURRENT_TRANSACTIONS: usize = 32;
 
 /// A validated pipeline configuration. Build it with [`PipelineBuilder`](crate::PipelineBuilder).
@@ -109,11 +109,10 @@ impl PipelineConfig {
             // When its prefetch queue is over those thresholds, librdkafka postpones the
             // partition's next fetch by this long (default 1,000 ms). Our tasks drain in
             // bursts (a batch of up to `max_records_per_transaction` at once), so the queue
-            // is over the thresholds often, and every postponement left the partition's task
-            // idle for up to a second: in the timeline bench (docs/benchmarks.md) per-partition
-            // tasks spent 52 % of their time idle with the default, 4 % with 10 ms, and
-            // exactly-once went from 118k to 200k records/s. Cost: a re-check every 10 ms
-            // while the queue is full, local to the client.
+            // is over the thresholds often, and the default postponement leaves the
+            // partition's task idle for up to a second each time (docs/benchmarks.md, *Where
+            // the time goes*). Cost: a re-check every 10 ms while the queue is full, local
+            // to the client.
             .set("fetch.queue.backoff.ms", "10")
             .set("statistics.interval.ms", self.statistics_interval.as_millis().to_string());
         self.group.apply(&mut c);

@@ -255,9 +255,8 @@ fn rejoin(consumer: &BaseConsumer<Rebalancer>, cfg: &PipelineConfig, topics: &[&
 /// which can come within milliseconds of the revocation when the tasks had little to commit —
 /// terminates without leaving (librdkafka 2.12: its terminate path clears the assignment
 /// but skips the pending leave), and the group keeps the member's partitions, unprocessed,
-/// until its session times out. Seen in the rolling restart of `docs/scaling.md`: 1 stop in
-/// 24, a 20 s gap. Under KIP-848 the leave is a heartbeat that the close itself
-/// sends.
+/// until its session times out. Under KIP-848 the leave is a heartbeat that the close
+/// itself sends.
 fn leave_group(consumer: &BaseConsumer<Rebalancer>, deadline: Instant) {
     consumer.unsubscribe();
     while consumer.context().registry().has_routes() && Instant::now() < deadline {

@@ -1,28 +1,19 @@
 //! What per-partition mode costs the process, against what the process may open.
 //!
-//! In [`Guarantee::ExactlyOnce`](crate::Guarantee::ExactlyOnce) every assigned input
-//! partition has its own producer, and every librdkafka producer holds a few file
-//! descriptors per broker it knows (a connection, wake-up pipes) and a thread per broker.
-//! Measured with the scale study (`docs/scaling.md`): 1,024 partitions on a 3-broker
-//! cluster took 12,576 open files and 7,318 threads in one instance — about 4 files and 2
-//! threads per broker per partition. The usual soft limit on open files is 1,024 (systemd's
-//! default `LimitNOFILE`, many shells' `ulimit -n`), which such a process passes at about
-//! 80 partitions; past it librdkafka cannot open sockets, and every transaction times out.
-//!
-//! The library does not raise the limit itself (a process-wide setting is the
-//! application's to change). It bounds the partition tasks instead
-//! ([`PipelineBuilder::max_partition_tasks`](crate::PipelineBuilder::max_partition_tasks),
-//! by default what the limit holds): the partitions assigned past the bound are left
-//! unserved (paused) until room frees, so the ones served keep their connections. It says
-//! so too: a warning at start-up when the input topics have more partitions than the bound
-//! allows one instance, and an error each time an assignment leaves partitions unserved,
-//! naming the remedies.
+//! In [`Guarantee::ExactlyOnce`](crate::Guarantee::ExactlyOnce) every assigned partition has
+//! its own producer, which holds a few open files and a thread per broker; past the soft limit
+//! on open files librdkafka cannot open sockets and every transaction times out (figures:
+//! `docs/scaling.md`). The library never raises the limit (a process-wide setting is the
+//! application's): it bounds the partition tasks
+//! ([`PipelineBuilder::max_partition_tasks`](crate::PipelineBuilder::max_partition_tasks), by
+//! default what the limit holds), leaves the partitions past it paused until room frees, and
+//! says so, at start-up and at each assignment that leaves partitions unserved.
 
 use crate::config::PipelineConfig;
 use crate::Guarantee;
 
-/// Open files one per-partition producer needs per broker of the cluster (measured: 12.3
-/// per partition on 3 brokers, rounded up).
+/// Open files one per-partition producer needs per broker of the cluster (a connection and
+/// wake-up pipes; about 13 per partition on 3 brokers, `docs/scaling.md`).
 const FILES_PER_BROKER: u64 = 4;
 
 /// Open files of everything else in the instance: the consumer (it knows the brokers too),
@@ -136,7 +127,7 @@ mod tests {
 
     #[test]
     fn the_limit_is_named_with_the_partitions_it_holds() {
-        // 3 brokers: 12 files per partition, the measured 12.3 rounded down to the model.
+        // 3 brokers: 12 files per partition.
         assert_eq!(files_needed(1024, 3), 64 + 1024 * 12);
         assert_eq!(partitions_within(1024, 3), 80);
         assert!(over_limit(80, 3, Some(1024)).is_none());

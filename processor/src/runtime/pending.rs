@@ -1,26 +1,13 @@
 //! The records the consumer thread holds for tasks whose queue is full, and when to pause a
 //! partition instead.
 //!
-//! The consumer thread never blocks on a task (it must keep polling to run rebalances), so
-//! a record whose task queue is full waits here. Past a bound the partition is paused: the
-//! consumer stops fetching it until its task has taken every record waiting here.
-//!
-//! # Why the bound is generous
-//! Pausing is expensive: librdkafka drops what it prefetched for the partition and fetches
-//! it again after the resume — and until the consumer thread woke the fetcher after a resume
-//! (`consumer`'s `wake` module), the fetch could wait up to 1 s more. A task drains in
-//! bursts (a whole batch when its cycle ends), so with a bound of one queue's worth
-//! (`max_records_per_transaction`, at most 10,000) a busy partition was paused and resumed
-//! every cycle, and the consumer spent the cycles re-fetching instead of keeping the next
-//! batch ready. Measured with `cargo bench --bench
-//! batch_throughput -- --quick --no-peers --partitions 1 --intervals 100 --records 1000000`
-//! (1 partition, medians of 3, quiet machine, load 0.1–1.7): exactly-once 62,243 records/s
-//! and at-least-once 66,377 with that bound, 157,465 and 151,646 with ten times that.
-//!
-//! So a partition may hold up to [`PENDING_FACTOR`] queues' worth here while the instance's
-//! pending records stay under [`PENDING_BUDGET`] bytes, and only one queue's worth once they
-//! are over it: memory stays bounded by the old per-partition bound plus the budget, and
-//! one or a few busy partitions — the case the old bound starved — no longer pause.
+//! The consumer thread never blocks on a task (it must keep polling to run rebalances), so a
+//! record whose task queue is full waits here; past a bound the partition is paused until its
+//! task has taken every record waiting here. Pausing makes librdkafka drop and re-fetch its
+//! prefetch, and tasks drain in bursts, so the bound is generous: [`PENDING_FACTOR`] queues'
+//! worth per partition while the instance's pending records stay under [`PENDING_BUDGET`]
+//! bytes, one queue's worth once they are over it. Memory stays bounded by one queue's worth
+//! per partition plus the budget (`docs/operations.md`, *Sizing*).
 
 use std::collections::{HashMap, VecDeque};
 

@@ -10,7 +10,7 @@
 //! - *reuse the producer* (retry the commit, or abort and replay on the same epoch): under
 //!   the classic transaction protocol, the only one librdkafka 2.12 speaks (no KIP-890), a
 //!   delayed `EndTxn` or `TxnOffsetCommit` of the old transaction can land in a *later*
-//!   transaction of the same producer epoch (KAFKA-17754, found by Jepsen): it commits that
+//!   transaction of the same producer epoch (KAFKA-17754): it commits that
 //!   transaction half-done, or moves the committed offset back;
 //! - *guess*: replaying a batch that committed duplicates it; dropping one that did not loses
 //!   it.
@@ -140,7 +140,6 @@ pub(crate) fn replaced(e: &StepError) -> bool {
 /// until the task timeout livelocks the partition, and the revocation that waits for this
 /// task blocks the consumer from rejoining. Giving the producer up ends the cycle at once;
 /// the group reassigns the partition, whose next owner resumes from the committed offset.
-/// (Found by the chaos suite's stall scenario.)
 ///
 /// ILLEGAL_GENERATION and STALE_MEMBER_EPOCH are not among them: the member is still in the
 /// group, whose generation moved on between the metadata read and the offsets' arrival (an
@@ -422,7 +421,7 @@ mod tests {
         assert_eq!(v(e(Step::AwaitAcks, KafkaError::MessageProduction(C::MessageSizeTooLarge))), Verdict::Replay);
         assert_eq!(v(e(Step::AwaitAcks, timeout())), Verdict::Replay, "no commit step was reached");
         assert_eq!(v(e(Step::SendOffsets, KafkaError::Canceled)), Verdict::Replay, "a definite refusal");
-        // At-least-once has no transaction: a fatal producer is given up as before.
+        // At-least-once has no transaction to reconcile: a fatal producer is given up.
         assert_eq!(verdict(&e(Step::Produce, KafkaError::MessageProduction(C::Fatal)), false), Verdict::GiveUp);
     }
 }

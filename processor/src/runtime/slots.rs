@@ -1,30 +1,22 @@
 //! Transaction slots: at most N partition tasks run a transaction cycle at once.
 //!
-//! Why: in per-partition mode ([`Guarantee::ExactlyOnce`](crate::Guarantee)) every partition
-//! has its own task and producer. Hundreds of them committing at once flood the brokers with
-//! small requests (AddPartitionsToTxn, Produce, TxnOffsetCommit, EndTxn per partition per
-//! commit interval) and the machine with runnable threads: produce requests time out, the
-//! batches abort and replay, and the load grows (measured at 1,024 partitions in one
-//! instance: 409 records/s and 1,109 aborts unbounded; `docs/scaling.md`). With slots, a task
-//! that has collected its batch waits for a free slot before it begins its transaction;
-//! collecting is not limited.
+//! In per-partition mode ([`Guarantee::ExactlyOnce`](crate::Guarantee)) hundreds of tasks
+//! committing at once flood the brokers with small transactional requests and the machine with
+//! runnable threads, until produce requests time out and batches abort and replay
+//! (`docs/scaling.md`, *Transaction slots*). A task that has collected its batch waits for a
+//! slot before it begins its transaction; collecting is not limited.
 //!
-//! - **Engaged only above N tasks.** Every partition task is a [`Member`] while it lives. While
-//!   the instance runs at most N of them a slot is always free, so the bound costs nothing and
-//!   batches may still be processed as they are collected (a streamed batch's transaction is
-//!   open for the whole interval and holds no slot). Past N members the bound is *engaged*:
-//!   new batches collect first and take a slot for their cycle alone.
-//! - **First come, first served.** Waiters are served in the order they came, each woken on
-//!   its own (no thundering herd of a thousand threads per release), so that no partition's
-//!   commit gap grows because others keep barging past it.
-//! - **Bounded waits.** A wait ends at the batch's deadline (the task timeout).
-//! - **A revocation does not wait.** A task waiting for a slot when its partitions are
-//!   revoked (or the instance shuts down) stops waiting at once ([`Slots::acquire`]'s
-//!   `give_up`) and hands its batch back uncommitted: no transaction has begun for it, and the
-//!   consumer thread waits for the task inside the rebalance callback, while under the
-//!   incremental protocols every partition of the instance is paused. Committing instead
-//!   meant queueing: measured at 1,024 partitions in one instance, a revocation of 512 took
-//!   56 s (512 commits through 32 slots on the saturated machine).
+//! - **Engaged only above N tasks.** Every partition task is a [`Member`] while it lives; while
+//!   there are at most N a slot is always free and batches may be processed as they are
+//!   collected (a streamed batch holds no slot). Past N, new batches collect first and take a
+//!   slot for their cycle alone.
+//! - **First come, first served**, each waiter woken on its own: no partition's commit gap
+//!   grows because others barge past it.
+//! - **Bounded waits**: a wait ends at the batch's deadline (the task timeout).
+//! - **A revocation does not wait.** A waiting task whose partitions are revoked (or that shuts
+//!   down) stops at once ([`Slots::acquire`]'s `give_up`) and hands its batch back uncommitted:
+//!   the consumer thread waits for it inside the rebalance callback, with every partition of
+//!   the instance paused under the incremental protocols.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

@@ -295,8 +295,7 @@ impl Task {
                 let distinct: std::collections::BTreeSet<TopicPartition> =
                     batch.iter().map(|r| (r.topic.clone(), r.partition)).collect();
                 // The records after the batch are in the inbox already: committing one of
-                // them would commit past the dropped ones (found by the scale study: 52
-                // records lost at a scale-in, past the slot bound, after hand-backs).
+                // them would commit past the dropped ones, losing them.
                 self.rewinding.extend(distinct.iter().cloned());
                 self.dropped = distinct.into_iter().collect();
                 tracing::warn!(

@@ -151,8 +151,8 @@ fn commit_without_an_answer_is_reconciled_with_a_fresh_producer() {
     mock.broker_down(1).expect("broker down");
     let started = Instant::now();
     let err = p.commit((Instant::now() + Duration::from_secs(2)).into()).expect_err("no broker, no commit");
-    // librdkafka does not always honour the call's timeout here (confluentinc/librdkafka#5456:
-    // 8.9 s for a 2 s timeout was seen on a loaded machine); the call's watchdog bounds it.
+    // librdkafka does not always honour the call's timeout here (confluentinc/librdkafka#5456,
+    // worst on a loaded machine); the call's watchdog bounds it.
     let bound = Duration::from_secs(2) + super::watchdog::GRACE + Duration::from_secs(2);
     assert!(started.elapsed() < bound, "one call, bounded: {:?}", started.elapsed());
     assert_eq!((err.step, err.class), (Step::Commit, ErrorClass::Retriable), "{err}");
@@ -182,8 +182,8 @@ fn offsets_without_an_answer_are_reconciled() {
     let err = p
         .send_offsets(&offsets, &group, (Instant::now() + Duration::from_secs(2)).into())
         .expect_err("no broker, no offsets");
-    // librdkafka does not always honour the call's timeout here (confluentinc/librdkafka#5456:
-    // 8.9 s for a 2 s timeout was seen on a loaded machine); the call's watchdog bounds it.
+    // librdkafka does not always honour the call's timeout here (confluentinc/librdkafka#5456,
+    // worst on a loaded machine); the call's watchdog bounds it.
     let bound = Duration::from_secs(2) + super::watchdog::GRACE + Duration::from_secs(2);
     assert!(started.elapsed() < bound, "one call, bounded: {:?}", started.elapsed());
     assert_eq!((err.step, err.class), (Step::SendOffsets, ErrorClass::Retriable), "{err}");

@@ -27,7 +27,7 @@ impl TxnProducer {
     /// timeout, capped by `transaction.timeout.ms`, runs out before librdkafka gives up on
     /// the topic's metadata) and the cluster confirms the topic does not exist. Otherwise
     /// the same produce is retried until the task timeout, every attempt failing the same
-    /// way (it used to: `MessageTimedOut` every ~10 s for up to 300 s, the topic never named).
+    /// way with a `MessageTimedOut` that never names the topic.
     pub(crate) fn missing_topic(&self, e: &StepError, timeout: Duration) -> Option<String> {
         use RDKafkaErrorCode as C;
         let suspicious = e.step == Step::AwaitAcks

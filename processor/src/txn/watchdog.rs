@@ -1,32 +1,14 @@
 //! A transactional librdkafka call that does not return.
 //!
-//! # Why
-//! librdkafka 2.12 can block in `send_offsets_to_transaction` forever after the broker
-//! hosting the transaction coordinator was killed: the call's own timeout is never checked
-//! on one path (confluentinc/librdkafka#5456, #5511; found by the chaos suite's
-//! coordinator-kill scenario, where gdb showed the call waiting with no deadline). A task
-//! stuck there holds its partitions for good: nothing is committed, and without a
-//! revocation nothing notices.
-//!
-//! # What
-//! Every transactional call (`init_transactions`, `send_offsets_to_transaction`,
-//! `commit_transaction`, `abort_transaction`) runs on another thread (a small pool of
-//! detached threads, see [`pool`]), and the task waits for it at most the call's timeout plus [`GRACE`]. A call that outlives
-//! that is abandoned: its thread keeps the producer (a shared reference) until librdkafka
-//! returns, if ever; the task's [`TxnProducer`](super::TxnProducer) is marked wedged and
-//! makes no further call; and the step fails as timed out. Its outcome is then unknown, so
-//! the task fences the producer with a fresh one of the same transactional.id and
-//! reconciles ([`crate::runtime::reconcile`]): the epoch bump also makes whatever the stuck
-//! call might still send harmless.
-//!
-//! # Cost
-//! A hand-over to an idle pool thread per call (two per committed transaction), each a
-//! thread wake-up there and back. Measured with `commit_latency --quick` against one local
-//! broker, A/B runs in turn on a quiet 2-core machine (load 0.1–1.3), as the median over
-//! its 12 configurations of the commit step's p50: without the watchdog 1.46 / 1.40 /
-//! 1.39 ms, with it 1.52 / 1.58 / 1.56 ms (+0.06 to +0.18 ms); the whole transaction's p50
-//! 8.52 / 8.66 / 8.59 ms against 8.59 / 8.96 / 8.62 ms (+1 to +3 %). Against a broker
-//! across a network, whose commit step takes several milliseconds, it is smaller still.
+//! librdkafka 2.12 can block in `send_offsets_to_transaction` forever after the broker hosting
+//! the transaction coordinator dies (confluentinc/librdkafka#5456, #5511): a task stuck there
+//! holds its partitions for good. So every transactional call runs on a thread of a small pool
+//! ([`pool`]), and the task waits at most the call's timeout plus [`GRACE`]. A call that
+//! outlives that is abandoned with its producer (marked wedged: no further call), its step
+//! failing as timed out; the outcome is then unknown, so the task fences the producer with a
+//! fresh one and reconciles ([`crate::runtime::reconcile`]), which also makes whatever the
+//! stuck call still sends harmless. The hand-over costs two thread wake-ups per call, below
+//! the noise of the commit step (`docs/benchmarks.md`, *Where the commit step's tail goes*).
 
 use std::sync::mpsc::{sync_channel, RecvTimeoutError};
 use std::sync::Arc;
@@ -79,8 +61,7 @@ pub(super) fn run(
 /// idle starts one; a thread idle for [`IDLE`](pool::IDLE) exits. They are detached, not a
 /// runtime's blocking pool: a runtime waits for its blocking tasks when it is dropped, so a
 /// call that never returns would keep the application from ending; a detached thread does
-/// not. A thread spawned per call instead cost 53–59 µs per call (spawn and reply, median,
-/// 2-core machine) and 0.1–0.2 ms on the commit step's median.
+/// not. Idle threads are reused because spawning one per call costs more than the hand-over.
 mod pool {
     use std::sync::atomic::{AtomicU64, Ordering};
     use std::sync::mpsc::{sync_channel, RecvTimeoutError, SyncSender};

@@ -18,7 +18,7 @@
 //!   keeps its aggregate. A late record whose window closed less than the retention ago is
 //!   folded in and the window is emitted again as a **correction** (revision + 1). Past the
 //!   retention — always, with the default — the record goes to the late-records topic with
-//!   [`LATE_HEADER`], as before corrections existed.
+//!   [`LATE_HEADER`].
 //!
 //! Store layout: one store per operator; its entries are the watermark (`Key::Meta`), one
 //! entry per open or retained (key, window) for grid windows, one entry per key holding its

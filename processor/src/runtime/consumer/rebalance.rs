@@ -226,8 +226,8 @@ impl Rebalancer {
         // A per-partition task that is still busy past its interrupt deadline plus one
         // blocking call's bound is hung. librdkafka's send_offsets_to_transaction can block
         // forever once the group coordinator's broker has left the metadata
-        // (confluentinc/librdkafka#5456, #5511; found by the chaos suite's coordinator-kill);
-        // the call's watchdog (crate::txn::watchdog) now lets the task go on after the call
+        // (confluentinc/librdkafka#5456, #5511); the call's watchdog (crate::txn::watchdog)
+        // lets the task go on after the call
         // timeout plus its grace, so this is the second line: abandon the task to fencing
         // rather than hold the whole group's rebalance for the task timeout. Workers are
         // waited for until the deadline: they are long-lived, and their watchdog frees them.

@@ -83,9 +83,7 @@ impl Rebalancer {
     ///
     /// The sink's offset matters: its write follows the Kafka commit, so the group's
     /// committed offset can be ahead of it (the previous owner's write failed, or it
-    /// crashed in between); seeking there skipped the batches in between for good (the
-    /// chaos suite's postgres-sink, 21 rows missing, with PostgreSQL down while the
-    /// partition's task first started).
+    /// crashed in between); seeking there would skip the batches in between for good.
     ///
     /// Under the task bound ([`Shared::max_tasks`](crate::runtime::Shared::max_tasks)) at
     /// most as many start as there is room for; a failed partition due while there is none

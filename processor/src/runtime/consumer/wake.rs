@@ -1,31 +1,17 @@
 //! Waking librdkafka's fetchers after partitions are resumed.
 //!
-//! # The hazard
-//! A paused partition is taken out of its broker thread's fetch list. Resuming it only
-//! flags it (librdkafka 2.12, `rd_kafka_toppar_pause_resume`): unlike a fetch start, it does
-//! not wake the broker thread, which, once every partition it fetched was paused, idles up
-//! to its fixed 1 s wait before it looks at them again. Partitions are paused in three
-//! places:
-//! - librdkafka itself pauses *every* assigned partition while an incremental rebalance's
-//!   callback runs, and resumes them when the callback applies the change. Measured in the
-//!   join of `cargo bench --bench rebalance` (per-consumer mode, cooperative): the
-//!   partitions that stayed on one instance fetched nothing for 0.95 s after the resume
-//!   (`debug=fetch`: "fetch decide: updating to version …" only then), which made their
-//!   longest gap between commits 1.28 s where the other instance's was 0.4 s;
-//! - the consumer thread pauses a partition whose records wait for a full task queue, and
-//!   resumes it once they are taken (`super::pending`);
-//! - a partition whose task could not start stays paused until it does (`super::recovery`).
+//! Resuming a paused partition only flags it (librdkafka 2.12, `rd_kafka_toppar_pause_resume`):
+//! a broker thread whose partitions were all paused idles up to its fixed 1 s wait before it
+//! fetches them again. Partitions are paused by librdkafka during an incremental rebalance's
+//! callback, by the consumer thread while records wait for a full task queue
+//! (`super::pending`), and while a partition's task cannot start (`super::recovery`).
 //!
-//! # What this does
-//! After a resume, a helper thread sends one small request (the partition's watermark
-//! offsets, a `ListOffsets`) to the leader of one resumed partition per broker. A request
-//! is an operation on that broker's thread, which wakes it; it then sees the resume and
-//! fetches. The leaders come from the topic metadata, fetched again when a resumed
-//! partition's leader is not known or the last fetch is older than [`LEADERS_TTL`] (a
-//! stale leader only makes the poke miss, which is what happens without it). Everything
-//! runs on the helper thread, never on the consumer's poll thread. The consumer thread
-//! stops the helper before it lets the consumer go ([`FetchWaker::stop`]): a helper
-//! holding the last reference would close the consumer on its own thread.
+//! So after a resume a helper thread sends one small request (a `ListOffsets`) to the leader of
+//! one resumed partition per broker, which wakes that broker's thread. Leaders come from the
+//! topic metadata, refreshed when unknown or older than [`LEADERS_TTL`] (a stale leader only
+//! makes the poke miss). Nothing runs on the consumer's poll thread, and the consumer thread
+//! stops the helper ([`FetchWaker::stop`]) before it lets the consumer go, so the consumer is
+//! never closed on the helper's thread.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};

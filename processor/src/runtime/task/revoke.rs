@@ -1,18 +1,13 @@
 //! A revocation, read between records ([`Task::revoke`]): the revoked partitions' batch is
-//! committed (keeping the work) or, if they were *lost* (the group already gave them to
-//! someone else), its open transaction aborted and their records dropped; then their state,
-//! tables and sink claims are let go.
+//! committed (keeping the work) or, if they were *lost*, its open transaction aborted and their
+//! records dropped; then their state, tables and sink claims are let go.
 //!
-//! One exception to the commit: in per-partition mode past the transaction slot bound
-//! ([`crate::runtime::slots`]), a batch that has begun no transaction — only collected,
-//! nothing processed or produced — is *handed back*: dropped, for the partition's next owner
-//! to read again from the committed offset. Here for a task still collecting when the
-//! revocation is read ([`Task::revoke`]'s `hand_back`); a task already waiting for its slot
-//! gives the wait up as soon as the revocation is set (`Task::commit_batch`). Committing
-//! instead would queue for a slot while the callback waits: measured at 1,024 partitions in
-//! one instance, the revocation of 512 took 56 s (512 commits through 32 slots, about 3.5 s
-//! each on the saturated machine), and every partition of the instance was paused for it.
-//! Both count `kafka_eos_revoked_records_handed_back_total`.
+//! Past the transaction slot bound ([`crate::runtime::slots`]) a batch that has begun no
+//! transaction is *handed back* instead: dropped, for the next owner to read again from the
+//! committed offset (`hand_back` here; `Task::commit_batch` for a task waiting for its slot).
+//! Committing it would queue for a slot while the rebalance callback, and every paused
+//! partition, waits (`docs/scaling.md`, *Transaction slots*). Both count
+//! `kafka_eos_revoked_records_handed_back_total`.
 
 use super::Task;
 use crate::partition::TopicPartition;

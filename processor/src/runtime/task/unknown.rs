@@ -20,9 +20,8 @@ impl Task {
     ///
     /// Only while the task owns the partitions and has time left: partitions reported lost
     /// are someone else's (our `init_transactions` would fence the new owner), so then — or
-    /// if the reconcile cannot finish by the deadline — the producer is given up as before
-    /// fence-and-reconcile existed: the partitions go back to the group, whose next owner
-    /// resolves the transaction.
+    /// if the reconcile cannot finish by the deadline — the producer is given up: the
+    /// partitions go back to the group, whose next owner resolves the transaction.
     pub(super) fn fence_and_reconcile(
         &mut self,
         batch: &[InputRecord],
