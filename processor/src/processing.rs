@@ -1,13 +1,8 @@
 //! The processing half of a partition task, with no Kafka client in it: the processor
-//! instances, the partitions' state (committed backend + the open transaction's overlay),
-//! the dead-letter route, and the bookkeeping of the processor error policy.
-//!
-//! The runtime's task ([`crate::runtime::task`]) wraps it in real transactions; the test
-//! driver ([`crate::testing`], used by `kafka-eos-testkit`) wraps it in simulated ones. Both
-//! call exactly this code, so what a processor sees — instances made per partition after the
-//! state is restored, reads of its own writes, overlays merged on commit and discarded on
-//! abort, retries counted per record, dead-letter copies with their headers — cannot drift
-//! between the tests and production.
+//! instances, the partitions' state (committed backend + the open transaction's overlay), the
+//! dead-letter route, and the processor error policy's bookkeeping. The runtime's task
+//! ([`crate::runtime::task`]) and the test driver ([`crate::testing`]) both call exactly this
+//! code, so what a processor sees cannot drift between tests and production.
 
 use std::collections::HashMap;
 use std::sync::Arc;

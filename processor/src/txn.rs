@@ -28,44 +28,23 @@
 //! committed by the consumer after the cycle returns.
 //!
 //! # Hazards handled here
-//! - **Blocking calls.** Every transaction call blocks on coordinator round trips. This
-//!   module is only ever called from a partition task's own OS thread, never from an async
-//!   worker, and every call gets a timeout derived from the task deadline.
-//! - **The 100 ms commit floor.** rust-rdkafka 0.39's `commit_transaction` first flushes,
-//!   and its flush polls in 100 ms steps while anything is unacknowledged. We first wait for
-//!   every delivery report ([`TxnProducer::await_acks`]), so the flush inside commit finds
-//!   nothing outstanding and returns at once. The wait serves one event at a time and
-//!   sleeps briefly when there was none (see [`ACK_POLL_PAUSE`]), because 0.39's
-//!   `BaseProducer::poll(t)` can neither wait cheaply nor return early: it keeps serving
-//!   events until `t` has elapsed (so a long `t` is a floor under every transaction), and
-//!   it hands librdkafka the remaining time in whole milliseconds, so every `t` below 1 ms,
-//!   and the last fraction of a millisecond of any `t`, is a busy loop.
-//! - **No second try on the same epoch after an indefinite answer.** A
-//!   `send_offsets_to_transaction` or `commit_transaction` that fails without a definite
-//!   answer (it timed out after librdkafka's own retries inside the call) may still land at
-//!   the coordinator later — and under the classic transaction protocol (librdkafka has no
-//!   KIP-890) it can land in a *later* transaction of the same producer epoch (KAFKA-17754):
-//!   a delayed `EndTxn` commits that transaction half-done, a delayed `TxnOffsetCommit`
-//!   moves the committed offset back. So [`TxnProducer::send_offsets`] and
-//!   [`TxnProducer::commit`] make one call each (librdkafka already retries retriable
-//!   errors inside it, for the whole call timeout) and the task never reuses a producer
-//!   whose commit step failed: it fences it with a fresh producer of the same
-//!   transactional.id and learns the outcome from the stable committed offsets
+//! - **Blocking calls** run only on a partition task's own OS thread, each with a timeout
+//!   derived from the task deadline; a call librdkafka never returns from (librdkafka#5456)
+//!   is abandoned with its producer ([`watchdog`]).
+//! - **The commit floor.** rust-rdkafka 0.39's `commit_transaction` flushes first, in
+//!   100 ms poll steps while anything is unacknowledged, and its `BaseProducer::poll(t)`
+//!   serves events until `t` elapses (busy-looping below 1 ms). So every delivery report is
+//!   awaited first ([`TxnProducer::await_acks`], pausing [`ACK_POLL_PAUSE`] when idle) and
+//!   the flush inside commit returns at once.
+//! - **No second call on the same epoch after an indefinite answer**: a delayed `EndTxn` or
+//!   `TxnOffsetCommit` can land in a later transaction (KAFKA-17754). The commit step calls
+//!   once; a producer whose commit step failed is fenced and reconciled
 //!   ([`crate::runtime::reconcile`]).
-//! - **Stale delivery reports.** Reports of an aborted transaction can arrive after the
-//!   abort; each cycle tags its messages with a cycle number and the tracker ignores other
-//!   cycles' reports, so an old failure never fails a new transaction.
-//! - **Waits that must end early.** Every wait here (a call retried, a backoff, delivery
-//!   reports, room in librdkafka's queue) ends by a [`Deadline`]: the task timeout, brought
-//!   forward when the consumer thread interrupts the task (revocation, lost partitions,
-//!   shutdown; see [`crate::runtime::interrupt`]). Only a librdkafka call already running
-//!   is not cut short (each is bounded by the call timeout).
-//! - **A call that never returns.** librdkafka does not always honour a transactional
-//!   call's timeout (librdkafka#5456): each runs on a thread of a small pool, and one that
-//!   outlives its timeout plus a grace is abandoned with its producer, its step failing as
-//!   timed out (an unknown outcome: fenced and reconciled). See [`watchdog`].
-//! - **Unknown errors** are classified abortable ([`crate::error::classify`]): never
-//!   reported as committed.
+//! - **Stale delivery reports** of an aborted cycle are ignored by cycle number.
+//! - **Every wait ends by a [`Deadline`]**, brought forward by an interrupt
+//!   ([`crate::runtime::interrupt`]).
+//! - **Unknown errors** are abortable ([`crate::error::classify`]): never reported as
+//!   committed.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;

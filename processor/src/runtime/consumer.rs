@@ -1,40 +1,17 @@
-//! The consumer thread: polls the consumer, routes records to tasks, and runs the
-//! rebalance protocol.
+//! The consumer thread: polls the consumer, routes records to tasks, and runs the rebalance
+//! protocol. Under the incremental protocols ([`Rebalancing::Cooperative`](crate::Rebalancing),
+//! `Consumer`) only moved partitions are touched; under `Eager` everything is revoked and
+//! assigned. Invariants:
 //!
-//! # Rebalances
-//! The callbacks see only the partitions that move under the incremental protocols
-//! ([`Rebalancing::Cooperative`](crate::Rebalancing), `Consumer`): every other partition
-//! keeps its task, its producer and its state, and goes on committing (per-consumer mode
-//! reads the group metadata afresh for each transaction; per-partition offsets name the
-//! group alone: `crate::txn`'s `offsets` module). Under `Eager` every rebalance revokes and
-//! assigns everything. The steps are the same:
-//!
-//! - **Assign.** Before librdkafka applies the assignment (and so before it fetches the
-//!   committed offsets), every new partition's task is started and its producer
-//!   initialised, in parallel; the callback waits for all of them. `init_transactions`
-//!   fences the previous owner and completes its open transaction, so the offsets fetched
-//!   next are final; the consumer is read_committed, so librdkafka also fetches them as
-//!   *stable* (KIP-447), which covers the per-consumer mode where no transactional.id is
-//!   shared.
-//! - **Revoke.** The callback tells each affected task and waits — bounded by the task
-//!   timeout — until it has committed its collected batch (at-least-once: then commits the
-//!   acknowledged offsets synchronously). A task that does not answer in time is abandoned:
-//!   the new owner's `init_transactions` (per-consumer mode: the group generation) fences
-//!   it, so it can commit nothing after the partition moved. Before telling a task, the callback sets
-//!   its [`Interrupt`]: a task retrying a failing batch gives up on it by the shutdown
-//!   timeout (see [`super::interrupt`]), so the group's rebalance is not held up for a
-//!   whole task timeout.
-//! - **Lost** (session timeout, fenced generation): tasks drop their batch without
-//!   committing, and a task retrying a failing batch drops it at once (the interrupt); the
-//!   group has already moved on.
-//! - **Shutdown.** Every task's interrupt is set with four fifths of the shutdown timeout,
-//!   then the consumer leaves the group (a revocation) and stops the remaining tasks.
-//! - **Fenced producer.** A task whose producer was fenced by a newer owner, or whose member
-//!   the group no longer knows, reports it; the consumer leaves the group and joins again,
-//!   so the group reassigns its partitions (to this instance or another) and they restart
-//!   from their committed offsets. A producer that failed for its own reasons is replaced
-//!   in place instead, and a partition whose task cannot start is retried while the others
-//!   run ([`recovery`]).
+//! - **Assign**: every new partition's producer is initialised (fencing the previous owner)
+//!   before librdkafka fetches the committed offsets, which it reads as stable (KIP-447).
+//! - **Revoke**: the callback sets each affected task's [`Interrupt`], then waits, bounded,
+//!   until it has committed its batch; a task that does not answer is abandoned to fencing.
+//! - **Lost**: batches are dropped uncommitted. **Shutdown**: tasks are interrupted with four
+//!   fifths of the shutdown timeout, then the consumer leaves the group.
+//! - **Fenced producer**: the consumer leaves and rejoins, so the group reassigns the
+//!   partitions; a producer that failed on its own is replaced in place, and a task that cannot
+//!   start is retried while the others run ([`recovery`]).
 
 use std::sync::mpsc::{Receiver, TrySendError};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};

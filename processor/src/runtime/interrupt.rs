@@ -1,49 +1,22 @@
 //! Interrupting a task that is busy with a failing batch: revocation, lost partitions,
 //! shutdown.
 //!
-//! # Why
-//! A task reads its inbox only between cycles, and one batch can keep it busy for long: a
-//! processor failing every replay (under a retry policy), a Kafka error replayed with
-//! backoff, a retriable call retried, a delivery report that does not come while the
-//! brokers are away — each bounded only by the task timeout (300 s by default). Meanwhile:
-//! - on a **revocation** the consumer thread waits for the task's reply *inside the
-//!   rebalance callback*, so the whole group's rebalance waits for this member too (every
-//!   partition of every instance stays unassigned until it rejoins, or until
-//!   `max.poll.interval.ms` expels it);
-//! - on a **lost** assignment the group has already given the partitions to someone else,
-//!   and every further attempt is wasted work against a producer about to be fenced;
-//! - on **shutdown** the consumer thread abandons the task at the shutdown deadline, and an
-//!   abandoned task went on replaying (and calling the processor) after `run` returned.
-//!
-//! So the consumer thread sets the task's [`Interrupt`] *before* it sends the `Revoke` or
-//! starts the shutdown, and every wait of the cycle — the retry loops and backoff sleeps in
-//! [`crate::txn`] and `Task::commit_batch`, the wait for delivery reports, the wait for
-//! room in librdkafka's queue — takes its end from a [`Deadline`] that the interrupt brings
-//! forward; a backoff sleep wakes up as soon as the interrupt is set. What the task then
-//! does with the batch:
+//! One batch can keep a task from its inbox until the task timeout, while the consumer thread
+//! (and, on a revocation, the whole group's rebalance) waits for it. So the consumer thread
+//! sets the task's [`Interrupt`] *before* it sends the `Revoke` or starts the shutdown, and
+//! every wait of the cycle ends by a [`Deadline`] the interrupt brings forward:
 //!
 //! | interruption | set by the consumer thread | deadline | the batch |
 //! |---|---|---|---|
 //! | lost | on `Revoke { lost: true }` | at once | not tried again: the open transaction (if any) is aborted, briefly, and the batch dropped |
-//! | revoked | on `Revoke { lost: false }` | the shutdown timeout from now, at most the consumer's own wait | committed if that can be done before the deadline ("commit what is collected", as before); otherwise aborted and dropped |
+//! | revoked | on `Revoke { lost: false }` | the shutdown timeout from now, at most the consumer's own wait | committed if that can be done before the deadline; otherwise aborted and dropped |
 //! | shutdown | when the graceful shutdown starts | the shutdown deadline | as revoked |
 //!
-//! Dropping a batch is always safe: nothing of an aborted transaction is visible, and the
-//! partitions' next owner (this instance or another) resumes from the committed offset —
-//! the batch is redone, not lost. A dropped batch is reported as
-//! [`Outcome::Dropped`](crate::observe::Outcome::Dropped).
-//!
-//! # What is not interrupted
-//! A librdkafka call already running finishes (each is bounded by the producer's call
-//! timeout, the transaction timeout or 5 s); neither is a processor call. The abort that
-//! ends an interrupted batch gets a short grace ([`ABORT_GRACE`]) even past the deadline: an
-//! abort refused for lack of time would give the producer up for nothing.
-//!
-//! # The design rule still holds
-//! The task never waits for the consumer thread: the interrupt is a mutex-guarded state the
-//! consumer thread writes and the task reads. The consumer thread's waits stay bounded as
-//! before (a task that does not answer in time is abandoned to fencing); the interrupt only
-//! makes the answer come sooner.
+//! Dropping is always safe: the next owner redoes the batch from the committed offset
+//! ([`Outcome::Dropped`](crate::observe::Outcome::Dropped)). A running librdkafka or processor
+//! call is not cut short; the final abort gets [`ABORT_GRACE`] past the deadline. The task still
+//! never waits for the consumer thread: the interrupt is state the consumer writes and the task
+//! reads.
 
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};

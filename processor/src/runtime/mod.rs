@@ -6,21 +6,11 @@
 //!        └──── Summary / Error ───────────┘   └──── control: commit offsets, fenced, fatal ┘
 //! ```
 //!
-//! - The **consumer thread** ([`consumer`]) owns the librdkafka consumer, polls it, routes
-//!   each record to the task owning its partition, and runs the rebalance callbacks. On
-//!   assignment it starts the partitions' tasks and waits until their producers are
-//!   initialised *before* librdkafka fetches the committed offsets; on revocation it waits,
-//!   bounded by the task timeout, until the tasks have committed their batches.
-//! - A task busy with a failing batch is **interrupted** ([`interrupt`]) on revocation,
-//!   lost partitions and shutdown: it drops the batch by a short deadline instead of
-//!   replaying it until the task timeout while the consumer thread (and the group's
-//!   rebalance) waits for it.
-//! - Each **task** ([`task`]) owns a producer and runs the transaction cycle
-//!   ([`crate::txn`]) on its own OS thread: blocking librdkafka calls never run on an async
-//!   worker thread. A transaction whose outcome is unknown is fenced and reconciled by the
-//!   task itself ([`reconcile`]), without a rebalance.
-//! - Deadlock freedom: tasks never wait for the consumer thread (they write to an unbounded
-//!   control channel), so the consumer thread may wait for them; every wait has a timeout.
+//! The [`consumer`] thread owns the librdkafka consumer and runs the rebalance callbacks; each
+//! [`task`] runs the transaction cycle ([`crate::txn`]) on its own OS thread, so blocking
+//! librdkafka calls never run on an async worker, and reconciles unknown outcomes itself
+//! ([`reconcile`]); a busy task is [`interrupt`]ed on revocation and shutdown. Deadlock freedom:
+//! tasks never wait for the consumer thread, so it may wait for them, always with a timeout.
 
 pub(crate) mod consumer;
 pub(crate) mod interrupt;

@@ -1,83 +1,19 @@
-//! Fence-and-reconcile: what a task does when its transaction's outcome is unknown.
+//! Fence-and-reconcile: what a task does when its transaction's outcome is unknown (a commit
+//! step without a definite answer, a fatal producer, a refused abort). Reusing the producer is
+//! unsafe (a delayed request of the old transaction can land in a later one of the same epoch,
+//! KAFKA-17754), and guessing duplicates or loses the batch. So [`reconcile`]:
+//! 1. drops the producer, never to use it again;
+//! 2. initialises a fresh one with the same transactional.id, which completes or aborts the
+//!    old transaction and fences everything still in flight;
+//! 3. reads the batch's partitions' committed offsets *as stable* ([`stable_committed_offsets`]);
+//! 4. [`decide`]s from them and the transaction's mark: committed (merge the overlays),
+//!    aborted (replay with the fresh producer), or moved by another owner (give up).
 //!
-//! # The hazard
-//! A transaction's outcome is *unknown* to the task when the coordinator may or may not have
-//! acted on what the task asked: `commit_transaction` failed without a definite answer (it
-//! timed out after librdkafka's retries inside the call, or failed otherwise), the producer
-//! turned fatal, `send_offsets_to_transaction` timed out, or an abort was refused
-//! (`INVALID_TXN_STATE`: the coordinator holds the transaction in a state that cannot be
-//! aborted). Two wrong answers are at hand:
-//! - *reuse the producer* (retry the commit, or abort and replay on the same epoch): under
-//!   the classic transaction protocol, the only one librdkafka 2.12 speaks (no KIP-890), a
-//!   delayed `EndTxn` or `TxnOffsetCommit` of the old transaction can land in a *later*
-//!   transaction of the same producer epoch (KAFKA-17754): it commits that
-//!   transaction half-done, or moves the committed offset back;
-//! - *guess*: replaying a batch that committed duplicates it; dropping one that did not loses
-//!   it.
-//!
-//! Until now the task gave the producer up and the partitions went back to the group (a
-//! rebalance), whose next owner's `init_transactions` resolved the transaction. That is
-//! safe but costs every member of the group a rebalance, and it still retried a timed-out
-//! commit on the same epoch for up to the task timeout first.
-//!
-//! # What the task does ([`reconcile`])
-//! 1. It drops the producer: it is never used again.
-//! 2. It creates a new producer with the same transactional.id (the partition's, or the
-//!    instance's in per-consumer mode) and runs `init_transactions`. The coordinator first
-//!    completes the old transaction if its commit was already decided (`PrepareCommit`), or
-//!    aborts it otherwise, then bumps the epoch: every request of the old producer still in
-//!    flight is refused from then on (`PRODUCER_FENCED` / `INVALID_PRODUCER_EPOCH`), so none
-//!    can land in a later transaction.
-//! 3. It fetches the group's committed offsets of the batch's partitions *as stable*
-//!    (KIP-447, [`stable_committed_offsets`]): the broker withholds offsets that a
-//!    transaction still completing carries, so the answer is final.
-//! 4. It compares them with the batch's next offsets and the mark its offsets carried
-//!    ([`decide`]; the mark: `crate::txn`'s `offsets` module): all at the batch's end with
-//!    this transaction's mark — the batch committed: its state overlays are merged and it is
-//!    counted; all at or before the batch's first records — it aborted: the overlays are
-//!    discarded and the batch replayed with the fresh producer. Anything else — the batch's
-//!    end committed by another transaction (a next owner that read the same records),
-//!    offsets past it or inside it — means another owner has moved the offsets: the task is
-//!    no longer the owner, and gives up.
-//!
-//! No leaving the group, no rebalance.
-//!
-//! # Why it is safe
-//! - **Zero same-epoch retries.** The commit step is called once ([`crate::txn`]):
-//!   librdkafka already retries retriable errors *inside* the call for its whole timeout, and
-//!   each further call on the same epoch is one more request that may arrive late. Whatever
-//!   is still in flight is fenced by step 2 before anything else is written.
-//! - **The fresh producer cannot wrongly fence a newer legitimate owner.** In per-partition
-//!   mode the transactional.id is shared with whoever owns the partition next, and
-//!   `init_transactions` fences whoever held the id last — a newer owner included. So the
-//!   task reconciles only while it still owns the partitions: not once they are reported
-//!   *lost* (the group gave them away: the task gives up, and the new owner's own
-//!   `init_transactions` resolves the transaction), and only before the task's deadline,
-//!   which a revocation or shutdown brings forward to well before the consumer thread stops
-//!   waiting for the task ([`super::interrupt`]) — and the group cannot hand the partitions
-//!   to anyone before that wait ends. What is left is the window in which the group expired
-//!   this member and librdkafka has not told us yet: there our `init_transactions` can fence
-//!   the new owner. That is a loss of liveness, never of exactly-once. If the new owner has
-//!   already committed past the batch, step 4 sees offsets it did not write and gives up.
-//!   Otherwise the committed offset is still the batch's first, our fresh producer is the
-//!   only one that can write the partition's offsets (per-partition offsets name no
-//!   generation: the transactional.id is the fence, `crate::txn`'s `offsets` module), and
-//!   our replay extends exactly that offset. The new owner's open transaction was aborted
-//!   by our fencing; its producer is fenced, it gives the partitions back, and whoever gets
-//!   them next fences us in turn and starts after our replay.
-//! - **Per-consumer mode.** The instance's transactional.id is its own (`<app>:<instance>`):
-//!   no other member uses it, so re-initialising it fences only this instance's old
-//!   producer. Zombies of other members are fenced by the group generation its offsets
-//!   carry (KIP-447).
-//! - **The answer is final.** After `init_transactions` returns, the old transaction is
-//!   complete or aborted for good, and the stable fetch waits for its offsets' markers.
-//!
-//! # Bounds
-//! Everything runs on the task's own thread, within the batch's deadline (the task timeout,
-//! brought forward by an interrupt). If the producer cannot be created or initialised, or
-//! the offsets cannot be fetched, by then — or the outcome is not this task's to decide — the
-//! task falls back to giving the producer up: the partitions go back to the group, whose
-//! next owner resolves the transaction (the behaviour before fence-and-reconcile).
+//! Invariants: no same-epoch retry of the commit step; reconciling only while the task owns
+//! the partitions and before its deadline, so a newer owner is never fenced except in the
+//! window where the group expired this member unseen (liveness, never exactly-once); anything
+//! that cannot finish by the deadline gives the producer up to the group. The full argument:
+//! `docs/semantics.md`, *The transaction cycle, and what happens when its outcome is unknown*.
 
 use std::collections::BTreeMap;
 

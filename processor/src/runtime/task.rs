@@ -1,43 +1,12 @@
-//! A partition task: one OS thread that owns a producer and the batches of its partitions.
-//!
-//! In [`ExactlyOnce`](crate::Guarantee::ExactlyOnce) a task owns exactly one input
-//! partition and lives from its assignment to its revocation; in the other guarantees one
-//! long-lived task owns every partition of the instance. The loop is the same:
-//!
-//! ```text
-//!            +-------- record (first of a batch) -------+
-//!            v                                          |
-//!   [idle] --+--> [collecting] -- interval elapsed / max records --> run_cycle --+--> [idle]
-//!     ^                |                                                        |
-//!     |                +-- revoke: run_cycle (or drop the batch if lost) -------+
-//!     +-- assign / shutdown
-//! ```
-//!
-//! A batch's first attempt is processed as the batch is collected: its transaction begins
-//! at the first record, each record is processed and its outputs produced as it arrives,
-//! and the interval's end awaits the last acknowledgements and commits ([`streamed`]; with
-//! [`process_while_collecting(false)`](crate::PipelineBuilder::process_while_collecting)
-//! the batch is only collected, then run in one go by [`run_cycle`]). A revocation, read
-//! between records, commits the batch (keeping the work) or, if the partitions were *lost*
-//! (the group already gave them to someone else), aborts its open transaction and drops
-//! their records; past the transaction slot bound a batch that has begun no transaction is
-//! handed back instead ([`revoke`]). Replays always run in one go.
-//!
-//! A batch that keeps *failing* would keep the task from reading its inbox until the task
-//! timeout: the consumer thread therefore sets the task's [`Interrupt`] before it sends a
-//! revocation or starts a shutdown, and the retries of [`Task::commit_batch`] (and every
-//! wait of the cycle) end by the interrupt's deadline — the batch is then aborted and
-//! dropped ([`Outcome::Dropped`]). See [`interrupt`](super::interrupt) for why and by when.
-//!
-//! A failed cycle goes where [`reconcile::verdict`](crate::runtime::reconcile::verdict) says: a definite failure is aborted and
-//! the batch replayed on the same producer; a transaction whose outcome is unknown is
-//! fenced with a fresh producer and reconciled from the committed offsets
-//! ([`Task::fence_and_reconcile`], no rebalance); a fenced producer is given up (the
-//! partitions go back to the group).
-//!
-//! The task never waits for the consumer thread (it only sends on the unbounded control
-//! channel, and only reads the interrupt), so the consumer thread may block on it, bounded,
-//! inside a rebalance callback.
+//! A partition task: one OS thread that owns a producer and the batches of its partitions (one
+//! partition in [`ExactlyOnce`](crate::Guarantee::ExactlyOnce), else all of the instance's).
+//! A batch's first attempt streams ([`streamed`]), replays run in one go ([`run_cycle`]),
+//! revocations are handled between records ([`revoke`]). Invariants: a failing batch ends by
+//! the consumer's [`Interrupt`] deadline, aborted and dropped ([`Outcome::Dropped`],
+//! [`interrupt`](super::interrupt)); a failed cycle goes where
+//! [`reconcile::verdict`](crate::runtime::reconcile::verdict) says (replay, or
+//! [`Task::fence_and_reconcile`], or give up); and the task never waits for the consumer
+//! thread, so the consumer may block on it, bounded, inside a rebalance callback.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};

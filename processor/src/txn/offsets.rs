@@ -1,34 +1,16 @@
-//! The input offsets a transaction commits, and the mark that says which transaction
-//! committed them.
+//! The input offsets a transaction commits, and the mark that says which transaction committed
+//! them.
 //!
-//! # Why a mark
-//! When a commit's outcome is unknown, the task learns it from the group's committed
-//! offsets ([`crate::runtime::reconcile`]): the batch's next offsets committed means the
-//! batch committed. But another transaction can commit *the same* offsets: the partition's
-//! next owner, having read the same records after this batch aborted, commits exactly the
-//! batch's end. From the offsets alone the two are the same, and taking the other owner's
-//! commit for ours counts the batch twice and merges state changes that never committed
-//! (under `ExactlyOncePerConsumer` nothing fences the next owner from the old one: each
-//! member has its own transactional.id). So every `send_offsets_to_transaction` carries a
-//! mark in each offset's metadata, unique to the producer and its cycle, and the batch is
-//! ours only if the committed offsets carry the mark it sent. It costs about 40 bytes per
-//! partition in each offset commit.
-//!
-//! # Which group metadata the offsets carry
-//! `send_offsets_to_transaction` names the consumer group, and may name the member and its
-//! generation (KIP-447), which the group coordinator then checks: offsets of an old
-//! generation are refused (`ILLEGAL_GENERATION`).
-//! - **Per-consumer mode** needs that check: its transactional.id is the instance's own, so
-//!   nothing else stops a member that lost its partitions (a zombie) from committing them.
-//!   Every transaction reads the consumer's metadata afresh.
-//! - **Per-partition mode** sends the group id alone ([`group_id_only`]), as Kafka Streams'
-//!   first exactly-once mode did (EOS-alpha). Its fencing is the partition's
-//!   transactional.id: every owner runs `init_transactions` before it reads the committed
-//!   offset, which fences every earlier producer of that partition, so each producer's
-//!   transactions extend the committed offset it read after its own fencing. The
-//!   generation would add nothing, and it costs: every rebalance moves it on, incremental
-//!   ones included, so a transaction in flight on a partition that does not move would be
-//!   refused, aborted and replayed, for as long as the rebalance lasts.
+//! - **The mark.** A reconcile learns a commit's outcome from the committed offsets
+//!   ([`crate::runtime::reconcile`]), but the partition's next owner can commit exactly the
+//!   same offsets. So every `send_offsets_to_transaction` puts a mark unique to the producer
+//!   and its cycle in each offset's metadata (about 40 bytes), and a batch is ours only if the
+//!   committed offsets carry its mark.
+//! - **The group metadata.** Per-consumer mode sends the member and generation (KIP-447): its
+//!   transactional.id is the instance's own, so only the generation fences a zombie.
+//!   Per-partition mode sends the group id alone ([`group_id_only`]): the partition's
+//!   transactional.id fences every earlier owner, and a generation would refuse unmoved
+//!   partitions' transactions at every rebalance.
 
 use std::collections::BTreeMap;
 use std::hash::{BuildHasher, Hasher};

@@ -1,17 +1,11 @@
 //! Where a task's partitions stand, and the offsets a transaction commits.
 //!
-//! A batch's transaction commits the batch's next offsets. A transaction of timers alone
-//! (`crate::timers`, no record) consumed nothing, and still sends offsets: where its
-//! partitions stand, unchanged, with this transaction's mark. Without them its outcome
-//! could not be read back after a commit whose answer was lost (the reconcile reads the
-//! marks of the committed offsets), and in per-consumer mode nothing would fence it: the
-//! transactional.id is the instance's own, and only a `TxnOffsetCommit` carries the group
-//! generation that the coordinator checks (KIP-447).
-//!
-//! The positions are what this task's own committed transactions left; a partition none of
-//! them committed yet is read from the group's stable committed offsets. They are forgotten
-//! with the partitions, and whenever a producer is given up (its last transaction may have
-//! committed without the task learning it).
+//! A batch's transaction commits the batch's next offsets; a transaction of timers alone
+//! commits where its partitions stand, with its own mark, so that its outcome can be read back
+//! by the reconcile and, in per-consumer mode, the group generation fences it (KIP-447). The
+//! positions are what this task's committed transactions left, else the group's stable
+//! committed offsets; they are forgotten with the partitions and whenever a producer is given
+//! up (its last transaction may have committed unseen).
 
 use std::collections::HashMap;
 use std::time::Instant;

@@ -1,31 +1,19 @@
-//! A failed producer replaced in place: the partitions stay with this instance, only the
-//! batch is lost, and they resume from their committed offsets ([`Task::recover_in_place`]).
+//! A failed producer replaced in place: the partitions stay with this instance, only the batch
+//! is lost, and they resume from their committed offsets ([`Task::recover_in_place`]).
 //!
-//! A producer is given up for one of two kinds of reasons:
-//! - **someone else took over** ([`reconcile::replaced`]): fenced by a newer owner of its
-//!   transactional.id, or the group no longer knows this member. The partitions belong
-//!   elsewhere: the task reports [`Control::Fenced`] and the group hands them out again.
-//! - **its own failure**: an unknown outcome that could not be reconciled, a producer
-//!   librdkafka marked fatal. The partitions are still this instance's: making the group
-//!   move them would pause every partition of the instance (every member, under eager
-//!   rebalancing) for one producer's trouble. Instead the task creates a fresh producer
-//!   (its `init_transactions` fences the old epoch and completes or aborts its open
-//!   transaction, so the committed offsets are final), drops its partitions' state (restored
-//!   from the changelogs on their next record), and asks the consumer thread to move the
-//!   partitions back to their committed offsets ([`Control::Rewind`]). Until the consumer
-//!   thread answers [`TaskMsg::Rewound`](super::TaskMsg::Rewound), every record of those
-//!   partitions in the inbox predates the rewind and is dropped: the consumer thread seeks
-//!   and then sends the answer without polling in between, so the records after the answer
-//!   are exactly those from the committed offsets on.
+//! - **Someone else took over** ([`reconcile::replaced`]): the partitions belong elsewhere; the
+//!   task reports [`Control::Fenced`] and the group hands them out again.
+//! - **Its own failure** (an unknown outcome not reconciled, a fatal producer): moving the
+//!   partitions through the group would pause the whole instance for one producer. Instead a
+//!   fresh producer fences the old epoch (so the committed offsets are final), the partitions'
+//!   state is dropped, and the consumer thread seeks them back ([`Control::Rewind`]). Until it
+//!   answers [`TaskMsg::Rewound`](super::TaskMsg::Rewound), inbox records of those partitions
+//!   predate the rewind and are dropped; the consumer does not poll between seek and answer.
 //!
-//! The same rewind serves a worker whose batch was dropped on a revocation (it kept
-//! failing): the batch also held partitions the worker keeps, whose later records must not
-//! commit past the dropped ones ([`Task::rewind_dropped`]; with an exactly-once sink they go
-//! back to the sink's offsets, not the committed ones).
-//!
-//! Not in place (the partitions go back to the group as before): partitions already lost,
-//! an exactly-once sink (the partitions resume where the *sink* says, which only an
-//! assignment applies), and a fresh producer that cannot be initialised either.
+//! The same rewind serves a worker's batch dropped on a revocation, whose kept partitions must
+//! not commit past the dropped records ([`Task::rewind_dropped`]; with an exactly-once sink,
+//! back to the sink's offsets). The partitions go back to the group instead when already lost,
+//! with an exactly-once sink, or when the fresh producer cannot be initialised either.
 
 use super::Task;
 use crate::observe::Interruption;

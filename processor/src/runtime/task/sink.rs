@@ -1,13 +1,11 @@
 //! A task's sink ([`crate::sink`]): connecting it, claiming partitions, and the write of an
 //! exactly-once sink after the Kafka side of a batch committed.
 //!
-//! Effectively-/at-least-once sinks are written inside the cycle ([`run_cycle`]'s
-//! `SinkStep::BeforeOffsets`): a failure there aborts the transaction and the batch is
-//! replayed, the sink deduplicating what it already applied. An exactly-once sink is
-//! written after the cycle, with the batch's next offsets; a failure then cannot abort
-//! anything (the Kafka outputs and offsets are committed), so the *same* rows are written
-//! again after [`Sink::recover`](crate::sink::Sink::recover), with backoff, until the task's
-//! deadline. Never re-processed: that would produce the Kafka outputs a second time.
+//! Effectively-/at-least-once sinks are written inside the cycle ([`run_cycle`]), where a
+//! failure aborts and replays. An exactly-once sink is written after the commit, so a failure
+//! cannot abort: the *same* rows are written again after
+//! [`Sink::recover`](crate::sink::Sink::recover), with backoff, until the task's deadline, and
+//! never re-processed (that would produce the Kafka outputs twice).
 //!
 //! [`run_cycle`]: crate::txn::run_cycle
 

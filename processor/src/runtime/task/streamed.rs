@@ -1,27 +1,17 @@
-//! A batch processed as it is collected: the first attempt of a batch begins its
-//! transaction at the batch's first record and processes and produces each record as it
-//! arrives, so that the producer sends while the batch fills and the interval's end only
-//! waits for the last acknowledgements and commits
-//! ([`PipelineBuilder::process_while_collecting`](crate::PipelineBuilder::process_while_collecting)).
-//! Collecting first and then running the whole cycle left the producer idle while the batch
-//! filled and the consumer's records waiting while it was produced and committed: one busy
-//! partition alternated between the two.
+//! A batch processed as it is collected
+//! ([`PipelineBuilder::process_while_collecting`](crate::PipelineBuilder::process_while_collecting)):
+//! the first attempt begins its transaction at the batch's first record and produces each
+//! record's outputs as it arrives, so the producer sends while the batch fills.
 //!
-//! Only the *first* attempt streams. Its failure ends the batch at once (a processor error
-//! at the record that failed, a produce error at the record that saw it), and the batch then
-//! goes the way of any failed attempt ([`Task::commit_batch`]): aborted and replayed in one
-//! go, reconciled, or given up. What changes against a batch collected first:
-//! - **The transaction is open while the batch collects.** A revocation finds it open: the
-//!   batch is committed as before (the revocation is read between records, so the
-//!   transaction holds whole records). Partitions *lost* mid-batch cannot be committed:
-//!   the open transaction is aborted ([`Task::abandon_streamed`]) and the records of the
-//!   partitions kept are replayed by the batch's next attempt.
-//! - **Nothing long runs inside it.** A partition whose state must first be restored ends
-//!   the batch before the restore (a restore may outlast `transaction.timeout.ms`).
-//! - **Per-partition mode does not stream while its transaction bound is engaged**
-//!   ([`crate::runtime::slots`]: more partition tasks than slots): a slot bounds the
-//!   transactions in flight, and one held while a batch collects would hold it for the
-//!   interval. Below the bound nobody waits for a slot, and batches stream.
+//! Only the first attempt streams; its failure ends the batch at once, which then goes the way
+//! of any failed attempt ([`Task::commit_batch`]). Invariants:
+//! - A revocation finds the transaction open and commits it (it is read between records, so
+//!   the transaction holds whole records); partitions *lost* mid-batch abort it
+//!   ([`Task::abandon_streamed`]) and the kept partitions' records are replayed.
+//! - Nothing long runs inside the transaction: a partition whose state must be restored ends
+//!   the batch first (a restore may outlast `transaction.timeout.ms`).
+//! - Per-partition mode does not stream while its slot bound is engaged
+//!   ([`crate::runtime::slots`]): a slot held while a batch collects would be held all interval.
 
 use std::time::Instant;
 
