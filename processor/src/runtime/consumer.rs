@@ -1,17 +1,11 @@
 //! The consumer thread: polls the consumer, routes records to tasks, and runs the rebalance
-//! protocol. Under the incremental protocols ([`Rebalancing::Cooperative`](crate::Rebalancing),
-//! `Consumer`) only moved partitions are touched; under `Eager` everything is revoked and
-//! assigned. Invariants:
-//!
-//! - **Assign**: every new partition's producer is initialised (fencing the previous owner)
-//!   before librdkafka fetches the committed offsets, which it reads as stable (KIP-447).
-//! - **Revoke**: the callback sets each affected task's [`Interrupt`], then waits, bounded,
-//!   until it has committed its batch; a task that does not answer is abandoned to fencing.
-//! - **Lost**: batches are dropped uncommitted. **Shutdown**: tasks are interrupted with four
-//!   fifths of the shutdown timeout, then the consumer leaves the group.
-//! - **Fenced producer**: the consumer leaves and rejoins, so the group reassigns the
-//!   partitions; a producer that failed on its own is replaced in place, and a task that cannot
-//!   start is retried while the others run ([`recovery`]).
+//! protocol (incremental protocols touch only moved partitions, `Eager` everything). Assign:
+//! each new partition's producer is initialised, fencing the previous owner, before the
+//! committed offsets are fetched (as stable, KIP-447). Revoke: each task's [`Interrupt`] is
+//! set, then the callback waits, bounded, for its commit; a task that does not answer is
+//! abandoned to fencing. A fenced producer makes the consumer rejoin the group; a producer
+//! that failed on its own is replaced in place, and a task that cannot start is retried
+//! ([`recovery`]).
 
 use std::sync::mpsc::{Receiver, TrySendError};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};

@@ -1,13 +1,11 @@
-//! What per-partition mode costs the process, against what the process may open.
-//!
-//! In [`Guarantee::ExactlyOnce`](crate::Guarantee::ExactlyOnce) every assigned partition has
-//! its own producer, which holds a few open files and a thread per broker; past the soft limit
-//! on open files librdkafka cannot open sockets and every transaction times out (figures:
-//! `docs/scaling.md`). The library never raises the limit (a process-wide setting is the
-//! application's): it bounds the partition tasks
+//! What per-partition mode costs the process, against what the process may open. In
+//! [`Guarantee::ExactlyOnce`](crate::Guarantee::ExactlyOnce) every partition's producer holds
+//! a few open files and a thread per broker; past the open-file limit every transaction times
+//! out (figures: `docs/scaling.md`). The library never raises the limit (a process-wide
+//! setting): it bounds the partition tasks
 //! ([`PipelineBuilder::max_partition_tasks`](crate::PipelineBuilder::max_partition_tasks), by
 //! default what the limit holds), leaves the partitions past it paused until room frees, and
-//! says so, at start-up and at each assignment that leaves partitions unserved.
+//! says so at start-up and at each assignment that leaves partitions unserved.
 
 use crate::config::PipelineConfig;
 use crate::Guarantee;

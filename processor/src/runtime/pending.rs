@@ -1,13 +1,9 @@
 //! The records the consumer thread holds for tasks whose queue is full, and when to pause a
-//! partition instead.
-//!
-//! The consumer thread never blocks on a task (it must keep polling to run rebalances), so a
-//! record whose task queue is full waits here; past a bound the partition is paused until its
-//! task has taken every record waiting here. Pausing makes librdkafka drop and re-fetch its
-//! prefetch, and tasks drain in bursts, so the bound is generous: [`PENDING_FACTOR`] queues'
-//! worth per partition while the instance's pending records stay under [`PENDING_BUDGET`]
-//! bytes, one queue's worth once they are over it. Memory stays bounded by one queue's worth
-//! per partition plus the budget (`docs/operations.md`, *Sizing*).
+//! partition instead. The consumer thread never blocks on a task (it must keep polling to run
+//! rebalances). Pausing makes librdkafka drop and re-fetch its prefetch, and tasks drain in
+//! bursts, so the bound is generous: [`PENDING_FACTOR`] queues' worth per partition while the
+//! instance's pending records stay under [`PENDING_BUDGET`] bytes, one queue's worth once
+//! over it (`docs/operations.md`, *Sizing*).
 
 use std::collections::{HashMap, VecDeque};
 

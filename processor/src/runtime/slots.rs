@@ -1,22 +1,10 @@
-//! Transaction slots: at most N partition tasks run a transaction cycle at once.
-//!
-//! In per-partition mode ([`Guarantee::ExactlyOnce`](crate::Guarantee)) hundreds of tasks
-//! committing at once flood the brokers with small transactional requests and the machine with
-//! runnable threads, until produce requests time out and batches abort and replay
-//! (`docs/scaling.md`, *Transaction slots*). A task that has collected its batch waits for a
-//! slot before it begins its transaction; collecting is not limited.
-//!
-//! - **Engaged only above N tasks.** Every partition task is a [`Member`] while it lives; while
-//!   there are at most N a slot is always free and batches may be processed as they are
-//!   collected (a streamed batch holds no slot). Past N, new batches collect first and take a
-//!   slot for their cycle alone.
-//! - **First come, first served**, each waiter woken on its own: no partition's commit gap
-//!   grows because others barge past it.
-//! - **Bounded waits**: a wait ends at the batch's deadline (the task timeout).
-//! - **A revocation does not wait.** A waiting task whose partitions are revoked (or that shuts
-//!   down) stops at once ([`Slots::acquire`]'s `give_up`) and hands its batch back uncommitted:
-//!   the consumer thread waits for it inside the rebalance callback, with every partition of
-//!   the instance paused under the incremental protocols.
+//! Transaction slots: at most N partition tasks run a transaction cycle at once, because
+//! hundreds of per-partition producers committing together time out and abort
+//! (`docs/scaling.md`, *Transaction slots*). Invariants: the bound is engaged only above N
+//! [`Member`]s (below it a slot is always free and batches stream); waiters are served first
+//! come, first served, each woken on its own; a wait ends at the batch's deadline; and a
+//! revoked or shutting-down waiter stops at once ([`Slots::acquire`]'s `give_up`) and hands its
+//! batch back, since the rebalance callback waits for it.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

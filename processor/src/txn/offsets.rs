@@ -1,16 +1,10 @@
 //! The input offsets a transaction commits, and the mark that says which transaction committed
-//! them.
-//!
-//! - **The mark.** A reconcile learns a commit's outcome from the committed offsets
-//!   ([`crate::runtime::reconcile`]), but the partition's next owner can commit exactly the
-//!   same offsets. So every `send_offsets_to_transaction` puts a mark unique to the producer
-//!   and its cycle in each offset's metadata (about 40 bytes), and a batch is ours only if the
-//!   committed offsets carry its mark.
-//! - **The group metadata.** Per-consumer mode sends the member and generation (KIP-447): its
-//!   transactional.id is the instance's own, so only the generation fences a zombie.
-//!   Per-partition mode sends the group id alone ([`group_id_only`]): the partition's
-//!   transactional.id fences every earlier owner, and a generation would refuse unmoved
-//!   partitions' transactions at every rebalance.
+//! them. The mark (unique to the producer and its cycle, about 40 bytes in each offset's
+//! metadata) lets a reconcile ([`crate::runtime::reconcile`]) tell its batch's commit from the
+//! next owner's commit of the same offsets. Per-consumer mode sends the member's generation
+//! (KIP-447), the only fence between members; per-partition mode sends the group id alone
+//! ([`group_id_only`]): the partition's transactional.id fences earlier owners, and a
+//! generation would refuse unmoved partitions' transactions at every rebalance.
 
 use std::collections::BTreeMap;
 use std::hash::{BuildHasher, Hasher};

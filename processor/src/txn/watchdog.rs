@@ -1,14 +1,9 @@
-//! A transactional librdkafka call that does not return.
-//!
-//! librdkafka 2.12 can block in `send_offsets_to_transaction` forever after the broker hosting
-//! the transaction coordinator dies (confluentinc/librdkafka#5456, #5511): a task stuck there
-//! holds its partitions for good. So every transactional call runs on a thread of a small pool
-//! ([`pool`]), and the task waits at most the call's timeout plus [`GRACE`]. A call that
-//! outlives that is abandoned with its producer (marked wedged: no further call), its step
-//! failing as timed out; the outcome is then unknown, so the task fences the producer with a
-//! fresh one and reconciles ([`crate::runtime::reconcile`]), which also makes whatever the
-//! stuck call still sends harmless. The hand-over costs two thread wake-ups per call, below
-//! the noise of the commit step (`docs/benchmarks.md`, *Where the commit step's tail goes*).
+//! A transactional librdkafka call that does not return (confluentinc/librdkafka#5456, #5511:
+//! `send_offsets_to_transaction` after the coordinator's broker dies). Every transactional
+//! call runs on a [`pool`] thread and the task waits at most its timeout plus [`GRACE`]; past
+//! that the call is abandoned with its producer (marked wedged), the step fails as timed out,
+//! and the task fences and reconciles ([`crate::runtime::reconcile`]), which also makes the
+//! stuck call harmless. The cost is below the noise (`docs/benchmarks.md`).
 
 use std::sync::mpsc::{sync_channel, RecvTimeoutError};
 use std::sync::Arc;

@@ -1,17 +1,10 @@
-//! Waking librdkafka's fetchers after partitions are resumed.
-//!
-//! Resuming a paused partition only flags it (librdkafka 2.12, `rd_kafka_toppar_pause_resume`):
-//! a broker thread whose partitions were all paused idles up to its fixed 1 s wait before it
-//! fetches them again. Partitions are paused by librdkafka during an incremental rebalance's
-//! callback, by the consumer thread while records wait for a full task queue
-//! (`super::pending`), and while a partition's task cannot start (`super::recovery`).
-//!
-//! So after a resume a helper thread sends one small request (a `ListOffsets`) to the leader of
-//! one resumed partition per broker, which wakes that broker's thread. Leaders come from the
-//! topic metadata, refreshed when unknown or older than [`LEADERS_TTL`] (a stale leader only
-//! makes the poke miss). Nothing runs on the consumer's poll thread, and the consumer thread
-//! stops the helper ([`FetchWaker::stop`]) before it lets the consumer go, so the consumer is
-//! never closed on the helper's thread.
+//! Waking librdkafka's fetchers after partitions are resumed. A resume only flags the
+//! partition (librdkafka 2.12), and a broker thread whose partitions were all paused idles up
+//! to 1 s before it fetches again. So after a resume a helper thread sends one `ListOffsets`
+//! to the leader of one resumed partition per broker, which wakes that broker's thread
+//! (leaders refreshed past [`LEADERS_TTL`]; a stale one only misses). Nothing runs on the
+//! poll thread, and [`FetchWaker::stop`] ends the helper before the consumer is let go, so the
+//! consumer is never closed on the helper's thread.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};

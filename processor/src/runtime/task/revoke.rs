@@ -1,13 +1,9 @@
 //! A revocation, read between records ([`Task::revoke`]): the revoked partitions' batch is
-//! committed (keeping the work) or, if they were *lost*, its open transaction aborted and their
-//! records dropped; then their state, tables and sink claims are let go.
-//!
-//! Past the transaction slot bound ([`crate::runtime::slots`]) a batch that has begun no
-//! transaction is *handed back* instead: dropped, for the next owner to read again from the
-//! committed offset (`hand_back` here; `Task::commit_batch` for a task waiting for its slot).
-//! Committing it would queue for a slot while the rebalance callback, and every paused
-//! partition, waits (`docs/scaling.md`, *Transaction slots*). Both count
-//! `kafka_eos_revoked_records_handed_back_total`.
+//! committed or, if they were *lost*, aborted and dropped; then their state, tables and sink
+//! claims are let go. Past the slot bound ([`crate::runtime::slots`]) a batch that has begun no
+//! transaction is *handed back* uncommitted instead (`hand_back`, or `Task::commit_batch` for a
+//! task waiting for its slot): committing would queue for a slot while every paused partition
+//! waits (`docs/scaling.md`). Both count `kafka_eos_revoked_records_handed_back_total`.
 
 use super::Task;
 use crate::partition::TopicPartition;

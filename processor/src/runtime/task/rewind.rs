@@ -1,19 +1,11 @@
-//! A failed producer replaced in place: the partitions stay with this instance, only the batch
-//! is lost, and they resume from their committed offsets ([`Task::recover_in_place`]).
-//!
-//! - **Someone else took over** ([`reconcile::replaced`]): the partitions belong elsewhere; the
-//!   task reports [`Control::Fenced`] and the group hands them out again.
-//! - **Its own failure** (an unknown outcome not reconciled, a fatal producer): moving the
-//!   partitions through the group would pause the whole instance for one producer. Instead a
-//!   fresh producer fences the old epoch (so the committed offsets are final), the partitions'
-//!   state is dropped, and the consumer thread seeks them back ([`Control::Rewind`]). Until it
-//!   answers [`TaskMsg::Rewound`](super::TaskMsg::Rewound), inbox records of those partitions
-//!   predate the rewind and are dropped; the consumer does not poll between seek and answer.
-//!
-//! The same rewind serves a worker's batch dropped on a revocation, whose kept partitions must
-//! not commit past the dropped records ([`Task::rewind_dropped`]; with an exactly-once sink,
-//! back to the sink's offsets). The partitions go back to the group instead when already lost,
-//! with an exactly-once sink, or when the fresh producer cannot be initialised either.
+//! A failed producer replaced in place ([`Task::recover_in_place`]): when it failed on its own
+//! (an unknown outcome not reconciled, a fatal producer) rather than being replaced by someone
+//! else ([`reconcile::replaced`], then [`Control::Fenced`]), a fresh producer fences the old
+//! epoch, the partitions' state is dropped and the consumer seeks them back to their committed
+//! offsets ([`Control::Rewind`]), with no rebalance. Until it answers
+//! [`TaskMsg::Rewound`](super::TaskMsg::Rewound), inbox records of those partitions are dropped.
+//! Also serves a worker's batch dropped on a revocation ([`Task::rewind_dropped`]). Not in
+//! place: partitions already lost, an exactly-once sink, a fresh producer that fails too.
 
 use super::Task;
 use crate::observe::Interruption;

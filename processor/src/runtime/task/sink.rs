@@ -1,11 +1,9 @@
 //! A task's sink ([`crate::sink`]): connecting it, claiming partitions, and the write of an
-//! exactly-once sink after the Kafka side of a batch committed.
-//!
-//! Effectively-/at-least-once sinks are written inside the cycle ([`run_cycle`]), where a
-//! failure aborts and replays. An exactly-once sink is written after the commit, so a failure
-//! cannot abort: the *same* rows are written again after
-//! [`Sink::recover`](crate::sink::Sink::recover), with backoff, until the task's deadline, and
-//! never re-processed (that would produce the Kafka outputs twice).
+//! exactly-once sink after the Kafka side of a batch committed. Other sinks are written inside
+//! the cycle ([`run_cycle`]), where a failure aborts and replays. An exactly-once sink's
+//! failure cannot abort: the *same* rows are written again after
+//! [`Sink::recover`](crate::sink::Sink::recover), until the task's deadline, never
+//! re-processed (that would produce the Kafka outputs twice).
 //!
 //! [`run_cycle`]: crate::txn::run_cycle
 

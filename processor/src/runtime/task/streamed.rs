@@ -1,17 +1,11 @@
 //! A batch processed as it is collected
 //! ([`PipelineBuilder::process_while_collecting`](crate::PipelineBuilder::process_while_collecting)):
-//! the first attempt begins its transaction at the batch's first record and produces each
-//! record's outputs as it arrives, so the producer sends while the batch fills.
-//!
-//! Only the first attempt streams; its failure ends the batch at once, which then goes the way
-//! of any failed attempt ([`Task::commit_batch`]). Invariants:
-//! - A revocation finds the transaction open and commits it (it is read between records, so
-//!   the transaction holds whole records); partitions *lost* mid-batch abort it
-//!   ([`Task::abandon_streamed`]) and the kept partitions' records are replayed.
-//! - Nothing long runs inside the transaction: a partition whose state must be restored ends
-//!   the batch first (a restore may outlast `transaction.timeout.ms`).
-//! - Per-partition mode does not stream while its slot bound is engaged
-//!   ([`crate::runtime::slots`]): a slot held while a batch collects would be held all interval.
+//! the first attempt begins its transaction at the first record and produces each record's
+//! outputs as it arrives; a failure ends it, and the batch goes the way of any failed attempt
+//! ([`Task::commit_batch`]). A revocation commits the open transaction (records are whole);
+//! lost partitions abort it ([`Task::abandon_streamed`]). A restore ends the batch first (it
+//! may outlast `transaction.timeout.ms`), and per-partition mode does not stream while its slot
+//! bound ([`crate::runtime::slots`]) is engaged: the slot would be held all interval.
 
 use std::time::Instant;
 
