@@ -152,8 +152,8 @@ impl PipelineConfig {
     /// Application ids, instance ids and Kafka topic names are all limited to letters,
     /// digits, `.`, `_` and `-`, so `:` can never occur inside a part: an id splits back into
     /// its parts in exactly one way, and two pipelines can only share an id if they share the
-    /// application id (the old `-` separator let `a-b` + topic `c` and `a` + topic `b-c` both
-    /// give `a-b-c-0`, and the two pipelines fenced each other forever). A per-partition id
+    /// application id (with `-`, `a-b` + topic `c` and `a` + topic `b-c` would both give
+    /// `a-b-c-0`, and the two pipelines would fence each other forever). A per-partition id
     /// has two `:`, a [per-consumer](Self::instance_transactional_id) one has one, so the two
     /// modes never share an id either. Changing the format changes every id: see
     /// `docs/operations.md` ("Upgrading across a transactional.id change").

@@ -197,9 +197,8 @@ pub(crate) fn restore(
                     position.filter(|at| restore_end(*at, ends.get(&p).copied())).map(|_| p)
                 }
                 // The consumer recovers from transport errors by itself (a broker restarting,
-                // leadership moving): keep polling until the deadline. (Found by the chaos
-                // suite's financial-close scenario: a broker crash during a restore stopped
-                // the instance.)
+                // leadership moving): keep polling until the deadline, so a broker crash
+                // during a restore does not stop the instance.
                 Some(Err(e)) if !is_definite(&e) => {
                     tracing::debug!(error = %e, topic, "restore consumer error; retrying");
                     None
