@@ -1,7 +1,7 @@
 //! The consumer thread: polls the consumer, routes records to tasks, and runs the rebalance
 //! protocol (incremental protocols touch only moved partitions, `Eager` everything). Assign:
 //! each new partition's producer is initialised, fencing the previous owner, before the
-//! committed offsets are fetched (as stable, KIP-447). Revoke: each task's [`Interrupt`] is
+//! committed offsets are fetched (as stable, KIP-447). Revoke: each task's [`Interrupt`](super::interrupt::Interrupt) is
 //! set, then the callback waits, bounded, for its commit; a task that does not answer is
 //! abandoned to fencing. A fenced producer makes the consumer rejoin the group; a producer
 //! that failed on its own is replaced in place, and a task that cannot start is retried

@@ -1,5 +1,5 @@
 //! What per-partition mode costs the process, against what the process may open. In
-//! [`Guarantee::ExactlyOnce`](crate::Guarantee::ExactlyOnce) every partition's producer holds
+//! [`Guarantee::ExactlyOnce`] every partition's producer holds
 //! a few open files and a thread per broker; past the open-file limit every transaction times
 //! out (figures: `docs/scaling.md`). The library never raises the limit (a process-wide
 //! setting): it bounds the partition tasks
