@@ -12,7 +12,7 @@
 //! for, is written into `<cache>/kafka-peers-<version>/` and Maven copies its runtime
 //! classpath into `libs/` next to it; a marker file written last makes an interrupted fetch
 //! start over. The sources are compiled into the caller's directory at every
-//! [`JavaApps::prepare`] (a second or two), so an edit is always picked up.
+//! [`JavaApps::prepare`], so an edit is always picked up.
 
 use std::fs;
 use std::path::{Path, PathBuf};
