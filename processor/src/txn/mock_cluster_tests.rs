@@ -22,16 +22,21 @@ fn setup() -> (MockCluster<'static, DefaultProducerContext>, TxnProducer) {
 }
 
 fn setup_with_config() -> (MockCluster<'static, DefaultProducerContext>, TxnProducer, PipelineConfig) {
+    setup_with(|b| b)
+}
+
+fn setup_with(
+    tune: impl FnOnce(crate::PipelineBuilder) -> crate::PipelineBuilder,
+) -> (MockCluster<'static, DefaultProducerContext>, TxnProducer, PipelineConfig) {
     let mock = MockCluster::new(1).expect("mock cluster");
     mock.create_topic("out", 1, 1).expect("topic");
     mock.create_topic("in", 1, 1).expect("topic");
-    let pipeline = Pipeline::builder()
+    let builder = Pipeline::builder()
         .bootstrap_servers(mock.bootstrap_servers())
         .application_id("mock")
         .input_topic("in")
-        .processor(|_, _| Ok(()))
-        .build()
-        .expect("config");
+        .processor(|_, _| Ok(()));
+    let pipeline = tune(builder).build().expect("config");
     let mut p = TxnProducer::create(pipeline.config(), Some("mock-in-0".into()), "in-0").expect("producer");
     p.init(soon(30)).expect("init_transactions");
     (mock, p, pipeline.config().clone())
@@ -166,6 +171,25 @@ fn commit_without_an_answer_is_reconciled_with_a_fresh_producer() {
     mock.broker_up(1).expect("broker up");
     let (mut fresh, _) = reconciling.join().unwrap().expect("reconciled once the broker is back");
     produce_one(&mut fresh).and_then(|()| fresh.commit(soon(30))).expect("the fresh producer commits");
+}
+
+/// A commit whose call times out while its `EndTxn` has no answer yet (the coordinator's
+/// broker down, back later) is resumed, not given up: librdkafka goes on with the same
+/// `EndTxn` in the background, and giving up would make the task fence the producer, whose
+/// fresh epoch can abort what the coordinator is committing.
+#[test]
+fn a_commit_that_times_out_is_resumed_until_its_answer() {
+    // transaction timeout 1 s: each commit call waits at most 5 s (the call timeout's floor).
+    let (mock, mut p, _) = setup_with(|b| b.transaction_timeout(Duration::from_secs(1)));
+    produce_one(&mut p).expect("produce");
+    mock.broker_down(1).expect("broker down");
+    let started = Instant::now();
+    let committing = std::thread::spawn(move || p.commit(soon(30)).map(|()| p));
+    std::thread::sleep(Duration::from_secs(7));
+    mock.broker_up(1).expect("broker up");
+    let mut p = committing.join().unwrap().expect("resumed until the coordinator answered");
+    assert!(started.elapsed() >= Duration::from_secs(7), "the broker was down: {:?}", started.elapsed());
+    produce_one(&mut p).and_then(|()| p.commit(soon(30))).expect("the next transaction commits");
 }
 
 /// `send_offsets_to_transaction` without an answer (the broker is down) is made once and

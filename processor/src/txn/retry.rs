@@ -1,7 +1,7 @@
 //! How a transactional call is made: bounded by the call timeout and the step's deadline,
-//! guarded by the watchdog, retried with backoff while retriable — except the commit step
-//! (`send_offsets`, `commit`), which gets one call per epoch (see the parent module's
-//! hazards) — and timed per step.
+//! guarded by the watchdog, retried with backoff while retriable — except `send_offsets`,
+//! which gets one call per epoch, and `commit`, whose retriable failure is resumed (see the
+//! parent module's hazards) — and timed per step.
 
 use std::time::{Duration, Instant};
 
@@ -69,12 +69,14 @@ impl TxnProducer {
                 Ok(()) => return Ok(()),
                 Err(e) => {
                     let err = StepError::new(step, e);
-                    // The commit step is never tried twice on one epoch (see the module docs).
-                    let once = matches!(step, Step::SendOffsets | Step::Commit);
+                    // Offsets are never sent twice on one epoch; a commit called again resumes
+                    // the one in progress (see the module docs).
+                    let once = step == Step::SendOffsets;
                     if once || err.class != ErrorClass::Retriable || backoff >= deadline.remaining() {
                         return Err(err);
                     }
-                    tracing::warn!(transactional_id = ?self.transactional_id, error = %err, "retrying");
+                    let what = if step == Step::Commit { "resuming the commit" } else { "retrying" };
+                    tracing::warn!(transactional_id = ?self.transactional_id, error = %err, "{what}");
                     deadline.sleep(backoff);
                     backoff = (backoff * 2).min(Duration::from_secs(2));
                 }
