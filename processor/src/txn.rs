@@ -38,12 +38,14 @@
 //!   the flush inside commit returns at once.
 //! - **No second request on the same epoch after an indefinite answer**: a delayed `EndTxn`
 //!   or `TxnOffsetCommit` can land in a later transaction (KAFKA-17754). `send_offsets` is
-//!   called once. A `commit` that timed out is *resumed* until the step's deadline (at least
-//!   the call timeout, whatever the interrupt says): librdkafka goes on with the same
-//!   `EndTxn` in the background and a second call waits for it, sending nothing new.
-//!   Giving up early would be worse than waiting: the fresh epoch that fences the producer
-//!   aborts a transaction the coordinator may be committing. A producer whose commit step
-//!   still failed is fenced and reconciled ([`crate::runtime::reconcile`]).
+//!   called once. A `commit` that timed out is *resumed*: librdkafka goes on with the same
+//!   `EndTxn` in the background and a second call waits for it, sending nothing new. Giving
+//!   up early is worse than waiting: the fresh epoch that fences the producer aborts a
+//!   transaction the coordinator (or a failed-over one) may be committing. So the commit
+//!   waits until the step's deadline, and for twice the call timeout even when the task is
+//!   interrupted: by then a live coordinator has decided (it aborts a transaction still
+//!   open after the transaction timeout). A producer whose commit step still failed is
+//!   fenced and reconciled ([`crate::runtime::reconcile`]).
 //! - **Stale delivery reports** of an aborted cycle are ignored by cycle number.
 //! - **Every wait ends by a [`Deadline`]**, brought forward by an interrupt
 //!   ([`crate::runtime::interrupt`]).
@@ -300,11 +302,11 @@ impl TxnProducer {
     }
 
     /// `commit_transaction`, resumed while it times out, until `deadline` but for at least
-    /// the call timeout even when the task is interrupted (see the module docs). Any failure
-    /// but fencing leaves the outcome unknown to the task, which then fences this producer
-    /// and reconciles.
+    /// twice the call timeout even when the task is interrupted (see the module docs). Any
+    /// failure but fencing leaves the outcome unknown to the task, which then fences this
+    /// producer and reconciles.
     pub(crate) fn commit(&mut self, deadline: Deadline<'_>) -> Result<(), StepError> {
-        let deadline = deadline.with_grace(self.call_timeout);
+        let deadline = deadline.with_grace(self.call_timeout * 2);
         let injected = self.fault.as_ref().and_then(|f| f.on_commit());
         if injected == Some(UnknownOutcome::TimedOutBeforeCommit) {
             tracing::warn!(transactional_id = ?self.transactional_id, "fault injection: commit not made, reported as timed out");

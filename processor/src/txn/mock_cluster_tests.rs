@@ -174,17 +174,26 @@ fn commit_without_an_answer_is_reconciled_with_a_fresh_producer() {
 }
 
 /// A commit whose call times out while its `EndTxn` has no answer yet (the coordinator's
-/// broker down, back later) is resumed, not given up: librdkafka goes on with the same
-/// `EndTxn` in the background, and giving up would make the task fence the producer, whose
-/// fresh epoch can abort what the coordinator is committing.
+/// broker down, back later) is resumed, not given up, even when the task's partitions were
+/// lost meanwhile: librdkafka goes on with the same `EndTxn` in the background, and giving
+/// up would make the task fence the producer, whose fresh epoch can abort what the
+/// coordinator is committing.
 #[test]
-fn a_commit_that_times_out_is_resumed_until_its_answer() {
-    // transaction timeout 1 s: each commit call waits at most 5 s (the call timeout's floor).
-    let (mock, mut p, _) = setup_with(|b| b.transaction_timeout(Duration::from_secs(1)));
+fn a_commit_that_times_out_is_resumed_until_its_answer_even_when_interrupted() {
+    use crate::runtime::interrupt::Interrupt;
+    // Transaction timeout 1 s: each commit call waits at most 5 s (the call timeout's floor),
+    // the commit 10 s. Reconnects retried every 0.5 s at most: the broker is seen back soon.
+    let (mock, mut p, _) = setup_with(|b| {
+        b.transaction_timeout(Duration::from_secs(1)).producer_property("reconnect.backoff.max.ms", "500")
+    });
     produce_one(&mut p).expect("produce");
     mock.broker_down(1).expect("broker down");
     let started = Instant::now();
-    let committing = std::thread::spawn(move || p.commit(soon(30)).map(|()| p));
+    let committing = std::thread::spawn(move || {
+        let interrupt = Interrupt::default();
+        interrupt.revoke(true, Instant::now());
+        p.commit(Deadline::interruptible(Instant::now() + Duration::from_secs(30), &interrupt)).map(|()| p)
+    });
     std::thread::sleep(Duration::from_secs(7));
     mock.broker_up(1).expect("broker up");
     let mut p = committing.join().unwrap().expect("resumed until the coordinator answered");
