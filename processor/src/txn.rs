@@ -142,7 +142,7 @@ impl TxnProducer {
             mark: None,
             sent: 0,
             in_txn: false,
-            call_timeout: cfg.transaction_timeout.max(Duration::from_secs(5)),
+            call_timeout: cfg.call_timeout(),
             timers: TxnTimers::new(&cfg.application_id, partition),
             fault: cfg.fault.clone(),
         })
@@ -306,7 +306,7 @@ impl TxnProducer {
     /// failure but fencing leaves the outcome unknown to the task, which then fences this
     /// producer and reconciles.
     pub(crate) fn commit(&mut self, deadline: Deadline<'_>) -> Result<(), StepError> {
-        let deadline = deadline.with_grace(self.call_timeout * 2);
+        let deadline = deadline.with_grace(self.call_timeout * 2); // see watchdog::commit_bound
         let injected = self.fault.as_ref().and_then(|f| f.on_commit());
         if injected == Some(UnknownOutcome::TimedOutBeforeCommit) {
             tracing::warn!(transactional_id = ?self.transactional_id, "fault injection: commit not made, reported as timed out");
@@ -531,7 +531,7 @@ mod offsets;
 mod reports;
 mod retry;
 mod step;
-mod watchdog;
+pub(crate) mod watchdog;
 mod work;
 pub(crate) use delivery::DeliveryTracker;
 pub(crate) use offsets::{group_id_only, next_offset_per_partition, next_offsets};

@@ -92,6 +92,12 @@ pub struct PipelineConfig {
 }
 
 impl PipelineConfig {
+    /// How long one transactional librdkafka call waits for its answer: the transaction
+    /// timeout, and at least 5 s.
+    pub(crate) fn call_timeout(&self) -> Duration {
+        self.transaction_timeout.max(Duration::from_secs(5))
+    }
+
     /// The consumer's librdkafka configuration: ours, then the user's verbatim properties
     /// (validation has already refused the ones that would break the guarantee).
     pub(crate) fn consumer_config(&self) -> ClientConfig {

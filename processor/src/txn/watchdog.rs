@@ -17,6 +17,13 @@ use super::delivery::DeliveryTracker;
 /// How long past its own timeout a call may take before it is abandoned.
 pub(crate) const GRACE: Duration = Duration::from_secs(5);
 
+/// The longest a commit step can hold its task past an interrupt: the commit is resumed for
+/// twice the call timeout (see the parent module's hazards), and its last call may overrun
+/// by [`GRACE`].
+pub(crate) fn commit_bound(cfg: &crate::config::PipelineConfig) -> Duration {
+    cfg.call_timeout() * 2 + GRACE
+}
+
 /// The stack of a call's thread: the call only waits inside librdkafka.
 const STACK: usize = 256 * 1024;
 

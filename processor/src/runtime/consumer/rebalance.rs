@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::mpsc::sync_channel;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, RebalanceProtocol};
 use rdkafka::types::RDKafkaRespErr;
@@ -223,15 +223,15 @@ impl Rebalancer {
         }
         let mut acked = Vec::new();
         let per_partition = self.shared.cfg.guarantee == Guarantee::ExactlyOnce;
-        // A per-partition task that is still busy past its interrupt deadline plus one
-        // blocking call's bound is hung. librdkafka's send_offsets_to_transaction can block
-        // forever once the group coordinator's broker has left the metadata
-        // (confluentinc/librdkafka#5456, #5511); the call's watchdog (crate::txn::watchdog)
-        // lets the task go on after the call
-        // timeout plus its grace, so this is the second line: abandon the task to fencing
-        // rather than hold the whole group's rebalance for the task timeout. Workers are
-        // waited for until the deadline: they are long-lived, and their watchdog frees them.
-        let call_bound = self.shared.cfg.transaction_timeout.max(Duration::from_secs(5)) + Duration::from_secs(5);
+        // A per-partition task that is still busy past its interrupt deadline plus the
+        // longest a commit may take ([`crate::txn::watchdog::commit_bound`]) is hung: librdkafka's
+        // send_offsets_to_transaction can block forever once the group coordinator's broker
+        // has left the metadata (confluentinc/librdkafka#5456, #5511). The call's watchdog
+        // (crate::txn::watchdog) lets the task go on; this is the second line: abandon the
+        // task to fencing rather than hold the whole group's rebalance for the task timeout.
+        // Workers are waited for until the deadline: they are long-lived, and their watchdog
+        // frees them.
+        let call_bound = crate::txn::watchdog::commit_bound(&self.shared.cfg);
         let reply_by = if per_partition { deadline.min(task_deadline + call_bound) } else { deadline };
         for (id, reply_rx) in waiting {
             let reply: Option<RevokeReply> =
