@@ -78,6 +78,10 @@ pub(super) struct Unstarted {
     pub(super) backoff: Duration,
     /// Why the last attempt failed.
     pub(super) last: String,
+    /// The thread of the last attempt, if it was given up on while still starting (timed
+    /// out): it may still be initialising the same transactional id, and a start beside it
+    /// would fence it and be fenced back. The next attempt waits for it to end.
+    pub(super) previous: Option<Arc<JoinHandle<()>>>,
 }
 
 impl Unstarted {
@@ -89,7 +93,21 @@ impl Unstarted {
             next: now + Duration::from_secs(1),
             backoff: Duration::from_secs(2),
             last,
+            previous: None,
         }
+    }
+
+    /// The same, with the thread of the attempt given up on (see [`Unstarted::previous`]).
+    pub(super) fn after(mut self, previous: Option<Arc<JoinHandle<()>>>) -> Unstarted {
+        self.previous = previous;
+        self
+    }
+
+    /// Whether its next attempt may start now: room came (waiting) or its pause is over,
+    /// and no earlier attempt's thread still runs.
+    pub(super) fn due(&self, now: Instant) -> bool {
+        let previous_running = self.previous.as_ref().is_some_and(|t| !t.is_finished());
+        (self.waiting || self.next <= now) && !previous_running
     }
 
     /// A partition left without a task by the task bound.
@@ -101,11 +119,12 @@ impl Unstarted {
     }
 
     /// Another failed attempt (a waiting partition's first: its task timeout starts now).
-    pub(super) fn failed_again(&mut self, last: String) {
+    pub(super) fn failed_again(&mut self, last: String, previous: Option<Arc<JoinHandle<()>>>) {
         if std::mem::take(&mut self.waiting) {
-            *self = Unstarted::new(last);
+            *self = Unstarted::new(last).after(previous);
             return;
         }
+        self.previous = previous;
         self.next = Instant::now() + self.backoff;
         self.backoff = (self.backoff * 2).min(Duration::from_secs(30));
         self.last = last;
@@ -265,6 +284,14 @@ pub(super) fn send_bounded(tx: &SyncSender<TaskMsg>, mut msg: TaskMsg, deadline:
     }
 }
 
+/// Lets go of a task whose start failed or was given up on: told to stop at once (its
+/// partitions are no longer its), its thread kept for the next attempt to wait for
+/// ([`Unstarted::previous`]).
+pub(super) fn give_up_start(handle: TaskHandle) -> Option<Arc<JoinHandle<()>>> {
+    handle.interrupt.revoke(true, Instant::now());
+    Some(Arc::new(handle.join))
+}
+
 /// Joins `thread` if it ends by `deadline`; `false` (and the thread left running) if not.
 pub(crate) fn join_by(thread: JoinHandle<()>, deadline: Instant) -> bool {
     while !thread.is_finished() && Instant::now() < deadline {
@@ -279,6 +306,33 @@ pub(crate) fn join_by(thread: JoinHandle<()>, deadline: Instant) -> bool {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_retry_waits_for_the_thread_of_the_start_given_up_on() {
+        use super::Unstarted;
+        use std::sync::{mpsc, Arc};
+        use std::time::{Duration, Instant};
+        let later = Instant::now() + Duration::from_secs(60);
+        let (release, hold) = mpsc::channel::<()>();
+        let running = Arc::new(std::thread::spawn(move || {
+            let _ = hold.recv();
+        }));
+        let mut u = Unstarted::new("timed out".into()).after(Some(running.clone()));
+        assert!(!u.due(later), "its first start still runs");
+        release.send(()).unwrap();
+        while !running.is_finished() {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(u.due(later), "its first start ended");
+        assert!(!u.due(Instant::now()), "the pause is not over");
+        u.failed_again("no answer".into(), None);
+        assert!(u.due(later) && !u.due(Instant::now()));
+        let waiting = Unstarted::waiting(4);
+        assert!(waiting.due(Instant::now()), "waiting for room: due at once");
+        assert!(!waiting
+            .after(Some(Arc::new(std::thread::spawn(|| std::thread::sleep(Duration::from_secs(2))))))
+            .due(later));
+    }
+
     use super::*;
 
     #[test]
@@ -287,11 +341,11 @@ mod tests {
         assert!(u.waiting && u.next <= Instant::now(), "due as soon as there is room");
         assert!(u.last.contains("8 partition tasks"), "{}", u.last);
         std::thread::sleep(Duration::from_millis(20));
-        u.failed_again("init_transactions timed out".into());
+        u.failed_again("init_transactions timed out".into(), None);
         assert!(!u.waiting, "a start that failed is a failure, retried with backoff");
         assert!(u.since.elapsed() < Duration::from_millis(20), "its task timeout counts from this failure");
         assert_eq!((u.backoff, u.last.as_str()), (Duration::from_secs(2), "init_transactions timed out"));
-        u.failed_again("again".into());
+        u.failed_again("again".into(), None);
         assert_eq!(u.backoff, Duration::from_secs(4), "then doubling as before");
     }
 }

@@ -16,7 +16,7 @@ use crate::error::Error;
 use crate::partition::TopicPartition;
 use crate::runtime::limits;
 use crate::runtime::registry::{
-    by_task, retry_later, send_bounded, spawn_partition_task, to_tpl, wait_ready, Ready, Unstarted,
+    by_task, give_up_start, retry_later, send_bounded, spawn_partition_task, to_tpl, wait_ready, Ready, Unstarted,
 };
 use crate::runtime::task::{Resume, RevokeReply, TaskMsg};
 
@@ -84,10 +84,11 @@ impl Rebalancer {
                         // One partition's trouble must not stop the others: paused once
                         // assigned, retried from the loop (`start_unstarted`).
                         tracing::warn!(partitions = ?group, error = %e, "the partition's producer cannot be initialised; retrying it while the others run");
+                        let previous = give_up_start(handle);
                         let mut reg = self.registry();
                         for tp in group {
                             self.note_unserved(&tp, &e.to_string());
-                            reg.unstarted.insert(tp, Unstarted::new(e.to_string()));
+                            reg.unstarted.insert(tp, Unstarted::new(e.to_string()).after(previous.clone()));
                         }
                     }
                     Err(e) => self.set_fatal(e),

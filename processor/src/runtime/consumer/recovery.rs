@@ -14,7 +14,9 @@ use rdkafka::{Offset, TopicPartitionList};
 use super::Rebalancer;
 use crate::error::Error;
 use crate::partition::TopicPartition;
-use crate::runtime::registry::{by_task, send_bounded, spawn_partition_task, to_tpl, wait_ready, Registry, Unstarted};
+use crate::runtime::registry::{
+    by_task, give_up_start, send_bounded, spawn_partition_task, to_tpl, wait_ready, Registry, Unstarted,
+};
 use crate::runtime::task::TaskMsg;
 
 impl Rebalancer {
@@ -110,10 +112,8 @@ impl Rebalancer {
                 }
                 return;
             }
-            let tasks: std::collections::HashSet<(String, i32)> = (reg.unstarted.iter())
-                .filter(|(_, u)| u.waiting || u.next <= now)
-                .map(|(tp, _)| cfg.task_of(&tp.0, tp.1))
-                .collect();
+            let tasks: std::collections::HashSet<(String, i32)> =
+                (reg.unstarted.iter()).filter(|(_, u)| u.due(now)).map(|(tp, _)| cfg.task_of(&tp.0, tp.1)).collect();
             (reg.unstarted.keys().filter(|tp| tasks.contains(&cfg.task_of(&tp.0, tp.1))).cloned().collect(), room)
         };
         for group in by_task(cfg, due) {
@@ -123,11 +123,24 @@ impl Rebalancer {
                 None => {}
             }
             let id = self.registry().next_id();
-            let started = spawn_partition_task(&self.shared, id, &group)
-                .and_then(|(handle, ready)| wait_ready(ready, Instant::now() + cfg.task_timeout).map(|r| (handle, r)));
+            let mut previous = None;
+            let started = spawn_partition_task(&self.shared, id, &group).and_then(|(handle, ready)| {
+                match wait_ready(ready, Instant::now() + cfg.task_timeout) {
+                    Ok(resume) => Ok((handle, resume)),
+                    Err(e) => {
+                        previous = give_up_start(handle);
+                        Err(e)
+                    }
+                }
+            });
             let result = started.map_err(|e| e.to_string()).and_then(|(handle, resume)| {
-                seek_to_start(consumer, &group, &resume)?;
-                Ok(handle)
+                match seek_to_start(consumer, &group, &resume) {
+                    Ok(()) => Ok(handle),
+                    Err(e) => {
+                        previous = give_up_start(handle);
+                        Err(e)
+                    }
+                }
             });
             let mut reg = self.registry();
             if group.iter().any(|tp| !reg.unstarted.contains_key(tp)) {
@@ -164,7 +177,7 @@ impl Rebalancer {
                     tracing::warn!(partitions = ?group, error = %last, "the partition's task still cannot start; retrying");
                     for tp in &group {
                         if let Some(u) = reg.unstarted.get_mut(tp) {
-                            u.failed_again(last.clone());
+                            u.failed_again(last.clone(), previous.clone());
                             self.note_unserved(tp, &last);
                         }
                     }
