@@ -76,12 +76,18 @@
 //! | `logging` | off | `ops::init_tracing`: a `tracing-subscriber` set-up, text or JSON lines |
 //! | `ssl` | off | TLS listeners and SASL/SCRAM (librdkafka built with OpenSSL) |
 //! | `cmake-build` | off | builds librdkafka with CMake (needed for Windows targets) |
+//! | `time-zones` | off | `WindowAlign::days_in`: calendar-day windows in an IANA time zone (`jiff`) |
+//! | `test-hooks` | off | outside semver, for `kafka-eos-testkit` and `kafka-eos-cli` only: the test driver's engine, fault injection, benchmark helpers |
 //!
 //! The library has no global side effects unless asked: no metrics recorder, no HTTP
 //! server, no signal handler, and it never exits the process.
 //!
 //! The guarantees and their costs are in `docs/semantics.md`.
 #![warn(missing_docs)]
+// The test driver's engine (`testing`, feature `test-hooks`) is the only caller of a few
+// crate functions: without the feature they are unused. Workspace builds enable it, so
+// their lints still catch dead code.
+#![cfg_attr(not(feature = "test-hooks"), allow(dead_code))]
 
 pub mod admin;
 pub mod codec;
@@ -101,6 +107,7 @@ mod runtime;
 pub mod sink;
 pub mod state;
 pub mod table;
+#[cfg(feature = "test-hooks")]
 #[doc(hidden)]
 pub mod testing;
 pub mod timers;

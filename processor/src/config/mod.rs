@@ -36,8 +36,12 @@ mod properties;
 
 pub use builder::PipelineBuilder;
 pub use error_policy::{Exhausted, ProcessorErrorPolicy};
+pub(crate) use fault::FaultInjection;
+#[cfg(not(feature = "test-hooks"))]
+pub(crate) use fault::UnknownOutcome;
+#[cfg(feature = "test-hooks")]
 #[doc(hidden)]
-pub use fault::{FaultInjection, UnknownOutcome};
+pub use fault::UnknownOutcome;
 pub(crate) use group::GroupSettings;
 pub use group::Rebalancing;
 pub use guarantee::Guarantee;

@@ -1,8 +1,9 @@
 //! Renders a crate's public API from rustdoc's JSON output as sorted lines, one per item:
 //! every path a user can name (modules, types, fields, variants, functions and methods
 //! with their signatures, constants, traits and their items), the trait implementations of
-//! the crate's types (with `Send` and `Sync`; the other auto traits and blanket
-//! implementations are left out as noise), and re-exports of other crates' items.
+//! the crate's types (with `Send` and `Sync`; the other auto traits, blanket
+//! implementations and derives' unstable marker traits are left out as noise), and
+//! re-exports of other crates' items.
 //!
 //! The crate's own types are printed with their shortest public path, other crates' with
 //! the path rustdoc knows them by (`alloc::string::String`), so a dependency's type in a
@@ -333,6 +334,9 @@ impl<'a> Renderer<'a> {
             return;
         }
         let trait_ = self.path(&inner["trait"]);
+        if NOT_CONTRACT.contains(&trait_.as_str()) {
+            return;
+        }
         if inner["is_synthetic"] == true && !matches!(trait_.as_str(), "core::marker::Send" | "core::marker::Sync") {
             return;
         }
@@ -596,6 +600,10 @@ impl<'a> Renderer<'a> {
         }
     }
 }
+
+/// Unstable traits that derives implement, which a user cannot name: the toolchain's
+/// business, not the crate's.
+const NOT_CONTRACT: &[&str] = &["core::clone::TrivialClone", "core::marker::StructuralPartialEq"];
 
 /// The attributes that are part of the contract.
 fn attrs(item: &Value) -> String {

@@ -80,11 +80,15 @@ use std::collections::BTreeMap;
 use kafka_eos::codec::{Codec, DecodeError};
 use kafka_eos::config::PipelineConfig;
 use kafka_eos::state::{Store, StoreRef};
-use kafka_eos::testing::{AfterFailure, ChangelogEntry, Engine, Failure, Snapshot};
+use kafka_eos::testing::{AfterFailure, ChangelogEntry, Engine, Failure};
 use kafka_eos::{Error, Exhausted, Guarantee, InputRecord, PipelineBuilder, Topic};
 
 pub use record::{TestInput, TestRecord};
 pub use replay::{check_replay_safe, ReplayCheck, ReplayReport, ReplayViolation};
+
+/// Every store's committed entries (encoded keys and values, in key byte order), by
+/// (store, partition): what [`TestDriver::state_snapshot`] returns.
+pub type Snapshot = BTreeMap<(String, i32), Vec<(Vec<u8>, Vec<u8>)>>;
 
 /// What the driver has done so far: the counters of the runtime's `Summary`, plus the
 /// simulated faults.
