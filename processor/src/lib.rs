@@ -77,7 +77,7 @@
 //! | `ssl` | off | TLS listeners and SASL/SCRAM (librdkafka built with OpenSSL) |
 //! | `cmake-build` | off | builds librdkafka with CMake (needed for Windows targets) |
 //! | `time-zones` | off | `WindowAlign::days_in`: calendar-day windows in an IANA time zone (`jiff`) |
-//! | `test-hooks` | off | outside semver, for `kafka-eos-testkit` and `kafka-eos-cli` only: the test driver's engine, fault injection, benchmark helpers |
+//! | `test-hooks` | off | outside semver, for `kafka-eos-testkit` and `kafka-eos-cli` only: the test driver's engine, fault injection, benchmark helpers, bridges to rdkafka's types |
 //!
 //! The library has no global side effects unless asked: no metrics recorder, no HTTP
 //! server, no signal handler, and it never exits the process.

@@ -50,15 +50,17 @@ pub struct InputRecord {
 }
 
 impl InputRecord {
-    /// An owned copy of a message as rdkafka delivers it (for readers outside the runtime,
-    /// such as the test kit's). Allocates the topic name; the runtime reuses one [`Topic`]
-    /// per input topic instead.
+    /// An owned copy of a message as rdkafka delivers it, for readers outside the runtime
+    /// such as the test kit's (feature `test-hooks`, outside semver: rdkafka's type).
+    /// Allocates the topic name; the runtime reuses one [`Topic`] per input topic instead.
+    #[cfg(feature = "test-hooks")]
+    #[doc(hidden)]
     pub fn from_message(m: &BorrowedMessage<'_>) -> InputRecord {
         InputRecord::from_message_in(m, Topic::new(m.topic()))
     }
 
-    /// [`from_message`](Self::from_message) with the message's topic already made: `topic`
-    /// must name `m.topic()`.
+    /// An owned copy of message `m`, with the message's topic already made: `topic` must
+    /// name `m.topic()`.
     pub(crate) fn from_message_in(m: &BorrowedMessage<'_>, topic: Topic) -> InputRecord {
         debug_assert_eq!(topic, m.topic());
         let headers = m

@@ -47,4 +47,9 @@ pub use group::Rebalancing;
 pub use guarantee::Guarantee;
 pub use pipeline::PipelineConfig;
 pub(crate) use pipeline::DEFAULT_MAX_CONCURRENT_TRANSACTIONS;
-pub use properties::{client_error, is_sensitive, Properties};
+#[cfg(feature = "test-hooks")]
+#[doc(hidden)]
+pub use properties::client_error;
+#[cfg(not(feature = "test-hooks"))]
+pub(crate) use properties::client_error;
+pub use properties::{is_sensitive, Properties};
