@@ -1,19 +1,5 @@
-//! Errors, and the classification that decides what the runtime does with a Kafka error.
-//!
-//! Every Kafka failure inside the transaction cycle is put in one of four classes
-//! ([`ErrorClass`]); the class alone decides the reaction, so the reaction is the same
-//! wherever in the cycle the error comes from:
-//!
-//! | class | examples | what the runtime does |
-//! |---|---|---|
-//! | [`Retriable`](ErrorClass::Retriable) | request timed out, coordinator moving, brokers briefly down | repeats the same call with backoff, until the task timeout — except in the commit step (`send_offsets_to_transaction`, `commit_transaction`), whose outcome is then unknown: fenced and reconciled with a fresh producer (`runtime/reconcile.rs`) |
-//! | [`Abortable`](ErrorClass::Abortable) | a produce failed inside the transaction, offsets rejected for an old generation, anything unknown | aborts, replays the batch from the last committed offset, retries with backoff, until the task timeout |
-//! | [`Fenced`](ErrorClass::Fenced) | `PRODUCER_FENCED`, `_FENCED`, `INVALID_PRODUCER_EPOCH` (also what a transaction timeout turns into) | drops the producer and gives the partitions up: the consumer rejoins the group, and whoever is assigned the partition fences the zombie and resumes from the committed offset |
-//! | [`Fatal`](ErrorClass::Fatal) | any other error librdkafka marks fatal | the producer is unusable and the outcome unknown: fenced and reconciled with a fresh producer (at-least-once: as fenced) |
-//!
-//! Why "unknown" is abortable and not retriable: reporting a transaction as committed when
-//! it was not would lose data silently, while aborting a transaction that could have
-//! committed only costs its replay.
+//! Errors, and the classification that decides what the runtime does with a Kafka error
+//! (the rules are on [`ErrorClass`]). Exported at the crate root.
 //!
 //! Errors that reach the user ([`Error`]) say what failed and what to do about it. A
 //! failed Kafka call carries a [`KafkaError`]: its code, its name and its class, with
@@ -27,7 +13,22 @@ use rdkafka::error::{KafkaError as RdKafkaError, RDKafkaErrorCode};
 /// chain) until it reaches [`Error::Processor`] or, as text, a dead-letter header.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
-/// How the runtime reacts to a Kafka error; see the [module docs](self).
+/// How the runtime reacts to a Kafka error.
+///
+/// Every Kafka failure inside the transaction cycle is put in one of four classes; the class
+/// alone decides the reaction, so the reaction is the same wherever in the cycle the error
+/// comes from:
+///
+/// | class | examples | what the runtime does |
+/// |---|---|---|
+/// | [`Retriable`](ErrorClass::Retriable) | request timed out, coordinator moving, brokers briefly down | repeats the same call with backoff, until the task timeout — except in the commit step (`send_offsets_to_transaction`, `commit_transaction`), whose outcome is then unknown: fenced and reconciled with a fresh producer (`runtime/reconcile.rs`) |
+/// | [`Abortable`](ErrorClass::Abortable) | a produce failed inside the transaction, offsets rejected for an old generation, anything unknown | aborts, replays the batch from the last committed offset, retries with backoff, until the task timeout |
+/// | [`Fenced`](ErrorClass::Fenced) | `PRODUCER_FENCED`, `_FENCED`, `INVALID_PRODUCER_EPOCH` (also what a transaction timeout turns into) | drops the producer and gives the partitions up: the consumer rejoins the group, and whoever is assigned the partition fences the zombie and resumes from the committed offset |
+/// | [`Fatal`](ErrorClass::Fatal) | any other error librdkafka marks fatal | the producer is unusable and the outcome unknown: fenced and reconciled with a fresh producer (at-least-once: as fenced) |
+///
+/// Why "unknown" is abortable and not retriable: reporting a transaction as committed when
+/// it was not would lose data silently, while aborting a transaction that could have
+/// committed only costs its replay.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ErrorClass {
     /// Repeat the same call; the transaction is still usable.
@@ -115,7 +116,7 @@ impl KafkaError {
         KafkaError { inner: Box::new(err), class }
     }
 
-    /// How the runtime reacts to it; see the [module docs](self).
+    /// How the runtime reacts to it (see [`ErrorClass`]).
     pub fn class(&self) -> ErrorClass {
         self.class
     }

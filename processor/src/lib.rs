@@ -42,14 +42,14 @@
 //! }
 //! ```
 //!
-//! One [`Processor`] shape covers sync, async and stateful code, with per-partition
+//! One [`Processor`](processor::Processor) shape covers sync, async and stateful code, with per-partition
 //! `init`/`close` hooks ([`processor`]); stores are declared once with their types
 //! ([`state`]); codecs are values ([`codec`]).
 //!
 //! ## Where things are
 //! | module | concept |
 //! |---|---|
-//! | [`config`] | the pipeline builder, every option's default and trade-off, validation |
+//! | [`PipelineBuilder`], [`config`] | the pipeline builder, every option's default and trade-off, validation; librdkafka properties |
 //! | [`processor`], [`record`], [`codec`] | the processor trait, its context and closures; records and topics; codecs |
 //! | `txn` (private) | the transaction cycle, top to bottom, and its hazards |
 //! | `runtime` (private) | the consumer thread, rebalance callbacks, partition tasks |
@@ -61,7 +61,7 @@
 //! | [`observe`] | a hook called after every transaction, with its timings and outcome |
 //! | [`health`] | per-partition health (what `/health` serves) |
 //! | [`ops`] | Prometheus `/metrics` and `/health` (feature `ops-server`), tracing set-up (feature `logging`) |
-//! | [`error`] | typed errors and their classification (retriable / abortable / fenced / fatal) |
+//! | [`Error`], [`ErrorClass`], [`KafkaError`] | typed errors and their classification (retriable / abortable / fenced / fatal) |
 //! | [`admin`] | topic creation and topic configuration |
 //!
 //! The local broker harness, the verifier and test-data helpers are in the
@@ -93,7 +93,7 @@ pub mod admin;
 pub mod codec;
 pub mod config;
 mod counters;
-pub mod error;
+mod error;
 pub mod health;
 mod metrics;
 pub mod observe;
@@ -113,8 +113,16 @@ pub mod testing;
 pub mod timers;
 mod txn;
 
-pub use config::{Exhausted, Guarantee, PipelineBuilder, PipelineConfig, ProcessorErrorPolicy, Rebalancing};
-pub use error::{BoxError, Error, ErrorClass, Result};
-pub use processor::{Context, ProcessError, Processor};
-pub use record::{InputRecord, OutputRecord, Topic};
+// Every public item has one path. The types every pipeline names are here; a module holds
+// the rest of its topic (the processor's items are in `processor`).
+pub use config::builder::PipelineBuilder;
+pub use config::error_policy::{Exhausted, ProcessorErrorPolicy};
+pub use config::group::Rebalancing;
+pub use config::guarantee::Guarantee;
+pub use config::pipeline::PipelineConfig;
+pub use error::{BoxError, Error, ErrorClass, KafkaError, Result};
+pub(crate) use processor::Context;
+pub use record::input::InputRecord;
+pub use record::output::OutputRecord;
+pub use record::topic::Topic;
 pub use runtime::{Pipeline, ShutdownHandle, Summary};

@@ -19,8 +19,8 @@ use tokio::runtime::Handle;
 
 use crate::config::PipelineConfig;
 use crate::error::{BoxError, Result};
+pub use crate::processing::AfterFailure;
 use crate::processing::Processing;
-pub use crate::processing::{AfterFailure, DEAD_LETTER_ATTEMPTS_HEADER, DEAD_LETTER_ERROR_HEADER};
 use crate::record::{InputRecord, OutputRecord, ORIGIN_HEADER};
 use crate::state::backend::Location;
 use crate::state::{changelog, changelog_topic, PartitionState, StateError, Store, StoreRef, Tally};

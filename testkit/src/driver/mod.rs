@@ -78,9 +78,9 @@ mod tests;
 use std::collections::BTreeMap;
 
 use kafka_eos::codec::{Codec, DecodeError};
-use kafka_eos::config::PipelineConfig;
 use kafka_eos::state::{Store, StoreRef};
 use kafka_eos::testing::{AfterFailure, ChangelogEntry, Engine, Failure};
+use kafka_eos::PipelineConfig;
 use kafka_eos::{Error, Exhausted, Guarantee, InputRecord, PipelineBuilder, Topic};
 
 pub use record::{TestInput, TestRecord};
@@ -338,7 +338,7 @@ impl TestDriver {
     /// # Panics
     /// If `R` is not the sink's row type (the type of the pipeline's `SinkHandle<R>`).
     ///
-    /// [`Context::sink`]: kafka_eos::Context::sink
+    /// [`Context::sink`]: kafka_eos::processor::Context::sink
     pub fn sink_rows<R: 'static>(&self) -> Vec<kafka_eos::sink::SinkRow<&R>> {
         self.sink_rows
             .iter()
