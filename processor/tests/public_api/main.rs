@@ -11,6 +11,7 @@
 //! with `RUSTC_BOOTSTRAP=1`, and knows the format versions listed in `FORMATS`.
 
 mod render;
+mod signature;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
