@@ -50,7 +50,9 @@
 //! | module | concept |
 //! |---|---|
 //! | [`PipelineBuilder`], [`config`] | the pipeline builder, every option's default and trade-off, validation; librdkafka properties |
-//! | [`processor`], [`record`], [`codec`] | the processor trait, its context and closures; records and topics; codecs |
+//! | [`processor`] | the processor trait, its context and closures |
+//! | [`InputRecord`], [`OutputRecord`], [`Topic`], [`record`] | records and topics; the headers the runtime writes |
+//! | [`codec`] | codecs |
 //! | `txn` (private) | the transaction cycle, top to bottom, and its hazards |
 //! | `runtime` (private) | the consumer thread, rebalance callbacks, partition tasks |
 //! | [`state`] | state stores with changelog topics, restored on assignment |
