@@ -1,5 +1,6 @@
-//! **Not a stable API: the surface `kafka-eos-testkit`'s `TestDriver` is built on.** Use the
-//! driver (`kafka_eos_testkit::driver`), not this module.
+//! **Not a stable API: the surface `kafka-eos-testkit`'s `TestDriver` is built on** (feature
+//! `test-hooks`, outside semver). Use the driver (`kafka_eos_testkit::driver`), not this
+//! module.
 //!
 //! It exposes the runtime's own processing so the driver cannot drift from it: an
 //! [`Engine`] is the processing half of a partition task (the crate's `processing` module) — the
