@@ -140,7 +140,8 @@ mod ledger {
     use std::time::Duration;
 
     use kafka_eos::codec::{Codec, Json};
-    use kafka_eos::{Guarantee, Pipeline, PipelineBuilder, ProcessError};
+    use kafka_eos::processor::ProcessError;
+    use kafka_eos::{Guarantee, Pipeline, PipelineBuilder};
     use kafka_eos_cli::workloads::financial_close::{business_days, Event, Reconciliation};
     use kafka_eos_postgres::{row, PostgresSink, TableSpec};
     use kafka_eos_testkit::admin;

@@ -34,9 +34,9 @@ use serde::{Deserialize, Serialize};
 use kafka_eos::codec::Json;
 use kafka_eos::operators::{ClosedWindow, Dedup, TumblingWindows, WindowAlign};
 use kafka_eos::processor::{Context, ProcessError, Processor};
-use kafka_eos::record::{InputRecord, OutputRecord, Topic};
 use kafka_eos::table::Table;
 use kafka_eos::timers::{StreamTime, Timer, TimerSpec, Timers};
+use kafka_eos::{InputRecord, OutputRecord, Topic};
 use kafka_eos::{PipelineBuilder, Result};
 use kafka_eos_testkit::admin;
 

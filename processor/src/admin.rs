@@ -13,10 +13,9 @@ use std::time::{Duration, Instant};
 
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
 use rdkafka::client::DefaultClientContext;
-use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
-use rdkafka::error::KafkaError;
+use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::types::RDKafkaErrorCode;
-use rdkafka::{ClientConfig, ClientContext};
+use rdkafka::ClientConfig;
 
 use crate::config::{client_error, Properties};
 use crate::error::{Error, Result};
@@ -63,13 +62,20 @@ impl Client {
         self
     }
 
-    /// `bootstrap.servers`, quiet logging, then the properties: the base of every client
-    /// created for this cluster (the test kit's and the chaos suite's readers and producers
-    /// too).
+    /// [`client_config`](Self::client_config), for the test kit's and the chaos suite's
+    /// readers and producers (feature `test-hooks`, outside semver: rdkafka's type).
+    #[cfg(feature = "test-hooks")]
+    #[doc(hidden)]
     pub fn config(&self) -> ClientConfig {
+        self.client_config()
+    }
+
+    /// `bootstrap.servers`, quiet logging, then the properties: the base of every client
+    /// created for this cluster.
+    pub(crate) fn client_config(&self) -> ClientConfig {
         let mut c = ClientConfig::new();
         c.set("bootstrap.servers", &self.bootstrap).set("log_level", "3");
-        self.properties.apply(&mut c);
+        self.properties.set_on(&mut c);
         c
     }
 
@@ -92,7 +98,7 @@ impl Client {
     ) -> Result<()> {
         let timeout = Duration::from_secs(30);
         let admin: AdminClient<DefaultClientContext> =
-            self.config().create().map_err(|e| Error::Config(client_error(&e)))?;
+            self.client_config().create().map_err(|e| Error::Config(client_error(&e)))?;
         let mut new = NewTopic::new(topic, partitions, TopicReplication::Fixed(replication));
         for (k, v) in configs {
             new = new.set(k, v);
@@ -106,7 +112,7 @@ impl Client {
                 Err((t, code)) => return Err(Error::Config(format!("cannot create topic {t}: {code}"))),
             }
         }
-        let probe: BaseConsumer = self.config().create().map_err(|e| Error::Config(client_error(&e)))?;
+        let probe: BaseConsumer = self.client_config().create().map_err(|e| Error::Config(client_error(&e)))?;
         let deadline = Instant::now() + timeout;
         loop {
             let md =
@@ -133,7 +139,7 @@ impl Client {
     pub fn topic_config(&self, topic: &str, key: &str) -> Result<Option<String>> {
         let timeout = Duration::from_secs(30);
         let admin: AdminClient<DefaultClientContext> =
-            self.config().create().map_err(|e| Error::Config(client_error(&e)))?;
+            self.client_config().create().map_err(|e| Error::Config(client_error(&e)))?;
         let opts = AdminOptions::new().request_timeout(Some(timeout));
         let results = futures::executor::block_on(admin.describe_configs([&ResourceSpecifier::Topic(topic)], &opts))
             .map_err(|e| self.unreachable(timeout, e))?;
@@ -165,21 +171,36 @@ pub fn create_topic_with(
     Client::new(bootstrap).create_topic_with(topic, partitions, replication, configs)
 }
 
-/// A consumer context that does not report the end of a partition as an error: readers
-/// that ask for those events (`enable.partition.eof`: a restore, a verifier) would
-/// otherwise see librdkafka's default context log each one at ERROR level.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct QuietEof;
+// rdkafka's traits are no part of the default API: the test kit's readers use it through
+// the feature `test-hooks`.
+#[cfg(feature = "test-hooks")]
+#[doc(hidden)]
+pub use quiet::QuietEof;
+#[cfg(not(feature = "test-hooks"))]
+pub(crate) use quiet::QuietEof;
 
-impl ClientContext for QuietEof {
-    fn error(&self, error: KafkaError, reason: &str) {
-        match error {
-            KafkaError::PartitionEOF(_) | KafkaError::Global(RDKafkaErrorCode::PartitionEOF) => {
-                tracing::trace!(reason, "end of partition")
+mod quiet {
+    use rdkafka::consumer::ConsumerContext;
+    use rdkafka::error::KafkaError;
+    use rdkafka::types::RDKafkaErrorCode;
+    use rdkafka::ClientContext;
+
+    /// A consumer context that does not report the end of a partition as an error: readers
+    /// that ask for those events (`enable.partition.eof`: a restore, a verifier) would
+    /// otherwise see librdkafka's default context log each one at ERROR level.
+    #[derive(Debug, Clone, Copy, Default)]
+    pub struct QuietEof;
+
+    impl ClientContext for QuietEof {
+        fn error(&self, error: KafkaError, reason: &str) {
+            match error {
+                KafkaError::PartitionEOF(_) | KafkaError::Global(RDKafkaErrorCode::PartitionEOF) => {
+                    tracing::trace!(reason, "end of partition")
+                }
+                e => tracing::warn!(error = %e, reason, "consumer error"),
             }
-            e => tracing::warn!(error = %e, reason, "consumer error"),
         }
     }
-}
 
-impl ConsumerContext for QuietEof {}
+    impl ConsumerContext for QuietEof {}
+}

@@ -1,31 +1,34 @@
-//! Errors, and the classification that decides what the runtime does with a Kafka error.
+//! Errors, and the classification that decides what the runtime does with a Kafka error
+//! (the rules are on [`ErrorClass`]). Exported at the crate root.
 //!
-//! Every Kafka failure inside the transaction cycle is put in one of four classes
-//! ([`ErrorClass`]); the class alone decides the reaction, so the reaction is the same
-//! wherever in the cycle the error comes from:
-//!
-//! | class | examples | what the runtime does |
-//! |---|---|---|
-//! | [`Retriable`](ErrorClass::Retriable) | request timed out, coordinator moving, brokers briefly down | repeats the same call with backoff, until the task timeout — except in the commit step (`send_offsets_to_transaction`, `commit_transaction`), whose outcome is then unknown: fenced and reconciled with a fresh producer (`runtime/reconcile.rs`) |
-//! | [`Abortable`](ErrorClass::Abortable) | a produce failed inside the transaction, offsets rejected for an old generation, anything unknown | aborts, replays the batch from the last committed offset, retries with backoff, until the task timeout |
-//! | [`Fenced`](ErrorClass::Fenced) | `PRODUCER_FENCED`, `_FENCED`, `INVALID_PRODUCER_EPOCH` (also what a transaction timeout turns into) | drops the producer and gives the partitions up: the consumer rejoins the group, and whoever is assigned the partition fences the zombie and resumes from the committed offset |
-//! | [`Fatal`](ErrorClass::Fatal) | any other error librdkafka marks fatal | the producer is unusable and the outcome unknown: fenced and reconciled with a fresh producer (at-least-once: as fenced) |
-//!
-//! Why "unknown" is abortable and not retriable: reporting a transaction as committed when
-//! it was not would lose data silently, while aborting a transaction that could have
-//! committed only costs its replay.
-//!
-//! Errors that reach the user ([`Error`]) say what failed and what to do about it.
+//! Errors that reach the user ([`Error`]) say what failed and what to do about it. A
+//! failed Kafka call carries a [`KafkaError`]: its code, its name and its class, with
+//! librdkafka's own error as its `source()`.
 
 use std::time::Duration;
 
-use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::error::{KafkaError as RdKafkaError, RDKafkaErrorCode};
 
 /// What a processor returns on failure: any error type, kept whole (with its `source()`
 /// chain) until it reaches [`Error::Processor`] or, as text, a dead-letter header.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
-/// How the runtime reacts to a Kafka error; see the [module docs](self).
+/// How the runtime reacts to a Kafka error.
+///
+/// Every Kafka failure inside the transaction cycle is put in one of four classes; the class
+/// alone decides the reaction, so the reaction is the same wherever in the cycle the error
+/// comes from:
+///
+/// | class | examples | what the runtime does |
+/// |---|---|---|
+/// | [`Retriable`](ErrorClass::Retriable) | request timed out, coordinator moving, brokers briefly down | repeats the same call with backoff, until the task timeout — except in the commit step (`send_offsets_to_transaction`, `commit_transaction`), whose outcome is then unknown: fenced and reconciled with a fresh producer (`runtime/reconcile.rs`) |
+/// | [`Abortable`](ErrorClass::Abortable) | a produce failed inside the transaction, offsets rejected for an old generation, anything unknown | aborts, replays the batch from the last committed offset, retries with backoff, until the task timeout |
+/// | [`Fenced`](ErrorClass::Fenced) | `PRODUCER_FENCED`, `_FENCED`, `INVALID_PRODUCER_EPOCH` (also what a transaction timeout turns into) | drops the producer and gives the partitions up: the consumer rejoins the group, and whoever is assigned the partition fences the zombie and resumes from the committed offset |
+/// | [`Fatal`](ErrorClass::Fatal) | any other error librdkafka marks fatal | the producer is unusable and the outcome unknown: fenced and reconciled with a fresh producer (at-least-once: as fenced) |
+///
+/// Why "unknown" is abortable and not retriable: reporting a transaction as committed when
+/// it was not would lose data silently, while aborting a transaction that could have
+/// committed only costs its replay.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ErrorClass {
     /// Repeat the same call; the transaction is still usable.
@@ -68,9 +71,9 @@ fn is_fencing(code: RDKafkaErrorCode) -> bool {
 }
 
 /// Classifies an error returned by a producer call or a delivery report.
-pub fn classify(err: &KafkaError) -> ErrorClass {
+pub(crate) fn classify(err: &RdKafkaError) -> ErrorClass {
     match err {
-        KafkaError::Transaction(e) => {
+        RdKafkaError::Transaction(e) => {
             if is_fencing(e.code()) {
                 ErrorClass::Fenced
             } else if e.is_fatal() {
@@ -84,10 +87,68 @@ pub fn classify(err: &KafkaError) -> ErrorClass {
             }
         }
         // rust-rdkafka's own flush before commit timed out: nothing is lost yet.
-        KafkaError::Flush(_) => ErrorClass::Retriable,
-        KafkaError::MessageProduction(code) if is_fencing(*code) => ErrorClass::Fenced,
-        KafkaError::MessageProduction(RDKafkaErrorCode::Fatal) => ErrorClass::Fatal,
+        RdKafkaError::Flush(_) => ErrorClass::Retriable,
+        RdKafkaError::MessageProduction(code) if is_fencing(*code) => ErrorClass::Fenced,
+        RdKafkaError::MessageProduction(RDKafkaErrorCode::Fatal) => ErrorClass::Fatal,
         _ => ErrorClass::Abortable,
+    }
+}
+
+/// A failed Kafka call: librdkafka's error code and name, and how the runtime classed it.
+/// librdkafka's error itself is the `source()` (its type is not part of this crate's API,
+/// so that a new librdkafka binding is no breaking change).
+#[derive(Debug, Clone)]
+pub struct KafkaError {
+    inner: Box<RdKafkaError>,
+    class: ErrorClass,
+}
+
+impl KafkaError {
+    /// `err`, classified by [`classify`].
+    pub(crate) fn new(err: RdKafkaError) -> KafkaError {
+        let class = classify(&err);
+        KafkaError { inner: Box::new(err), class }
+    }
+
+    /// `err`, with the class the caller decided on (a consumer error the runtime cannot
+    /// go on after is fatal whatever its code).
+    pub(crate) fn with_class(err: RdKafkaError, class: ErrorClass) -> KafkaError {
+        KafkaError { inner: Box::new(err), class }
+    }
+
+    /// How the runtime reacts to it (see [`ErrorClass`]).
+    pub fn class(&self) -> ErrorClass {
+        self.class
+    }
+
+    /// librdkafka's error code: a Kafka protocol error code (positive, e.g. 90 for
+    /// `PRODUCER_FENCED`) or one of librdkafka's own (negative, e.g. -185 for
+    /// `_TIMED_OUT`). `None` for a failure without a code (a client that could not be
+    /// created, a cancelled call).
+    pub fn code(&self) -> Option<i32> {
+        self.inner.rdkafka_error_code().map(|c| c as i32)
+    }
+
+    /// librdkafka's name of the [`code`](Self::code), e.g. `"PRODUCER_FENCED"` or
+    /// `"_TIMED_OUT"` (librdkafka's own errors start with `_`).
+    pub fn code_name(&self) -> Option<&'static str> {
+        let code = rdkafka::types::RDKafkaRespErr::try_from(self.code()?).ok()?;
+        // SAFETY: rd_kafka_err2name returns a pointer into librdkafka's static table of
+        // names, valid and unchanged for the life of the process.
+        let name = unsafe { std::ffi::CStr::from_ptr(rdkafka::bindings::rd_kafka_err2name(code)) };
+        name.to_str().ok()
+    }
+}
+
+impl std::fmt::Display for KafkaError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.inner.fmt(f)
+    }
+}
+
+impl std::error::Error for KafkaError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&*self.inner)
     }
 }
 
@@ -130,10 +191,10 @@ pub enum Error {
     Kafka {
         /// The operation, e.g. `"init_transactions for my-app:orders:3"`.
         op: String,
-        /// Its classification.
+        /// Its classification (the same as `source.class()`).
         class: ErrorClass,
-        /// librdkafka's error.
-        source: Box<KafkaError>,
+        /// The failure: its code, its name, and librdkafka's error as its `source()`.
+        source: KafkaError,
         /// What to do about it.
         hint: &'static str,
     },
@@ -201,10 +262,19 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
     /// A failed Kafka operation `op` (e.g. `"producing to orders"`), classified, with the
-    /// hint of its class: for tools built on the library that call librdkafka themselves.
-    pub fn kafka(op: impl Into<String>, err: KafkaError) -> Error {
-        let class = classify(&err);
-        Error::Kafka { op: op.into(), class, source: Box::new(err), hint: hint(class) }
+    /// hint of its class: for the test kit and the CLI, which call librdkafka themselves
+    /// (feature `test-hooks`, outside semver: its argument is rdkafka's type).
+    #[cfg(feature = "test-hooks")]
+    #[doc(hidden)]
+    pub fn kafka(op: impl Into<String>, err: RdKafkaError) -> Error {
+        let source = KafkaError::new(err);
+        let hint = hint(source.class);
+        Error::kafka_failure(op, source, hint)
+    }
+
+    /// A failed Kafka operation `op`, with what to do about it.
+    pub(crate) fn kafka_failure(op: impl Into<String>, source: KafkaError, hint: &'static str) -> Error {
+        Error::Kafka { op: op.into(), class: source.class, source, hint }
     }
 }
 
@@ -229,10 +299,27 @@ mod tests {
 
     #[test]
     fn produce_and_flush_errors_are_classified() {
-        assert_eq!(classify(&KafkaError::Flush(C::OperationTimedOut)), ErrorClass::Retriable);
-        assert_eq!(classify(&KafkaError::MessageProduction(C::ProducerFenced)), ErrorClass::Fenced);
-        assert_eq!(classify(&KafkaError::MessageProduction(C::Fatal)), ErrorClass::Fatal);
-        assert_eq!(classify(&KafkaError::MessageProduction(C::TopicAuthorizationFailed)), ErrorClass::Abortable);
-        assert_eq!(classify(&KafkaError::Canceled), ErrorClass::Abortable);
+        assert_eq!(classify(&RdKafkaError::Flush(C::OperationTimedOut)), ErrorClass::Retriable);
+        assert_eq!(classify(&RdKafkaError::MessageProduction(C::ProducerFenced)), ErrorClass::Fenced);
+        assert_eq!(classify(&RdKafkaError::MessageProduction(C::Fatal)), ErrorClass::Fatal);
+        assert_eq!(classify(&RdKafkaError::MessageProduction(C::TopicAuthorizationFailed)), ErrorClass::Abortable);
+        assert_eq!(classify(&RdKafkaError::Canceled), ErrorClass::Abortable);
+    }
+
+    #[test]
+    fn a_kafka_error_names_its_code_and_keeps_librdkafkas_error_as_its_source() {
+        let e = KafkaError::new(RdKafkaError::MessageProduction(C::ProducerFenced));
+        assert_eq!((e.class(), e.code(), e.code_name()), (ErrorClass::Fenced, Some(90), Some("PRODUCER_FENCED")));
+        let source = std::error::Error::source(&e).expect("librdkafka's error");
+        assert_eq!(source.to_string(), e.to_string());
+        assert!(source.downcast_ref::<RdKafkaError>().is_some());
+
+        let local = KafkaError::new(RdKafkaError::Flush(C::OperationTimedOut));
+        assert_eq!((local.code(), local.code_name()), (Some(-185), Some("_TIMED_OUT")));
+        let none = KafkaError::with_class(RdKafkaError::Canceled, ErrorClass::Fatal);
+        assert_eq!((none.class(), none.code(), none.code_name()), (ErrorClass::Fatal, None, None));
+
+        let err = Error::kafka_failure("commit_transaction for app:t:0", e, hint(ErrorClass::Fenced));
+        assert!(matches!(&err, Error::Kafka { class: ErrorClass::Fenced, source, .. } if source.code() == Some(90)));
     }
 }

@@ -42,15 +42,17 @@
 //! }
 //! ```
 //!
-//! One [`Processor`] shape covers sync, async and stateful code, with per-partition
+//! One [`Processor`](processor::Processor) shape covers sync, async and stateful code, with per-partition
 //! `init`/`close` hooks ([`processor`]); stores are declared once with their types
 //! ([`state`]); codecs are values ([`codec`]).
 //!
 //! ## Where things are
 //! | module | concept |
 //! |---|---|
-//! | [`config`] | the pipeline builder, every option's default and trade-off, validation |
-//! | [`processor`], [`record`], [`codec`] | the processor trait, its context and closures; records and topics; codecs |
+//! | [`PipelineBuilder`], [`config`] | the pipeline builder, every option's default and trade-off, validation; librdkafka properties |
+//! | [`processor`] | the processor trait, its context and closures |
+//! | [`InputRecord`], [`OutputRecord`], [`Topic`], [`record`] | records and topics; the headers the runtime writes |
+//! | [`codec`] | codecs |
 //! | `txn` (private) | the transaction cycle, top to bottom, and its hazards |
 //! | `runtime` (private) | the consumer thread, rebalance callbacks, partition tasks |
 //! | [`state`] | state stores with changelog topics, restored on assignment |
@@ -61,7 +63,7 @@
 //! | [`observe`] | a hook called after every transaction, with its timings and outcome |
 //! | [`health`] | per-partition health (what `/health` serves) |
 //! | [`ops`] | Prometheus `/metrics` and `/health` (feature `ops-server`), tracing set-up (feature `logging`) |
-//! | [`error`] | typed errors and their classification (retriable / abortable / fenced / fatal) |
+//! | [`Error`], [`ErrorClass`], [`KafkaError`] | typed errors and their classification (retriable / abortable / fenced / fatal) |
 //! | [`admin`] | topic creation and topic configuration |
 //!
 //! The local broker harness, the verifier and test-data helpers are in the
@@ -76,18 +78,24 @@
 //! | `logging` | off | `ops::init_tracing`: a `tracing-subscriber` set-up, text or JSON lines |
 //! | `ssl` | off | TLS listeners and SASL/SCRAM (librdkafka built with OpenSSL) |
 //! | `cmake-build` | off | builds librdkafka with CMake (needed for Windows targets) |
+//! | `time-zones` | off | `WindowAlign::days_in`: calendar-day windows in an IANA time zone (`jiff`) |
+//! | `test-hooks` | off | outside semver, for `kafka-eos-testkit` and `kafka-eos-cli` only: the test driver's engine, fault injection, benchmark helpers, bridges to rdkafka's types |
 //!
 //! The library has no global side effects unless asked: no metrics recorder, no HTTP
 //! server, no signal handler, and it never exits the process.
 //!
 //! The guarantees and their costs are in `docs/semantics.md`.
 #![warn(missing_docs)]
+// The test driver's engine (`testing`, feature `test-hooks`) is the only caller of a few
+// crate functions: without the feature they are unused. Workspace builds enable it, so
+// their lints still catch dead code.
+#![cfg_attr(not(feature = "test-hooks"), allow(dead_code))]
 
 pub mod admin;
 pub mod codec;
 pub mod config;
 mod counters;
-pub mod error;
+mod error;
 pub mod health;
 mod metrics;
 pub mod observe;
@@ -101,13 +109,22 @@ mod runtime;
 pub mod sink;
 pub mod state;
 pub mod table;
+#[cfg(feature = "test-hooks")]
 #[doc(hidden)]
 pub mod testing;
 pub mod timers;
 mod txn;
 
-pub use config::{Exhausted, Guarantee, PipelineBuilder, PipelineConfig, ProcessorErrorPolicy, Rebalancing};
-pub use error::{BoxError, Error, ErrorClass, Result};
-pub use processor::{Context, ProcessError, Processor};
-pub use record::{InputRecord, OutputRecord, Topic};
+// Every public item has one path. The types every pipeline names are here; a module holds
+// the rest of its topic (the processor's items are in `processor`).
+pub use config::builder::PipelineBuilder;
+pub use config::error_policy::{Exhausted, ProcessorErrorPolicy};
+pub use config::group::Rebalancing;
+pub use config::guarantee::Guarantee;
+pub use config::pipeline::PipelineConfig;
+pub use error::{BoxError, Error, ErrorClass, KafkaError, Result};
+pub(crate) use processor::Context;
+pub use record::input::InputRecord;
+pub use record::output::OutputRecord;
+pub use record::topic::Topic;
 pub use runtime::{Pipeline, ShutdownHandle, Summary};

@@ -14,7 +14,7 @@ use crate::config::{Exhausted, PipelineConfig};
 use crate::error::{BoxError, Error};
 use crate::partition::TopicPartition;
 use crate::processor::driver::{Instances, ProcessorFactory};
-use crate::record::{InputRecord, OutputRecord, Topic};
+use crate::record::{InputRecord, OutputRecord, Topic, DEAD_LETTER_ATTEMPTS_HEADER, DEAD_LETTER_ERROR_HEADER};
 use crate::sink::erased::AnyRow;
 use crate::sink::SinkRow;
 use crate::state::{ChangelogEnds, Committed, PartitionState};
@@ -384,11 +384,6 @@ impl Work for BatchWork<'_> {
         partitions.into_iter().flat_map(PartitionState::changelog_records).collect()
     }
 }
-
-/// The header of a dead-letter copy naming the processor's last error.
-pub const DEAD_LETTER_ERROR_HEADER: &str = "kafka-eos.error";
-/// The header of a dead-letter copy counting the failed attempts.
-pub const DEAD_LETTER_ATTEMPTS_HEADER: &str = "kafka-eos.attempts";
 
 /// The dead-letter copy of `r`, if it exhausted its retries under a dead-letter policy.
 fn dead_letter(cfg: &PipelineConfig, dead: &HashMap<String, (String, u32)>, r: &InputRecord) -> Option<OutputRecord> {

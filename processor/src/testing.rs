@@ -1,5 +1,6 @@
-//! **Not a stable API: the surface `kafka-eos-testkit`'s `TestDriver` is built on.** Use the
-//! driver (`kafka_eos_testkit::driver`), not this module.
+//! **Not a stable API: the surface `kafka-eos-testkit`'s `TestDriver` is built on** (feature
+//! `test-hooks`, outside semver). Use the driver (`kafka_eos_testkit::driver`), not this
+//! module.
 //!
 //! It exposes the runtime's own processing so the driver cannot drift from it: an
 //! [`Engine`] is the processing half of a partition task (the crate's `processing` module) — the
@@ -19,8 +20,8 @@ use tokio::runtime::Handle;
 
 use crate::config::PipelineConfig;
 use crate::error::{BoxError, Result};
+pub use crate::processing::AfterFailure;
 use crate::processing::Processing;
-pub use crate::processing::{AfterFailure, DEAD_LETTER_ATTEMPTS_HEADER, DEAD_LETTER_ERROR_HEADER};
 use crate::record::{InputRecord, OutputRecord, ORIGIN_HEADER};
 use crate::state::backend::Location;
 use crate::state::{changelog, changelog_topic, PartitionState, StateError, Store, StoreRef, Tally};

@@ -4,7 +4,7 @@
 //! # Why
 //! An operator that only acts when a record arrives cannot close the last window of a day
 //! that receives no more records, nor emit on a schedule. A timer calls
-//! [`Processor::on_timer`](crate::Processor::on_timer) with a [`Context`] like a record's:
+//! [`Processor::on_timer`](crate::processor::Processor::on_timer) with a [`Context`] like a record's:
 //! its outputs and state changes join a transaction and commit exactly once.
 //!
 //! # How
@@ -106,7 +106,7 @@ pub enum TimerKind {
     WallClock,
 }
 
-/// A timer, as [`Processor::on_timer`](crate::Processor::on_timer) receives it when it fires.
+/// A timer, as [`Processor::on_timer`](crate::processor::Processor::on_timer) receives it when it fires.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Timer {
     /// Milliseconds since the epoch, on its clock.

@@ -12,7 +12,7 @@
 use std::time::{Duration, Instant};
 
 use kafka_eos::config::client_error;
-use kafka_eos::error::{Error, Result};
+use kafka_eos::{Error, Result};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::TopicPartitionList;
 

@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 
 use kafka_eos::admin::{Client, QuietEof};
 use kafka_eos::config::client_error;
-use kafka_eos::error::{Error, Result};
 use kafka_eos::InputRecord;
+use kafka_eos::{Error, Result};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::message::{BorrowedMessage, Message};

@@ -23,8 +23,8 @@ use rdkafka::message::{BorrowedMessage, Headers, Message};
 
 use kafka_eos::admin::Client;
 use kafka_eos::config::Properties;
-use kafka_eos::error::Result;
 use kafka_eos::record::{parse_origin, ORIGIN_HEADER};
+use kafka_eos::Result;
 
 /// What to verify.
 #[derive(Debug, Clone)]

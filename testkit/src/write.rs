@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use kafka_eos::admin::Client;
 use kafka_eos::config::client_error;
-use kafka_eos::error::{Error, Result};
 use kafka_eos::OutputRecord;
+use kafka_eos::{Error, Result};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};

@@ -5,9 +5,9 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use kafka_eos::processor::{Context, ProcessError};
 use kafka_eos::{
-    Context, Error, Guarantee, InputRecord, OutputRecord, Pipeline, PipelineBuilder, ProcessError, ShutdownHandle,
-    Summary, Topic,
+    Error, Guarantee, InputRecord, OutputRecord, Pipeline, PipelineBuilder, ShutdownHandle, Summary, Topic,
 };
 use kafka_eos_testkit::admin;
 use kafka_eos_testkit::broker::{Cluster, ClusterConfig};

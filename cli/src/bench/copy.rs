@@ -10,9 +10,9 @@ use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, Prod
 use rdkafka::{ClientConfig, ClientContext};
 
 use kafka_eos::config::Properties;
-use kafka_eos::error::{Error, Result};
 use kafka_eos::observe::Outcome;
 use kafka_eos::record::ORIGIN_HEADER;
+use kafka_eos::{Error, Result};
 use kafka_eos::{Guarantee, OutputRecord, Pipeline};
 use kafka_eos_testkit::verify::{verify, Report, VerifyConfig};
 

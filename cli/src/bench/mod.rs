@@ -56,9 +56,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kafka_eos::config::Properties;
-use kafka_eos::error::Result;
 use kafka_eos::observe::TransactionEvent;
 use kafka_eos::Guarantee;
+use kafka_eos::Result;
 use kafka_eos_testkit::admin::ClientExt;
 
 pub use copy::{check, copy, delete_topics};

@@ -344,7 +344,7 @@ async fn run(cfg: InstanceConfig) -> kafka_eos::Result<Summary> {
     };
     // On every record, before the workload's own work: the stall asked for with SIGUSR1,
     // then the deliberate failures.
-    let before = move |r: &kafka_eos::InputRecord| -> Result<(), kafka_eos::ProcessError> {
+    let before = move |r: &kafka_eos::InputRecord| -> Result<(), kafka_eos::processor::ProcessError> {
         if stall.swap(false, Ordering::SeqCst) {
             std::thread::sleep(Duration::from_millis(200));
             let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGSTOP);

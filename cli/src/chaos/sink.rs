@@ -13,7 +13,8 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use kafka_eos::{InputRecord, PipelineBuilder, ProcessError};
+use kafka_eos::processor::ProcessError;
+use kafka_eos::{InputRecord, PipelineBuilder};
 use kafka_eos_postgres::{row, PostgresSink, TableSpec};
 use kafka_eos_redis::{Increment, RedisCounterSink, RedisSinkError};
 use kafka_eos_testkit::postgres::{Postgres, PostgresConfig};

@@ -7,7 +7,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::group::{GroupSettings, Rebalancing};
-use super::{Exhausted, Guarantee, PipelineConfig, ProcessorErrorPolicy, Properties, UnknownOutcome};
+use super::{Exhausted, Guarantee, PipelineConfig, ProcessorErrorPolicy, Properties};
 use crate::error::{Error, Result};
 use crate::observe::{TransactionEvent, TransactionHook};
 use crate::processor::driver::ProcessorFactory;
@@ -512,8 +512,9 @@ impl PipelineBuilder {
     /// of this pipeline (counted from 1 across all its producers) end with an outcome the
     /// runtime does not know, as a commit that times out does: see [`UnknownOutcome`]. The
     /// integration tests use it to drive the fence-and-reconcile path on a real broker.
+    #[cfg(feature = "test-hooks")]
     #[doc(hidden)]
-    pub fn inject_unknown_outcome(mut self, nth: u64, fault: UnknownOutcome) -> Self {
+    pub fn inject_unknown_outcome(mut self, nth: u64, fault: super::UnknownOutcome) -> Self {
         self.fault.unknown = Some((nth, fault, false));
         self
     }
@@ -522,8 +523,9 @@ impl PipelineBuilder {
     /// [`inject_unknown_outcome`](Self::inject_unknown_outcome), and the reconcile of that
     /// outcome fails too: the producer is given up, which drives the in-place replacement
     /// of a failed producer.
+    #[cfg(feature = "test-hooks")]
     #[doc(hidden)]
-    pub fn inject_unreconciled_outcome(mut self, nth: u64, fault: UnknownOutcome) -> Self {
+    pub fn inject_unreconciled_outcome(mut self, nth: u64, fault: super::UnknownOutcome) -> Self {
         self.fault.unknown = Some((nth, fault, true));
         self
     }
@@ -531,6 +533,7 @@ impl PipelineBuilder {
     /// **Test-only fault injection; not part of the API.** The first `times`
     /// initialisations of the producer of input partition `partition` (per-partition
     /// exactly-once) fail, as an `init_transactions` that times out does.
+    #[cfg(feature = "test-hooks")]
     #[doc(hidden)]
     pub fn inject_init_failures(mut self, partition: i32, times: u32) -> Self {
         self.fault.init_failures.insert(partition, times);
@@ -542,6 +545,7 @@ impl PipelineBuilder {
     /// never returns from (librdkafka#5456) hangs the task for good. For measuring what
     /// the watchdog's hand-over costs (`commit_latency --broker-breakdown`); never in
     /// production.
+    #[cfg(feature = "test-hooks")]
     #[doc(hidden)]
     pub fn unguarded_transactional_calls(mut self) -> Self {
         self.fault.unguarded_calls = true;

@@ -1,4 +1,4 @@
-//! **Test-only fault injection; not part of the API** (`#[doc(hidden)]`): failures the
+//! **Test-only fault injection; not part of the API** (feature `test-hooks`): failures the
 //! integration tests cannot provoke deterministically on a real broker — a commit whose
 //! outcome the task does not learn, a reconcile that fails, a producer that cannot be
 //! initialised. Every real pipeline has none; each costs one branch where it would act.
@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 
 /// How a commit is made to end with an outcome unknown to the runtime. Every way, the
 /// commit step reports a timeout (retriable).
-#[doc(hidden)]
+#[cfg_attr(not(feature = "test-hooks"), allow(dead_code))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum UnknownOutcome {
     /// `commit_transaction` is called and succeeds; the task is told it timed out. The
@@ -51,9 +51,8 @@ impl FaultSpec {
 }
 
 /// The state of a pipeline's fault injection.
-#[doc(hidden)]
 #[derive(Debug)]
-pub struct FaultInjection {
+pub(crate) struct FaultInjection {
     /// Which commit (counted from 1 across the pipeline's producers) gets which outcome.
     unknown: Option<(u64, UnknownOutcome)>,
     /// The reconcile of the injected unknown outcome fails too, as one that runs out of

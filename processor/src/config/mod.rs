@@ -26,21 +26,29 @@
 //! # Ok(()) }
 //! ```
 
-mod builder;
-mod error_policy;
+pub(crate) mod builder;
+pub(crate) mod error_policy;
 mod fault;
-mod group;
-mod guarantee;
-mod pipeline;
+pub(crate) mod group;
+pub(crate) mod guarantee;
+pub(crate) mod pipeline;
 mod properties;
 
-pub use builder::PipelineBuilder;
-pub use error_policy::{Exhausted, ProcessorErrorPolicy};
+// The builder and its options are exported at the crate root, their one public path.
+pub(crate) use error_policy::{Exhausted, ProcessorErrorPolicy};
+pub(crate) use fault::FaultInjection;
+#[cfg(not(feature = "test-hooks"))]
+pub(crate) use fault::UnknownOutcome;
+#[cfg(feature = "test-hooks")]
 #[doc(hidden)]
-pub use fault::{FaultInjection, UnknownOutcome};
-pub(crate) use group::GroupSettings;
-pub use group::Rebalancing;
-pub use guarantee::Guarantee;
-pub use pipeline::PipelineConfig;
+pub use fault::UnknownOutcome;
+pub(crate) use group::{GroupSettings, Rebalancing};
+pub(crate) use guarantee::Guarantee;
+pub(crate) use pipeline::PipelineConfig;
 pub(crate) use pipeline::DEFAULT_MAX_CONCURRENT_TRANSACTIONS;
-pub use properties::{client_error, is_sensitive, Properties};
+#[cfg(feature = "test-hooks")]
+#[doc(hidden)]
+pub use properties::client_error;
+#[cfg(not(feature = "test-hooks"))]
+pub(crate) use properties::client_error;
+pub use properties::{is_sensitive, Properties};

@@ -122,7 +122,7 @@ impl PipelineConfig {
             .set("fetch.queue.backoff.ms", "10")
             .set("statistics.interval.ms", self.statistics_interval.as_millis().to_string());
         self.group.apply(&mut c);
-        self.consumer_properties.apply(&mut c);
+        self.consumer_properties.set_on(&mut c);
         c
     }
 
@@ -144,7 +144,7 @@ impl PipelineConfig {
             .set("linger.ms", "5")
             .set("transaction.timeout.ms", self.transaction_timeout.as_millis().to_string())
             .set("statistics.interval.ms", self.statistics_interval.as_millis().to_string());
-        self.producer_properties.apply(&mut c);
+        self.producer_properties.set_on(&mut c);
         if let Some(id) = transactional_id {
             c.set("transactional.id", id);
         }

@@ -25,7 +25,8 @@ pub fn is_sensitive(key: &str) -> bool {
 }
 
 /// A librdkafka client-creation error as text, without the value of a sensitive property
-/// (rust-rdkafka's `Display` of a rejected property includes its value).
+/// (rust-rdkafka's `Display` of a rejected property includes its value). Public with the
+/// feature `test-hooks` only (rdkafka's type).
 pub fn client_error(e: &rdkafka::error::KafkaError) -> String {
     match e {
         rdkafka::error::KafkaError::ClientConfig(_, desc, key, _) if is_sensitive(key) => {
@@ -62,8 +63,16 @@ impl Properties {
             .filter(|(k, v)| is_sensitive(k) && !v.is_empty())
             .fold(text.to_string(), |text, (_, v)| text.replace(v, "[redacted]"))
     }
-    /// Sets every property on `cfg` (after what it has: a later value wins).
+    /// [`set_on`](Self::set_on), for the test kit's and the CLI's own clients (feature
+    /// `test-hooks`, outside semver: rdkafka's type).
+    #[cfg(feature = "test-hooks")]
+    #[doc(hidden)]
     pub fn apply(&self, cfg: &mut ClientConfig) {
+        self.set_on(cfg);
+    }
+
+    /// Sets every property on `cfg` (after what it has: a later value wins).
+    pub(crate) fn set_on(&self, cfg: &mut ClientConfig) {
         for (k, v) in self.iter() {
             cfg.set(k, v);
         }

@@ -1,5 +1,5 @@
 //! Stateful operators built on [state stores](crate::state): deduplication, event-time
-//! windows (tumbling, hopping, sliding, session; see [`window`]'s rules), keyed running
+//! windows (tumbling, hopping, sliding, session; see [their rules](#windows)), keyed running
 //! aggregates and a windowed stream–stream join ([`StreamJoin`]).
 //!
 //! Each operator owns one store, declared on the builder by the operator's constructor
@@ -41,11 +41,34 @@
 //!
 //! Operators take event time from the caller, never from the wall clock: a replay after an
 //! abort, or a restore after a crash, makes exactly the same decisions.
+//!
+//! # Windows
+//!
+//! Event-time windows with a per-partition watermark: [`TumblingWindows`],
+//! [`HoppingWindows`] (both cut on a grid, [`WindowAlign`]: fixed, offset, calendar days in
+//! a time zone), [`SlidingWindows`] and [`SessionWindows`] (cut by the records themselves).
+//!
+//! Shared by every kind:
+//! - **Watermark**, per input partition: the largest event time seen minus the allowed
+//!   lateness (default zero). It only moves forward (with records, or with
+//!   [`advance`](TumblingWindows::advance), which a timer or heartbeat can call) and lives in
+//!   the window's store, so it survives restarts.
+//! - A window **closes** once the watermark reaches its end (a session: its last record +
+//!   gap; a sliding window: just past the record it ends at): its result is returned once,
+//!   with revision 0, in [`WindowUpdate::closed`] — in the transaction that closed it.
+//!   Closing sweeps the store; sliding and session windows, which close at any time, sweep
+//!   at most once per quarter size or gap of watermark progress, so their results may come
+//!   that much after their close.
+//! - **Retention** (default zero): how long, in event time past its close, a closed window
+//!   keeps its aggregate. A late record whose window closed less than the retention ago is
+//!   folded in and the window is emitted again as a **correction** (revision + 1). Past the
+//!   retention — always, with the default — the record goes to the late-records topic with
+//!   [`LATE_HEADER`].
 
 mod aggregate;
 mod dedup;
 mod join;
-pub mod window;
+mod window;
 
 pub use aggregate::Aggregate;
 pub use dedup::Dedup;

@@ -203,12 +203,9 @@ fn consumer_failed(cfg: &PipelineConfig, code: rdkafka::error::RDKafkaErrorCode,
         }
         _ => "The consumer cannot go on; check the broker logs and the consumer properties",
     };
-    Error::Kafka {
-        op: format!("consuming as group {} ({reason})", cfg.application_id),
-        class: crate::ErrorClass::Fatal,
-        source: Box::new(rdkafka::error::KafkaError::MessageConsumption(code)),
-        hint,
-    }
+    let source = rdkafka::error::KafkaError::MessageConsumption(code);
+    let source = crate::error::KafkaError::with_class(source, crate::ErrorClass::Fatal);
+    Error::kafka_failure(format!("consuming as group {} ({reason})", cfg.application_id), source, hint)
 }
 
 /// Leaves the group (committing or dropping every task's batch) and joins it again, so that

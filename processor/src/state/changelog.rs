@@ -133,11 +133,12 @@ pub(crate) fn restore(
         let mut tpl = TopicPartitionList::new();
         for (i, p) in partitions.iter().enumerate() {
             let (low, high) = retrying(deadline, || watermarks.fetch_watermarks(&topic, *p, Duration::from_secs(10)))
-                .map_err(|e| Error::Kafka {
-                op: format!("reading the end offsets of {topic} [{p}]"),
-                class: crate::error::classify(&e),
-                source: Box::new(e),
-                hint: "check that the changelog topic exists and is readable by this principal",
+                .map_err(|e| {
+                Error::kafka_failure(
+                    format!("reading the end offsets of {topic} [{p}]"),
+                    crate::error::KafkaError::new(e),
+                    "check that the changelog topic exists and is readable by this principal",
+                )
             })?;
             let mut retention = || checkpoint::delete_retention(admin, &topic);
             let from = resume_point(cfg, &mut states[i], store, (low, high), &mut retention)?;
@@ -204,12 +205,11 @@ pub(crate) fn restore(
                     None
                 }
                 Some(Err(e)) => {
-                    return Err(Error::Kafka {
-                        op: format!("restoring store {:?} of partitions {partitions:?} from {topic}", spec.name),
-                        class: crate::error::classify(&e),
-                        source: Box::new(e),
-                        hint: "check that the changelog topic exists and is readable by this principal",
-                    })
+                    return Err(Error::kafka_failure(
+                        format!("restoring store {:?} of partitions {partitions:?} from {topic}", spec.name),
+                        crate::error::KafkaError::new(e),
+                        "check that the changelog topic exists and is readable by this principal",
+                    ))
                 }
                 // Nothing to read: a partition whose open transaction was aborted may have
                 // moved past its end with nothing to deliver (only aborted records and
@@ -340,7 +340,7 @@ pub(crate) fn decode_change(
 pub(crate) fn group_reader_config(cfg: &PipelineConfig) -> ClientConfig {
     let mut cc = ClientConfig::new();
     cc.set("bootstrap.servers", &cfg.bootstrap_servers);
-    cfg.consumer_properties.apply(&mut cc);
+    cfg.consumer_properties.set_on(&mut cc);
     cc.set("group.id", &cfg.application_id)
         .set("enable.auto.commit", "false")
         .set("isolation.level", "read_committed")
@@ -438,7 +438,7 @@ pub(super) mod mock_cluster_tests {
         records: &[(Vec<u8>, Vec<u8>)],
     ) {
         let producer: rdkafka::producer::BaseProducer =
-            crate::admin::Client::new(mock.bootstrap_servers()).config().create().expect("producer");
+            crate::admin::Client::new(mock.bootstrap_servers()).client_config().create().expect("producer");
         let topic = changelog_topic("app", "s");
         for (k, v) in records {
             producer.send(rdkafka::producer::BaseRecord::to(&topic).partition(0).key(k).payload(v)).unwrap();

@@ -72,19 +72,29 @@ mod cell;
 pub(crate) mod changelog;
 pub(crate) mod checkpoint;
 mod error;
+// The encoding's constants are for the benchmarks that write changelogs themselves.
+#[cfg(feature = "test-hooks")]
+#[doc(hidden)]
 pub mod format;
+#[cfg(not(feature = "test-hooks"))]
+pub(crate) mod format;
 mod partition;
 mod store;
 
 pub(crate) use crate::counters::Tally;
 pub use error::StateError;
 pub use partition::changelog_topic;
-pub(crate) use partition::{ChangelogEnds, Committed, Entries, PartitionState};
+#[cfg(feature = "test-hooks")]
+pub(crate) use partition::Entries;
+pub(crate) use partition::{ChangelogEnds, Committed, PartitionState};
 pub use store::{Store, StoreDef, StoreMut, StoreRef, StoreSpec};
 
 /// Restores the stores of input `partitions` from their changelogs exactly as an assignment
 /// would, then drops them, and returns the number of changelog records read: what a
-/// restore costs, for benchmarks and capacity planning. Blocks until done or `deadline`.
+/// restore costs, for benchmarks (feature `test-hooks`, outside semver). Blocks until done
+/// or `deadline`.
+#[cfg(feature = "test-hooks")]
+#[doc(hidden)]
 pub fn measure_restore(
     cfg: &crate::PipelineConfig,
     partitions: &[i32],

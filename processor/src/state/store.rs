@@ -289,7 +289,7 @@ where
 }
 
 /// A typed, read-only view of one store of one partition: what the
-/// [`init`](crate::Processor::init) and [`close`](crate::Processor::close) hooks see (they
+/// [`init`](crate::processor::Processor::init) and [`close`](crate::processor::Processor::close) hooks see (they
 /// run outside any transaction, so they may not write).
 pub struct StoreRef<'s, K, V> {
     pub(crate) cell: &'s StoreCell,

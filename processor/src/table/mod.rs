@@ -66,8 +66,6 @@ mod def;
 pub(crate) mod reader;
 mod rows;
 
-use std::collections::HashMap;
-
 pub(crate) use def::declare;
 pub use def::{Table, TableDef};
 pub(crate) use rows::PartitionTables;
@@ -75,13 +73,16 @@ pub use rows::{TableError, TableRef};
 
 /// Reads the tables of input `partitions` from their topics exactly as an assignment
 /// would, then drops them, and returns the number of table records read: what a table read
-/// costs, for benchmarks and capacity planning. Blocks until done or `deadline`.
+/// costs, for benchmarks (feature `test-hooks`, outside semver). Blocks until done or
+/// `deadline`.
+#[cfg(feature = "test-hooks")]
+#[doc(hidden)]
 pub fn measure_read(
     cfg: &crate::PipelineConfig,
     partitions: &[i32],
     deadline: std::time::Instant,
 ) -> crate::Result<u64> {
-    let mut tables = HashMap::new();
+    let mut tables = std::collections::HashMap::new();
     reader::TableReader::new(cfg)?.bootstrap(cfg, partitions, &mut tables, deadline)
 }
 

@@ -145,10 +145,9 @@ impl TableReader {
 }
 
 fn kafka_error(topic: &str, what: &str, e: KafkaError) -> Error {
-    Error::Kafka {
-        op: format!("{what} table topic {topic}"),
-        class: crate::error::classify(&e),
-        source: Box::new(e),
-        hint: "check that the table topic exists, has as many partitions as the input topic, and is readable by this principal",
-    }
+    Error::kafka_failure(
+        format!("{what} table topic {topic}"),
+        crate::error::KafkaError::new(e),
+        "check that the table topic exists, has as many partitions as the input topic, and is readable by this principal",
+    )
 }

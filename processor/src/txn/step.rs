@@ -46,12 +46,9 @@ impl StepError {
     }
 
     pub(crate) fn into_error(self, who: &str) -> crate::Error {
-        crate::Error::Kafka {
-            op: format!("{} for {who}", self.step.as_str()),
-            class: self.class,
-            source: Box::new(self.err),
-            hint: crate::error::hint(self.class),
-        }
+        let op = format!("{} for {who}", self.step.as_str());
+        let source = crate::error::KafkaError::with_class(self.err, self.class);
+        crate::Error::kafka_failure(op, source, crate::error::hint(self.class))
     }
 }
 

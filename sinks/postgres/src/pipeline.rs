@@ -8,8 +8,8 @@
 //! on revocation   on_revoked   -> release the epochs
 //! ```
 
-use kafka_eos::record::Topic;
 use kafka_eos::sink::{Sink, SinkBatch, SinkErrorClass, SinkGuarantee};
+use kafka_eos::Topic;
 
 use crate::{PostgresSink, Row, SinkError, TopicPartition};
 

@@ -78,13 +78,17 @@ mod tests;
 use std::collections::BTreeMap;
 
 use kafka_eos::codec::{Codec, DecodeError};
-use kafka_eos::config::PipelineConfig;
 use kafka_eos::state::{Store, StoreRef};
-use kafka_eos::testing::{AfterFailure, ChangelogEntry, Engine, Failure, Snapshot};
+use kafka_eos::testing::{AfterFailure, ChangelogEntry, Engine, Failure};
+use kafka_eos::PipelineConfig;
 use kafka_eos::{Error, Exhausted, Guarantee, InputRecord, PipelineBuilder, Topic};
 
 pub use record::{TestInput, TestRecord};
 pub use replay::{check_replay_safe, ReplayCheck, ReplayReport, ReplayViolation};
+
+/// Every store's committed entries (encoded keys and values, in key byte order), by
+/// (store, partition): what [`TestDriver::state_snapshot`] returns.
+pub type Snapshot = BTreeMap<(String, i32), Vec<(Vec<u8>, Vec<u8>)>>;
 
 /// What the driver has done so far: the counters of the runtime's `Summary`, plus the
 /// simulated faults.
@@ -334,7 +338,7 @@ impl TestDriver {
     /// # Panics
     /// If `R` is not the sink's row type (the type of the pipeline's `SinkHandle<R>`).
     ///
-    /// [`Context::sink`]: kafka_eos::Context::sink
+    /// [`Context::sink`]: kafka_eos::processor::Context::sink
     pub fn sink_rows<R: 'static>(&self) -> Vec<kafka_eos::sink::SinkRow<&R>> {
         self.sink_rows
             .iter()

@@ -158,7 +158,7 @@ impl std::error::Error for ReplayViolation {}
 struct Outcome {
     /// Outputs per (topic, input partition), in order.
     outputs: BTreeMap<(String, i32), Vec<TestRecord>>,
-    state: kafka_eos::testing::Snapshot,
+    state: super::Snapshot,
     error: Option<String>,
     stats: super::DriverStats,
 }

@@ -82,8 +82,8 @@ fn a_processor_error_aborts_the_batch_then_retries_then_dead_letters() {
     assert_eq!(d.store(&counts, 0).get(&"k".to_string()).unwrap(), Some(2));
     let dead = d.dead_letters();
     assert_eq!(dead.len(), 1);
-    assert_eq!(dead[0].header(kafka_eos::testing::DEAD_LETTER_ERROR_HEADER), Some(&b"bad record"[..]));
-    assert_eq!(dead[0].header(kafka_eos::testing::DEAD_LETTER_ATTEMPTS_HEADER), Some(&b"3"[..]));
+    assert_eq!(dead[0].header(kafka_eos::record::DEAD_LETTER_ERROR_HEADER), Some(&b"bad record"[..]));
+    assert_eq!(dead[0].header(kafka_eos::record::DEAD_LETTER_ATTEMPTS_HEADER), Some(&b"3"[..]));
     let s = d.stats();
     assert_eq!((s.transactions_aborted, s.transactions_committed, s.dead_lettered), (3, 1, 1));
 }

@@ -3,8 +3,8 @@
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use kafka_eos::record::Topic;
 use kafka_eos::sink::{PartitionRange, Sink, SinkBatch, SinkRow};
+use kafka_eos::Topic;
 use kafka_eos_postgres::{connect, row, PostgresSink, Row, SinkError, TableSpec, TopicPartition, Written};
 use kafka_eos_testkit::postgres::{Postgres, PostgresConfig};
 

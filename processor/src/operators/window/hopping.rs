@@ -17,7 +17,7 @@ use crate::{Context, PipelineBuilder};
 /// from the Unix epoch with [`new`](Self::new), offset or in calendar days of a time zone
 /// with [`aligned`](Self::aligned) (a week of Berlin days, advancing by a day).
 ///
-/// Close, lateness, retention and corrections follow the [module rules](super), per window:
+/// Close, lateness, retention and corrections follow the [window rules](crate::operators#windows), per window:
 /// a late record is folded into each of its windows still open or within its retention
 /// (correcting those that closed), and if any of its windows is past its retention it is
 /// *also* returned in [`WindowUpdate::late`]: the windows that missed it are those whose

@@ -1,24 +1,8 @@
 //! Event-time windows with a per-partition watermark: tumbling, hopping, sliding and session
-//! windows, with one close / late / correction rule set. Tumbling and hopping windows are cut
-//! on one grid abstraction ([`WindowAlign`]: fixed, offset, calendar days in a time zone);
-//! sliding and session windows are cut by the records themselves.
-//!
-//! Shared by every kind:
-//! - **Watermark**, per input partition: the largest event time seen minus the allowed
-//!   lateness (default zero). It only moves forward (with records, or with
-//!   [`advance`](TumblingWindows::advance), which a timer or heartbeat can call) and lives in
-//!   the window's store, so it survives restarts.
-//! - A window **closes** once the watermark reaches its end (a session: its last record +
-//!   gap; a sliding window: just past the record it ends at): its result is returned once,
-//!   with revision 0, in [`WindowUpdate::closed`] — in the transaction that closed it.
-//!   Closing sweeps the store; sliding and session windows, which close at any time, sweep
-//!   at most once per quarter size or gap of watermark progress, so their results may come
-//!   that much after their close.
-//! - **Retention** (default zero): how long, in event time past its close, a closed window
-//!   keeps its aggregate. A late record whose window closed less than the retention ago is
-//!   folded in and the window is emitted again as a **correction** (revision + 1). Past the
-//!   retention — always, with the default — the record goes to the late-records topic with
-//!   [`LATE_HEADER`].
+//! windows, with one close / late / correction rule set (stated in the
+//! [`operators`](super) docs, where the window types are exported). Tumbling and hopping
+//! windows are cut on one grid abstraction ([`WindowAlign`]: fixed, offset, calendar days in
+//! a time zone); sliding and session windows are cut by the records themselves.
 //!
 //! Store layout: one store per operator; its entries are the watermark (`Key::Meta`), one
 //! entry per open or retained (key, window) for grid windows, one entry per key holding its

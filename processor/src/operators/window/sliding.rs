@@ -27,7 +27,7 @@ use crate::{Context, PipelineBuilder};
 /// sum, a count, a max): a late record's contribution is merged into the later windows it
 /// falls in after theirs.
 ///
-/// Close, lateness, retention and corrections follow the [module rules](super): the window
+/// Close, lateness, retention and corrections follow the [window rules](crate::operators#windows): the window
 /// ending at `t` closes when the watermark passes `t`, and is returned at the first sweep
 /// after that (sweeps run at most once per `size / 4` of watermark progress, since every
 /// record time closes a window and each sweep reads the whole store); a record is late when its own window

@@ -16,7 +16,7 @@ use crate::{Context, PipelineBuilder};
 /// aligned with [`new`](Self::new), offset or calendar days in a time zone with
 /// [`aligned`](Self::aligned).
 ///
-/// Close, lateness, retention and corrections follow the [module rules](super): a window
+/// Close, lateness, retention and corrections follow the [window rules](crate::operators#windows): a window
 /// closes once the watermark (largest event time − allowed lateness) reaches its end, and
 /// its result is returned once with revision 0. A record whose window has closed is folded
 /// into it as a correction while the window is within its
