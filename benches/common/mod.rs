@@ -46,7 +46,8 @@ pub struct Args {
     #[arg(long, value_delimiter = ',')]
     pub subjects: Vec<String>,
     /// batch_throughput: only these commit intervals in ms (comma-separated; subjects without
-    /// an interval, the ceiling and the copier, are kept), for experiments.
+    /// an interval, the ceiling and the copier, are kept), for experiments; latency: every
+    /// system's commit interval (one; default: each system's own, 100 ms).
     #[arg(long, value_delimiter = ',')]
     pub intervals: Vec<u64>,
     /// batch_throughput: records per input instead of the mode's default.

@@ -4,8 +4,8 @@
 //!
 //! `cargo bench --bench latency [-- --quick] [--partitions 4] [--rate 1000]
 //! [--duration-secs 60] [--warmup-secs 5] [--subjects exactly-once,kafka-streams-eos-v2]
-//! [--linear-y] [--plots DIR]`; docs/benchmarks.md ("End-to-end latency") says what it
-//! reports.
+//! [--intervals 100] [--linear-y] [--plots DIR]`; docs/benchmarks.md ("End-to-end
+//! latency") says what it reports.
 //!
 //! # How
 //! The systems run one after another on the same broker, each on fresh input and output
@@ -43,7 +43,7 @@ use report::{Run, Txn};
 /// The Kafka Streams system's name.
 const STREAMS: &str = "kafka-streams-eos-v2";
 /// Kafka Streams' default commit interval under exactly-once, and ours.
-const STREAMS_COMMIT_MS: u64 = 100;
+const DEFAULT_COMMIT_MS: u64 = 100;
 /// Every system, in the order they run.
 const SYSTEMS: [&str; 4] = ["exactly-once", "exactly-once-per-consumer", "at-least-once", STREAMS];
 /// `--quick`'s systems: the issue's comparison, per-partition exactly-once against Streams.
@@ -59,6 +59,8 @@ pub struct Plan {
     pub schedule: Schedule,
     /// Seconds at the start that are not counted.
     pub warmup: u64,
+    /// Every system's commit interval; `None`: its default (the README's pipeline sets none).
+    pub commit_ms: Option<u64>,
     pub systems: Vec<String>,
     /// `target/latency/<name>.csv` and `.svg`.
     pub name: String,
@@ -66,10 +68,11 @@ pub struct Plan {
 
 impl Plan {
     fn from(args: &Args) -> Plan {
-        if args.partitions.len() > 1 {
-            eprintln!("latency takes one partition count (--partitions {:?}): run it once per count", args.partitions);
+        if args.partitions.len() > 1 || args.intervals.len() > 1 {
+            eprintln!("latency takes one partition count and one commit interval: run it once per value");
             std::process::exit(2);
         }
+        let commit_ms = args.intervals.first().copied();
         let partitions = args.partitions.first().copied().unwrap_or(4);
         let rate = args.rate.unwrap_or(1_000);
         let seconds = args.duration_secs.unwrap_or(if args.quick { 20 } else { 60 });
@@ -83,8 +86,9 @@ impl Plan {
             eprintln!("unknown system {bad}; the systems are {}", SYSTEMS.join(", "));
             std::process::exit(2);
         }
-        let name = format!("{}p{partitions}-{rate}rps-{seconds}s", if args.quick { "quick-" } else { "" });
-        Plan { schedule: Schedule { rate, seconds, partitions }, warmup, systems, name }
+        let interval = commit_ms.map_or(String::new(), |ms| format!("-{ms}ms"));
+        let name = format!("{}p{partitions}-{rate}rps-{seconds}s{interval}", if args.quick { "quick-" } else { "" });
+        Plan { schedule: Schedule { rate, seconds, partitions }, warmup, commit_ms, systems, name }
     }
 }
 
@@ -103,13 +107,14 @@ fn main() {
     let s = plan.schedule;
     println!(
         "latency ({} mode) on {bootstrap}: {} records/s for {} s per system ({} records), {} partitions, \
-         the first {} s not counted; systems: {}",
+         the first {} s not counted, commit interval {} ms; systems: {}",
         args.mode(),
         s.rate,
         s.seconds,
         s.records(),
         s.partitions,
         plan.warmup,
+        plan.commit_ms.unwrap_or(DEFAULT_COMMIT_MS),
         plan.systems.join(", ")
     );
     let mut runs = Vec::new();
@@ -154,10 +159,10 @@ fn run_system(
     }
     let txns = Arc::new(Mutex::new(Vec::new()));
     let running = match (system, peers) {
-        (STREAMS, Some(peers)) => Running::streams(peers, bootstrap, &input, &output)?,
+        (STREAMS, Some(peers)) => Running::streams(peers, bootstrap, &input, &output, plan.commit_ms)?,
         _ => {
             let guarantee: Guarantee = system.parse().map_err(|e| format!("{system}: {e:?}"))?;
-            Running::pipeline(rt, bootstrap, &input, &output, guarantee, txns.clone())?
+            Running::pipeline(rt, bootstrap, &input, &output, guarantee, plan.commit_ms, txns.clone())?
         }
     };
     let result = load(running, rt, bootstrap, &output, plan);
@@ -213,13 +218,15 @@ enum System {
 impl Running {
     /// The copy of the README's first example, without the state and the error policy:
     /// every record to the output partition of its input partition, key and value
-    /// unchanged, the default commit interval; every transaction recorded into `txns`.
+    /// unchanged, the default commit interval unless `commit_ms`; every transaction
+    /// recorded into `txns`.
     fn pipeline(
         rt: &tokio::runtime::Runtime,
         bootstrap: &str,
         input: &str,
         output: &str,
         guarantee: Guarantee,
+        commit_ms: Option<u64>,
         txns: Arc<Mutex<Vec<Txn>>>,
     ) -> Result<Running, String> {
         let mut builder = Pipeline::builder()
@@ -230,6 +237,13 @@ impl Running {
             .on_transaction(move |e: &TransactionEvent| {
                 txns.lock().unwrap_or_else(|p| p.into_inner()).push(Txn::of(e, load::wall_ns()));
             });
+        if let Some(interval) = commit_ms.map(Duration::from_millis) {
+            builder = builder.commit_interval(interval);
+            // Validation wants a transaction timeout above a long interval.
+            if guarantee.is_transactional() && interval >= Duration::from_secs(5) {
+                builder = builder.transaction_timeout(interval * 3);
+            }
+        }
         let out = builder.output_topic(output);
         let pipeline = builder
             .processor(move |ctx, r| {
@@ -247,11 +261,18 @@ impl Running {
         Ok(Running { input: input.to_string(), system: System::Pipeline { handle, task } })
     }
 
-    /// `CopyApp` under exactly_once_v2, at Streams' default commit interval.
-    fn streams(peers: &Peers, bootstrap: &str, input: &str, output: &str) -> Result<Running, String> {
+    /// `CopyApp` under exactly_once_v2, at Streams' default commit interval unless `commit_ms`.
+    fn streams(
+        peers: &Peers,
+        bootstrap: &str,
+        input: &str,
+        output: &str,
+        commit_ms: Option<u64>,
+    ) -> Result<Running, String> {
+        let commit_ms = commit_ms.unwrap_or(DEFAULT_COMMIT_MS);
         let ready = Arc::new(AtomicBool::new(false));
         let flag = ready.clone();
-        let app = peers.start_streams(bootstrap, input, output, "exactly_once_v2", STREAMS_COMMIT_MS, move || {
+        let app = peers.start_streams(bootstrap, input, output, "exactly_once_v2", commit_ms, move || {
             flag.store(true, Ordering::Relaxed)
         })?;
         Ok(Running { input: input.to_string(), system: System::Streams { app, ready } })
