@@ -173,7 +173,8 @@ pub fn produce(
 /// What the reader saw.
 #[derive(Debug, Default)]
 pub struct Seen {
-    /// Latencies in microseconds, by the second of the run their record was sent in.
+    /// Latencies in microseconds, by the second of the run their record was sent in; each
+    /// second's sorted.
     pub by_second: Vec<Vec<u32>>,
     /// Distinct input records seen.
     pub distinct: u64,
@@ -243,6 +244,7 @@ impl Reader {
                 let second = epoch.second_of(send_ns).min(seen.by_second.len() - 1);
                 seen.by_second[second].push(micros);
             }
+            seen.by_second.iter_mut().for_each(|v| v.sort_unstable());
             Ok(seen)
         });
         Ok(Reader { stop, distinct, join })
