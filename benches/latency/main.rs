@@ -185,12 +185,18 @@ fn load(
     while !running.ready() {
         if Instant::now() > ready_by || running.ended() {
             running.stop(rt);
-            return Err(format!("no partitions after {READY_TIMEOUT:?}"));
+            return Err(format!("it stopped, or had no partitions after {READY_TIMEOUT:?}"));
         }
         std::thread::sleep(Duration::from_millis(5));
     }
     let epoch = Epoch::now();
-    let reader = Reader::start(bootstrap, output, plan.schedule, epoch)?;
+    let reader = match Reader::start(bootstrap, output, plan.schedule, epoch) {
+        Ok(reader) => reader,
+        Err(e) => {
+            running.stop(rt);
+            return Err(e);
+        }
+    };
     let sent = load::produce(bootstrap, &running.input, plan.schedule, epoch)
         .and_then(|p| p.join().map_err(|_| "the producer panicked".to_string())?);
     if let Ok(sent) = &sent {
