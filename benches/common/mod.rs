@@ -37,15 +37,17 @@ pub struct Args {
     /// overwrites the docs' plots.
     #[arg(long)]
     pub plots: Option<PathBuf>,
-    /// batch_throughput: only these partition counts (comma-separated), for experiments.
+    /// batch_throughput: only these partition counts (comma-separated), for experiments;
+    /// latency: the input's partition count (one).
     #[arg(long, value_delimiter = ',')]
     pub partitions: Vec<i32>,
-    /// batch_throughput, rebalance, scale_study: only these subjects or guarantees
+    /// batch_throughput, rebalance, scale_study, latency: only these subjects or guarantees
     /// (comma-separated names, e.g. `at-least-once,exactly-once`), for experiments.
     #[arg(long, value_delimiter = ',')]
     pub subjects: Vec<String>,
     /// batch_throughput: only these commit intervals in ms (comma-separated; subjects without
-    /// an interval, the ceiling and the copier, are kept), for experiments.
+    /// an interval, the ceiling and the copier, are kept), for experiments; latency: every
+    /// system's commit interval (one; default: each system's own, 100 ms).
     #[arg(long, value_delimiter = ',')]
     pub intervals: Vec<u64>,
     /// batch_throughput: records per input instead of the mode's default.
@@ -69,9 +71,18 @@ pub struct Args {
     /// scale_study: each phase's length in seconds instead of the mode's default.
     #[arg(long)]
     pub phase_secs: Option<u64>,
-    /// scale_study: input records per second instead of the mode's default.
+    /// scale_study, latency: input records per second instead of the mode's default.
     #[arg(long)]
     pub rate: Option<u64>,
+    /// latency: seconds of paced input per system instead of the mode's default.
+    #[arg(long)]
+    pub duration_secs: Option<u64>,
+    /// latency: the first seconds of input, not counted (the pipeline's warm-up).
+    #[arg(long)]
+    pub warmup_secs: Option<u64>,
+    /// latency: a linear y axis on the plot instead of a logarithmic one.
+    #[arg(long)]
+    pub linear_y: bool,
     /// scale_study: brokers in the local cluster (the topics' replication factor) instead of
     /// the mode's default (3 full, 1 quick).
     #[arg(long)]

@@ -125,31 +125,18 @@ impl Peers {
         label: &str,
     ) -> Res<CopyResult> {
         input.create_topic(output, 1).map_err(|e| e.to_string())?;
-        let app = kafka_eos_cli::bench::unique_name("bench-streams");
-        let state = std::env::temp_dir().join(&app);
-        let args = vec![
-            input.bootstrap.clone(),
-            app.clone(),
-            input.topic.clone(),
-            output.to_string(),
-            guarantee.to_string(),
-            commit_ms.to_string(),
-            state.display().to_string(),
-        ];
         let progress = Arc::new(OnceLock::<Arc<Progress>>::new());
         let p = progress.clone();
-        let child = self.spawn(&app, &["-Xms256m", "-Xmx1g", "-XX:+UseG1GC"], "CopyApp", &args, move |line| {
-            // The window opens when Kafka Streams has its tasks and starts processing.
-            if line.ends_with("-> RUNNING") {
-                if let Some(p) = p.get() {
-                    p.start();
-                }
+        // The window opens when Kafka Streams has its tasks and starts processing.
+        let app = self.start_streams(&input.bootstrap, &input.topic, output, guarantee, commit_ms, move || {
+            if let Some(p) = p.get() {
+                p.start();
             }
         })?;
-        let tracker = Progress::for_input(input, CpuSource::Pid(child.id()));
+        let tracker = Progress::for_input(input, CpuSource::Pid(app.child.id()));
         let _ = progress.set(tracker.clone());
-        let result = self.watch(child, tracker, input, &app, label, Some(commit_ms), false);
-        let _ = fs::remove_dir_all(&state);
+        let result = self.watch(app.child, tracker, input, &app.id, label, Some(commit_ms), false);
+        let _ = fs::remove_dir_all(&app.state);
         let mut r = result?;
         if r.records_copied >= input.records {
             r.verified = Some(
@@ -158,6 +145,30 @@ impl Peers {
             );
         }
         Ok(r)
+    }
+
+    /// Starts `CopyApp` copying `input` into `output` (both exist) with `guarantee`;
+    /// `on_running` is called when it reports `RUNNING` (it has its tasks and processes).
+    /// The caller stops it ([`stop`]) and removes its state directory.
+    pub fn start_streams(
+        &self,
+        bootstrap: &str,
+        input: &str,
+        output: &str,
+        guarantee: &str,
+        commit_ms: u64,
+        on_running: impl Fn() + Send + 'static,
+    ) -> Res<StreamsApp> {
+        let id = kafka_eos_cli::bench::unique_name("bench-streams");
+        let state = std::env::temp_dir().join(&id);
+        let args = [bootstrap, &id, input, output, guarantee, &commit_ms.to_string(), &state.display().to_string()]
+            .map(String::from);
+        let child = self.spawn(&id, &["-Xms256m", "-Xmx1g", "-XX:+UseG1GC"], "CopyApp", &args, move |line| {
+            if line.ends_with("-> RUNNING") {
+                on_running();
+            }
+        })?;
+        Ok(StreamsApp { child, id, state })
     }
 
     /// Kafka's own `ProducerPerformance` writing as many records as `input` holds (at least
@@ -301,8 +312,18 @@ impl Peers {
     }
 }
 
+/// A running `CopyApp` ([`Peers::start_streams`]).
+pub struct StreamsApp {
+    /// The JVM.
+    pub child: Child,
+    /// Its `application.id` (also its consumer group).
+    pub id: String,
+    /// Its state directory.
+    pub state: PathBuf,
+}
+
 /// SIGTERM, then SIGKILL after 15 s.
-fn stop(child: &mut Child) {
+pub fn stop(child: &mut Child) {
     if let Ok(Some(_)) = child.try_wait() {
         return;
     }

@@ -1,0 +1,323 @@
+//! End-to-end latency under an open-loop load: how long after a record is produced its
+//! copy becomes visible to a `read_committed` reader, record by record and second by
+//! second, for each kafka-eos guarantee and Kafka Streams exactly_once_v2 on one broker.
+//!
+//! `cargo bench --bench latency [-- --quick] [--partitions 4] [--rate 1000]
+//! [--duration-secs 60] [--warmup-secs 5] [--subjects exactly-once,kafka-streams-eos-v2]
+//! [--intervals 100] [--linear-y] [--plots DIR]`; docs/benchmarks.md ("End-to-end
+//! latency") says what it reports.
+//!
+//! # How
+//! The systems run one after another on the same broker, each on fresh input and output
+//! topics: a 1:1 copy written as the README writes a pipeline (the default commit interval,
+//! per guarantee), and `cli/java/CopyApp.java` (Kafka Streams, exactly_once_v2, its
+//! default 100 ms commit interval). Once a system has its partitions, a reader of the
+//! output starts, then a paced producer (`load.rs`) writes `rate` records/s for the run's
+//! length without ever waiting for the system — an open loop, so a stall shows as latency
+//! instead of slowing the input down. When every record is visible (or the drain time is
+//! up) the system is stopped. Records sent in the first `warmup` seconds are not counted.
+//!
+//! `report.rs` prints the percentiles, the worst latency of each second and, for every
+//! second whose worst record waited more than a second, the pipeline's transactions
+//! (`on_transaction` hook) that were in flight while it waited; it writes the per-second
+//! series to `target/latency/<run>.csv` and plots it.
+
+#[path = "../common/mod.rs"]
+mod common;
+mod load;
+mod report;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::peers::{self, Peers, StreamsApp};
+use common::{broker, init_tracing, load_average, runtime, Args};
+use kafka_eos::config::Properties;
+use kafka_eos::observe::TransactionEvent;
+use kafka_eos::{Guarantee, OutputRecord, Pipeline, ShutdownHandle, Summary};
+use kafka_eos_cli::bench::{delete_topics, unique_name};
+use load::{Epoch, Reader, Schedule};
+use report::{Run, Txn};
+
+/// The Kafka Streams system's name.
+const STREAMS: &str = "kafka-streams-eos-v2";
+/// Kafka Streams' default commit interval under exactly-once, and ours.
+const DEFAULT_COMMIT_MS: u64 = 100;
+/// Every system, in the order they run.
+const SYSTEMS: [&str; 4] = ["exactly-once", "exactly-once-per-consumer", "at-least-once", STREAMS];
+/// `--quick`'s systems: the issue's comparison, per-partition exactly-once against Streams.
+const QUICK_SYSTEMS: [&str; 2] = ["exactly-once", STREAMS];
+/// How long a system may take to get its partitions.
+const READY_TIMEOUT: Duration = Duration::from_secs(120);
+/// How long after the last send the reader waits for the last records to become visible.
+const DRAIN: Duration = Duration::from_secs(30);
+
+/// The run's shape, from the flags.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    pub schedule: Schedule,
+    /// Seconds at the start that are not counted.
+    pub warmup: u64,
+    /// Every system's commit interval; `None`: its default (the README's pipeline sets none).
+    pub commit_ms: Option<u64>,
+    pub systems: Vec<String>,
+    /// `target/latency/<name>.csv` and `.svg`.
+    pub name: String,
+}
+
+impl Plan {
+    fn from(args: &Args) -> Plan {
+        if args.partitions.len() > 1 || args.intervals.len() > 1 {
+            eprintln!("latency takes one partition count and one commit interval: run it once per value");
+            std::process::exit(2);
+        }
+        let commit_ms = args.intervals.first().copied();
+        let partitions = args.partitions.first().copied().unwrap_or(4);
+        let rate = args.rate.unwrap_or(1_000);
+        let seconds = args.duration_secs.unwrap_or(if args.quick { 20 } else { 60 });
+        let warmup = args.warmup_secs.unwrap_or(5).min(seconds.saturating_sub(1));
+        let systems: Vec<String> = match (&args.subjects[..], args.quick) {
+            ([], true) => QUICK_SYSTEMS.map(String::from).to_vec(),
+            ([], false) => SYSTEMS.map(String::from).to_vec(),
+            (names, _) => names.to_vec(),
+        };
+        if let Some(bad) = systems.iter().find(|s| !SYSTEMS.contains(&s.as_str())) {
+            eprintln!("unknown system {bad}; the systems are {}", SYSTEMS.join(", "));
+            std::process::exit(2);
+        }
+        let interval = commit_ms.map_or(String::new(), |ms| format!("-{ms}ms"));
+        let name = format!("{}p{partitions}-{rate}rps-{seconds}s{interval}", if args.quick { "quick-" } else { "" });
+        Plan { schedule: Schedule { rate, seconds, partitions }, warmup, commit_ms, systems, name }
+    }
+}
+
+fn main() {
+    let args = Args::parse();
+    init_tracing();
+    let plan = Plan::from(&args);
+    let peers = if plan.systems.iter().any(|s| s == STREAMS) {
+        Peers::prepare().map_err(|e| println!("{STREAMS} is skipped (it needs a JDK 17+ and Maven): {e}")).ok()
+    } else {
+        None
+    };
+    let cluster = broker();
+    let bootstrap = cluster.bootstrap_servers();
+    let rt = runtime();
+    let s = plan.schedule;
+    println!(
+        "latency ({} mode) on {bootstrap}: {} records/s for {} s per system ({} records), {} partitions, \
+         the first {} s not counted, commit interval {} ms; systems: {}",
+        args.mode(),
+        s.rate,
+        s.seconds,
+        s.records(),
+        s.partitions,
+        plan.warmup,
+        plan.commit_ms.unwrap_or(DEFAULT_COMMIT_MS),
+        plan.systems.join(", ")
+    );
+    let mut runs = Vec::new();
+    let mut failures = Vec::new();
+    for system in &plan.systems {
+        if system == STREAMS && peers.is_none() {
+            continue;
+        }
+        println!("\n== {system}");
+        match run_system(&rt, &bootstrap, peers.as_ref(), system, &plan) {
+            Ok(run) => {
+                report::print_run(&run, &plan);
+                runs.push(run);
+            }
+            Err(e) => {
+                println!("{system} failed: {e}");
+                failures.push(format!("{system}: {e}"));
+            }
+        }
+    }
+    report::finish(&runs, &plan, &args, &bootstrap);
+    drop(cluster);
+    if !failures.is_empty() {
+        eprintln!("latency: {} system(s) failed:\n  {}", failures.len(), failures.join("\n  "));
+        std::process::exit(1);
+    }
+}
+
+/// One system's run on fresh topics: start it, load it, drain, stop it.
+fn run_system(
+    rt: &tokio::runtime::Runtime,
+    bootstrap: &str,
+    peers: Option<&Peers>,
+    system: &str,
+    plan: &Plan,
+) -> Result<Run, String> {
+    let load_before = load_average();
+    let (input, output) = (unique_name("latency-in"), unique_name("latency-out"));
+    let admin = kafka_eos_testkit::admin::Client::new(bootstrap);
+    for topic in [&input, &output] {
+        admin.create_topic(topic, plan.schedule.partitions, 1).map_err(|e| format!("creating {topic}: {e}"))?;
+    }
+    let txns = Arc::new(Mutex::new(Vec::new()));
+    let running = match (system, peers) {
+        (STREAMS, Some(peers)) => Running::streams(peers, bootstrap, &input, &output, plan.commit_ms)?,
+        _ => {
+            let guarantee: Guarantee = system.parse().map_err(|e| format!("{system}: {e:?}"))?;
+            Running::pipeline(rt, bootstrap, &input, &output, guarantee, plan.commit_ms, txns.clone())?
+        }
+    };
+    let result = load(running, rt, bootstrap, &output, plan);
+    delete_topics(bootstrap, &Properties::default(), &[input, output]);
+    let (epoch, sent, seen) = result?;
+    let txns = std::mem::take(&mut *txns.lock().unwrap_or_else(|p| p.into_inner()));
+    let transactions = (system != STREAMS).then_some(txns);
+    Ok(Run { system: system.to_string(), epoch, sent, seen, transactions, load_before, load_after: load_average() })
+}
+
+/// Waits for `running` to have its partitions, runs the load against it, and stops it.
+fn load(
+    running: Running,
+    rt: &tokio::runtime::Runtime,
+    bootstrap: &str,
+    output: &str,
+    plan: &Plan,
+) -> Result<(Epoch, load::Sent, load::Seen), String> {
+    let ready_by = Instant::now() + READY_TIMEOUT;
+    while !running.ready() {
+        if Instant::now() > ready_by || running.ended() {
+            running.stop(rt);
+            return Err(format!("it stopped, or had no partitions after {READY_TIMEOUT:?}"));
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let epoch = Epoch::now();
+    let reader = match Reader::start(bootstrap, output, plan.schedule, epoch) {
+        Ok(reader) => reader,
+        Err(e) => {
+            running.stop(rt);
+            return Err(e);
+        }
+    };
+    let sent = load::produce(bootstrap, &running.input, plan.schedule, epoch)
+        .and_then(|p| p.join().map_err(|_| "the producer panicked".to_string())?);
+    if let Ok(sent) = &sent {
+        let drained_by = Instant::now() + DRAIN;
+        while reader.distinct() < sent.records - sent.failed && Instant::now() < drained_by && !running.ended() {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    running.stop(rt);
+    let seen = reader.finish()?;
+    Ok((epoch, sent?, seen))
+}
+
+/// A system copying `input`, running.
+struct Running {
+    input: String,
+    system: System,
+}
+
+enum System {
+    Pipeline { handle: ShutdownHandle, task: tokio::task::JoinHandle<kafka_eos::Result<Summary>> },
+    Streams { app: StreamsApp, ready: Arc<AtomicBool> },
+}
+
+impl Running {
+    /// The copy of the README's first example, without the state and the error policy:
+    /// every record to the output partition of its input partition, key and value
+    /// unchanged, the default commit interval unless `commit_ms`; every transaction
+    /// recorded into `txns`.
+    fn pipeline(
+        rt: &tokio::runtime::Runtime,
+        bootstrap: &str,
+        input: &str,
+        output: &str,
+        guarantee: Guarantee,
+        commit_ms: Option<u64>,
+        txns: Arc<Mutex<Vec<Txn>>>,
+    ) -> Result<Running, String> {
+        let mut builder = Pipeline::builder()
+            .bootstrap_servers(bootstrap)
+            .application_id(unique_name("latency"))
+            .input_topic(input)
+            .guarantee(guarantee)
+            .on_transaction(move |e: &TransactionEvent| {
+                txns.lock().unwrap_or_else(|p| p.into_inner()).push(Txn::of(e, load::wall_ns()));
+            });
+        if let Some(interval) = commit_ms.map(Duration::from_millis) {
+            builder = builder.commit_interval(interval);
+            // Validation wants a transaction timeout above a long interval.
+            if guarantee.is_transactional() && interval >= Duration::from_secs(5) {
+                builder = builder.transaction_timeout(interval * 3);
+            }
+        }
+        let out = builder.output_topic(output);
+        let pipeline = builder
+            .processor(move |ctx, r| {
+                let mut o = OutputRecord::to(&out).partition(r.partition);
+                o.key = r.key.clone();
+                o.value = r.value.clone();
+                ctx.emit(o);
+                Ok(())
+            })
+            .handle_signals(false)
+            .build()
+            .map_err(|e| format!("building the pipeline: {e}"))?;
+        let handle = pipeline.shutdown_handle();
+        let task = rt.spawn(pipeline.run());
+        Ok(Running { input: input.to_string(), system: System::Pipeline { handle, task } })
+    }
+
+    /// `CopyApp` under exactly_once_v2, at Streams' default commit interval unless `commit_ms`.
+    fn streams(
+        peers: &Peers,
+        bootstrap: &str,
+        input: &str,
+        output: &str,
+        commit_ms: Option<u64>,
+    ) -> Result<Running, String> {
+        let commit_ms = commit_ms.unwrap_or(DEFAULT_COMMIT_MS);
+        let ready = Arc::new(AtomicBool::new(false));
+        let flag = ready.clone();
+        let app = peers.start_streams(bootstrap, input, output, "exactly_once_v2", commit_ms, move || {
+            flag.store(true, Ordering::Relaxed)
+        })?;
+        Ok(Running { input: input.to_string(), system: System::Streams { app, ready } })
+    }
+
+    /// Whether it has its partitions: the pipeline's first assignment callback has
+    /// started, or Kafka Streams reported `RUNNING`.
+    fn ready(&self) -> bool {
+        match &self.system {
+            System::Pipeline { handle, .. } => handle.summary().rebalances > 0,
+            System::Streams { ready, .. } => ready.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Whether it stopped on its own (failed).
+    fn ended(&self) -> bool {
+        match &self.system {
+            System::Pipeline { task, .. } => task.is_finished(),
+            System::Streams { .. } => false,
+        }
+    }
+
+    fn stop(self, rt: &tokio::runtime::Runtime) {
+        match self.system {
+            System::Pipeline { handle, task } => {
+                handle.shutdown();
+                match rt.block_on(task) {
+                    Ok(Ok(s)) => println!(
+                        "  pipeline: {} transactions committed, {} aborted, {} rebalances",
+                        s.transactions_committed, s.transactions_aborted, s.rebalances
+                    ),
+                    Ok(Err(e)) => println!("  pipeline failed: {e}"),
+                    Err(e) => println!("  pipeline task: {e}"),
+                }
+            }
+            System::Streams { mut app, .. } => {
+                peers::stop(&mut app.child);
+                let _ = std::fs::remove_dir_all(&app.state);
+            }
+        }
+    }
+}
