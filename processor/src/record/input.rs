@@ -2,7 +2,8 @@
 
 use rdkafka::message::{BorrowedMessage, Headers, Message};
 
-use super::{Header, Topic};
+use super::header::Header;
+use super::topic::Topic;
 use crate::codec::{Codec, DecodeError};
 
 /// One consumed record, owned.
@@ -87,7 +88,7 @@ impl InputRecord {
         self.headers.iter().find(|(k, _)| k == name).and_then(|(_, v)| v.as_deref())
     }
 
-    /// `topic/partition/offset`, the value of [`ORIGIN_HEADER`](super::ORIGIN_HEADER).
+    /// `topic/partition/offset`, the value of [`ORIGIN_HEADER`](super::header::ORIGIN_HEADER).
     pub fn origin(&self) -> String {
         format!("{}/{}/{}", self.topic, self.partition, self.offset)
     }

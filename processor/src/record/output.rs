@@ -1,6 +1,8 @@
 //! [`OutputRecord`]: one record a processor wants written.
 
-use super::{Header, InputRecord, Topic, ORIGIN_HEADER};
+use super::header::{Header, ORIGIN_HEADER};
+use super::input::InputRecord;
+use super::topic::Topic;
 use crate::codec::{Codec, DecodeError};
 
 /// One record a processor wants written, built fluently and handed to
