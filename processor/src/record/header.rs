@@ -32,6 +32,9 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
+    use crate::record::input::InputRecord;
+    use crate::record::output::OutputRecord;
+    use crate::record::topic::Topic;
 
     #[test]
     fn origin_round_trips_with_dashes_and_dots() {
