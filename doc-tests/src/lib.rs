@@ -1,15 +1,17 @@
 //! Every Rust snippet of the README and of the manual (`docs/`), compiled as a doc test.
 //!
 //! Each page is included as the doc comment of an empty module, so rustdoc compiles each of
-//! its ```` ```rust ```` blocks (and any block without a language): a page that shows code
-//! the API no longer accepts fails the build. Blocks that need a broker are `no_run`; a
-//! fragment gets the declarations it assumes as hidden `# ` lines, which mdBook hides as
-//! rustdoc does. Every page is listed, so a snippet added to any page is compiled too.
+//! its ```` ```rust ```` blocks: a page that shows code the API no longer accepts fails the
+//! build. Blocks that need a broker are `no_run`; a fragment gets the declarations it
+//! assumes as hidden `# ` lines, which mdBook hides as rustdoc does. Rustdoc takes a block
+//! without a language for Rust too, so output and diagrams are fenced as `text`. Every page
+//! is listed, so a snippet added to any page is compiled too.
 
 // The pages are Markdown for mdBook and GitHub, not rustdoc: clippy's rules for doc comments
-// do not apply to their prose. A snippet that shows a `#[test]` function puts the attribute
-// on a hidden placeholder and calls the function from a hidden `main`, so it does run.
-#![allow(clippy::doc_lazy_continuation, clippy::test_attr_in_doctest)]
+// (list indentation, `#[test]` in a doc test, ...) do not apply to their prose, and the
+// crate has no other code to lint. A snippet that shows a `#[test]` function puts the
+// attribute on a hidden placeholder and calls the function from a hidden `main`, so it runs.
+#![allow(clippy::all)]
 
 #[doc = include_str!("../../README.md")]
 mod readme {}
