@@ -11,8 +11,8 @@
 //! Output: key = primary key, value = the row as JSON, or a tombstone for a delete, on a
 //! compacted topic: its latest record per key *is* the table.
 //!
-//! Run: `cargo run --release --example cdc_upsert [changes]` (starts a broker unless
-//! `KAFKA_BOOTSTRAP` is set). The last line is `replayed: <n> rows, identical`.
+//! Run: `cargo run --release -p kafka-eos-examples --example cdc_upsert [changes]` (starts a
+//! broker unless `KAFKA_BOOTSTRAP` is set). The last line is `replayed: <n> rows, identical`.
 
 use std::collections::BTreeMap;
 use std::process::ExitCode;
@@ -179,7 +179,7 @@ fn read_table(cfg: &VerifyConfig, topic: &str) -> kafka_eos::Result<Table> {
     Ok(rows)
 }
 
-/// The pipeline without a broker (`cargo test --example cdc_upsert`): milliseconds, no Java.
+/// The pipeline without a broker (`cargo test -p kafka-eos-examples --example cdc_upsert`): milliseconds, no Java.
 #[cfg(test)]
 mod tests {
     use kafka_eos_testkit::driver::{check_replay_safe, TestDriver, TestInput};

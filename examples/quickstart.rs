@@ -7,11 +7,12 @@
 //!
 //! Pitfall: a reader with the Java default `read_uncommitted` also sees aborted attempts.
 //!
-//! Run: `cargo run --release --example quickstart` (starts a broker unless `KAFKA_BOOTSTRAP`
-//! is set; the first run fetches Kafka's jars with Maven). `RUST_LOG=kafka_eos=debug` shows
-//! every transaction; `KAFKA_EOS_JSON_LOGS=1` prints them as JSON. While it runs, Prometheus
-//! metrics and health are served on `KAFKA_EOS_OPS_ADDR` (default: a free port on 127.0.0.1): the
-//! example prints its own scrape of the key metrics before stopping.
+//! Run: `cargo run --release -p kafka-eos-examples --example quickstart` (starts a broker
+//! unless `KAFKA_BOOTSTRAP` is set; the first run fetches Kafka's jars with Maven).
+//! `RUST_LOG=kafka_eos=debug` shows every transaction; `KAFKA_EOS_JSON_LOGS=1` prints them as
+//! JSON. While it runs, Prometheus metrics and health are served on `KAFKA_EOS_OPS_ADDR`
+//! (default: a free port on 127.0.0.1): the example prints its own scrape of the key metrics
+//! before stopping.
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -180,7 +181,7 @@ fn scrape(addr: std::net::SocketAddr) -> std::io::Result<String> {
     Ok(response.split_once("\r\n\r\n").map(|(_, body)| body.to_string()).unwrap_or_default())
 }
 
-/// The pipeline without a broker (`cargo test --example quickstart`): milliseconds, no Java.
+/// The pipeline without a broker (`cargo test -p kafka-eos-examples --example quickstart`): milliseconds, no Java.
 #[cfg(test)]
 mod tests {
     use kafka_eos_testkit::driver::{check_replay_safe, TestDriver, TestInput};

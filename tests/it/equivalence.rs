@@ -15,7 +15,7 @@
 #[path = "../../examples/cdc_upsert.rs"]
 mod cdc_upsert;
 #[allow(dead_code)]
-#[path = "../../examples/page_views.rs"]
+#[path = "../../cli/examples/page_views.rs"]
 mod page_views;
 #[allow(dead_code)]
 #[path = "../../examples/quickstart.rs"]

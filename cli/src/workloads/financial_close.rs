@@ -1,7 +1,7 @@
 //! The financial close's generator and batch reconciliation, around its pipeline.
 //!
 //! The pipeline itself — payments → daily revenue per merchant: dedup, daily tumbling
-//! windows, late payments routed — is in `examples/financial_close/pipeline.rs`, beside the
+//! windows, late payments routed — is in `cli/examples/financial_close/pipeline.rs`, beside the
 //! example that runs it, and compiled here too (`#[path]`) so that the chaos suite and the
 //! benchmarks run the very same code. This module adds what a test of it needs: an input
 //! generator (payments with ~5 % redelivered, ~1 % two days late and ~0.2 % six days late,
@@ -17,7 +17,7 @@ use kafka_eos::Result;
 use kafka_eos_testkit::admin::{self, ClientExt};
 use kafka_eos_testkit::verify::{read_to_end, VerifyConfig};
 
-#[path = "../../../examples/financial_close/pipeline.rs"]
+#[path = "../../examples/financial_close/pipeline.rs"]
 mod pipeline;
 pub use pipeline::*;
 
