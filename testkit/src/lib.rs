@@ -26,7 +26,7 @@ pub mod admin;
 pub mod broker;
 pub mod driver;
 #[cfg(unix)]
-mod install;
+pub mod fetch;
 #[cfg(unix)]
 pub mod postgres;
 #[cfg(unix)]

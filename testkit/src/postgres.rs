@@ -4,14 +4,15 @@
 //! directory, starts `postgres` on a free loopback port (TCP only: no Unix socket, so
 //! Debian's `/var/run/postgresql` is never touched and the package's own cluster, if its
 //! service runs, is never used) and returns once the server answers a real query
-//! (`SELECT 1` through `psql`). Authentication is `trust` for user `postgres` on
-//! 127.0.0.1 only.
+//! (`SELECT 1`). Authentication is `trust` for user `postgres` on 127.0.0.1 only.
 //!
 //! The binaries come from [`PostgresConfig::bin_dir`], else `$KAFKA_EOS_PG_BIN`, else the
-//! newest `/usr/lib/postgresql/<version>/bin` (Debian's layout; `apt-get install -y
-//! postgresql` on Debian 12 brings version 15).
+//! newest `/usr/lib/postgresql/<version>/bin` (Debian's layout), else PostgreSQL
+//! [`POSTGRES_VERSION`](crate::fetch::POSTGRES_VERSION) fetched once from Maven Central
+//! ([`crate::fetch`]).
 //!
-//! As root, `initdb` and `postgres` run as the `postgres` system user, and the server dies
+//! As root, `initdb` and `postgres` run as the `postgres` system user (or `nobody` where
+//! there is none), and the server dies
 //! with the process that started it even if that process is SIGKILLed: see
 //! [`crate::server`]'s module notes (uid switch before the death signal is set).
 //!
@@ -30,8 +31,8 @@ use crate::server::{self, RunAs, ServerProcess};
 /// How to start a [`Postgres`].
 #[derive(Debug, Clone)]
 pub struct PostgresConfig {
-    /// Directory holding `initdb`, `postgres` and `psql`. Default: `$KAFKA_EOS_PG_BIN`, else
-    /// the newest `/usr/lib/postgresql/*/bin`.
+    /// Directory holding `initdb` and `postgres`. Default: `$KAFKA_EOS_PG_BIN`, else the
+    /// newest `/usr/lib/postgresql/*/bin`, else the binaries [`crate::fetch`] brings.
     pub bin_dir: Option<PathBuf>,
     /// `fsync` and `full_page_writes` on (default `false`). A killed server loses no
     /// acknowledged commit either way: `synchronous_commit` stays on, so a commit's WAL is
@@ -70,7 +71,7 @@ impl Postgres {
     /// Initialises a cluster in a fresh temporary directory and starts it on a free port.
     pub fn start(cfg: PostgresConfig) -> Result<Postgres, ServerError> {
         let bin = bin_dir(&cfg)?;
-        let run_as = server::run_as("PostgreSQL", "postgres")?;
+        let run_as = server::run_as("PostgreSQL", "postgres").or_else(|_| server::run_as("PostgreSQL", "nobody"))?;
         let dir = server::fresh_temp_dir("pg", run_as)?;
         let mut pg = Postgres { cfg, bin, dir, port: 0, run_as, server: None };
         // On failure `pg` drops here and removes the directory.
@@ -119,22 +120,12 @@ impl Postgres {
         running
     }
 
-    /// Runs `sql` with `psql` in database `dbname` and returns its unaligned, tuples-only
-    /// output (`|`-separated columns, one row per line). Independent of any Rust client:
-    /// tests check a sink's effects with it.
+    /// Runs `sql` (one or more statements, in the simple query protocol) in database
+    /// `dbname` on a connection of its own and returns the rows as `psql -A -t` prints them:
+    /// `|`-separated columns in their text form, NULL as empty, one row per line. Tests
+    /// check a sink's effects with it, outside the sink's connections and transactions.
     pub fn psql(&self, dbname: &str, sql: &str) -> Result<String, ServerError> {
-        let mut cmd = Command::new(self.bin.join("psql"));
-        cmd.args(["-X", "-A", "-t", "-q", "-v", "ON_ERROR_STOP=1", "-h", "127.0.0.1", "-U", USER])
-            .arg("-p")
-            .arg(self.port.to_string())
-            .arg("-d")
-            .arg(dbname)
-            .arg("-c")
-            .arg(sql)
-            .env("PGCONNECT_TIMEOUT", "5")
-            .env_remove("PGPASSWORD")
-            .env_remove("PGSERVICE");
-        server::run_tool(&mut cmd).map(|s| s.trim_end().to_string())
+        simple_query(self.port, dbname, sql)
     }
 
     /// Creates database `name` (for tests that share one server).
@@ -253,32 +244,58 @@ impl Drop for Postgres {
 }
 
 fn bin_dir(cfg: &PostgresConfig) -> Result<PathBuf, ServerError> {
-    match find_bin_dir(cfg) {
-        Err(ServerError::BinaryMissing { .. })
-            if cfg.bin_dir.is_none() && crate::install::debian_package("postgresql") =>
-        {
-            find_bin_dir(cfg)
-        }
-        found => found,
-    }
-}
-
-fn find_bin_dir(cfg: &PostgresConfig) -> Result<PathBuf, ServerError> {
-    let hint = "On Debian or Ubuntu: `sudo apt-get install -y postgresql` (version 15 on Debian 12; \
-                the test kit runs it itself when it runs as root), or set KAFKA_EOS_PG_BIN to a \
-                directory holding initdb, postgres and psql";
+    let hint = "set KAFKA_EOS_PG_BIN to a directory holding initdb and postgres, or unset it \
+                to use an installed PostgreSQL or the one the test kit fetches from Maven Central";
     let dir = match (&cfg.bin_dir, std::env::var_os("KAFKA_EOS_PG_BIN").filter(|v| !v.is_empty())) {
         (Some(d), _) => d.clone(),
         (None, Some(d)) => PathBuf::from(d),
-        (None, None) => newest_debian_bin_dir().unwrap_or_else(|| PathBuf::from("/usr/lib/postgresql/15/bin")),
+        (None, None) => match newest_debian_bin_dir() {
+            Some(d) => d,
+            None => crate::fetch::postgres_bin_dir()?,
+        },
     };
-    for tool in ["initdb", "postgres", "psql"] {
+    for tool in ["initdb", "postgres"] {
         let path = dir.join(tool);
         if !path.is_file() {
             return Err(ServerError::BinaryMissing { what: "PostgreSQL".into(), path, hint: hint.into() });
         }
     }
     Ok(dir)
+}
+
+/// The rows of `sql` as [`Postgres::psql`] returns them. The client runs on a thread of its
+/// own: the `postgres` crate blocks on a runtime of its own, which may not start inside a
+/// caller's async task.
+fn simple_query(port: u16, dbname: &str, sql: &str) -> Result<String, ServerError> {
+    let failed = |e: postgres::Error| ServerError::ToolFailed {
+        command: format!("SQL {sql:?} in database {dbname} on 127.0.0.1:{port}"),
+        status: "failed".into(),
+        output: match e.as_db_error() {
+            Some(db) => format!("{}: {}", db.severity(), db.message()),
+            None => e.to_string(),
+        },
+    };
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let mut client = postgres::Config::new()
+                .host("127.0.0.1")
+                .port(port)
+                .user(USER)
+                .dbname(dbname)
+                .connect_timeout(Duration::from_secs(5))
+                .connect(postgres::NoTls)
+                .map_err(failed)?;
+            let mut rows = Vec::new();
+            for message in client.simple_query(sql).map_err(failed)? {
+                if let postgres::SimpleQueryMessage::Row(row) = message {
+                    rows.push((0..row.len()).map(|i| row.get(i).unwrap_or("")).collect::<Vec<_>>().join("|"));
+                }
+            }
+            Ok(rows.join("\n"))
+        })
+        .join()
+        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+    })
 }
 
 fn newest_debian_bin_dir() -> Option<PathBuf> {

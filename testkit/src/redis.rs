@@ -1,8 +1,9 @@
 //! A real, local Redis server for tests, examples and benchmarks.
 //!
-//! [`Redis::start`] starts `redis-server` (Debian's `redis-server` package: Redis 7) in a
-//! fresh `kafka-eos-redis-<pid>-<n>` temporary directory on a free loopback port, with
-//! persistence as [`RedisConfig::persistence`] says, and returns once the server answers a
+//! [`Redis::start`] starts `redis-server` (an installed Redis 7, else the one [`crate::fetch`]
+//! brings from Maven Central) in a fresh `kafka-eos-redis-<pid>-<n>` temporary directory on a
+//! free loopback port, with persistence as [`RedisConfig::persistence`] says, and returns
+//! once the server answers a
 //! real command (a `GET`, which a server still loading its append-only file refuses with
 //! `-LOADING`). The package's own service (port 6379, `/var/lib/redis`) is never used.
 //!
@@ -38,7 +39,8 @@ pub enum Persistence {
 #[derive(Debug, Clone)]
 pub struct RedisConfig {
     /// The `redis-server` executable. Default: `$KAFKA_EOS_REDIS_SERVER`, else
-    /// `/usr/bin/redis-server`, else the first on `PATH`.
+    /// `/usr/bin/redis-server`, else the first on `PATH`, else the one [`crate::fetch`]
+    /// brings.
     pub binary: Option<PathBuf>,
     /// Default [`Persistence::AofAlways`].
     pub persistence: Persistence,
@@ -235,28 +237,18 @@ fn encode(args: &[&str]) -> Vec<u8> {
 }
 
 fn binary(cfg: &RedisConfig) -> Result<PathBuf, ServerError> {
-    match find_binary(cfg) {
-        Err(ServerError::BinaryMissing { .. })
-            if cfg.binary.is_none() && crate::install::debian_package("redis-server") =>
-        {
-            find_binary(cfg)
-        }
-        found => found,
-    }
-}
-
-fn find_binary(cfg: &RedisConfig) -> Result<PathBuf, ServerError> {
     let path = match (&cfg.binary, std::env::var_os("KAFKA_EOS_REDIS_SERVER").filter(|v| !v.is_empty())) {
         (Some(b), _) => b.clone(),
         (None, Some(b)) => PathBuf::from(b),
         (None, None) => {
             let default = PathBuf::from("/usr/bin/redis-server");
-            if default.is_file() {
-                default
-            } else {
+            let on_path = || {
                 std::env::var_os("PATH")
                     .and_then(|p| std::env::split_paths(&p).map(|d| d.join("redis-server")).find(|p| p.is_file()))
-                    .unwrap_or(default)
+            };
+            match default.is_file().then_some(default).or_else(on_path) {
+                Some(found) => found,
+                None => return crate::fetch::redis_server(),
             }
         }
     };
@@ -266,8 +258,8 @@ fn find_binary(cfg: &RedisConfig) -> Result<PathBuf, ServerError> {
         Err(ServerError::BinaryMissing {
             what: "Redis 7".into(),
             path,
-            hint: "On Debian or Ubuntu: `sudo apt-get install -y redis-server` (the test kit runs it \
-                   itself when it runs as root), or set KAFKA_EOS_REDIS_SERVER to a redis-server 7"
+            hint: "set KAFKA_EOS_REDIS_SERVER to a redis-server 7, or unset it to use an installed one \
+                   or the one the test kit fetches from Maven Central"
                 .into(),
         })
     }

@@ -18,11 +18,12 @@
 //!
 //! `initdb` and `postgres` refuse to run with effective uid 0. When this process is root, the
 //! harness runs them as the `postgres` system user (created by Debian's `postgresql`
-//! package) by giving the spawned [`Command`] that uid and gid: the standard library calls
-//! `setgroups`/`setgid`/`setuid` in the child *before* the `pre_exec` hook that sets the
-//! death signal. That order matters: Linux clears the parent-death signal when a process's
-//! credentials change, so a wrapper such as `runuser` or `setpriv` would drop it (and
-//! `runuser` also forks, leaving the server a grandchild that no death signal reaches).
+//! package; `nobody` where there is none) by giving the spawned [`Command`] that uid and
+//! gid: the standard library calls `setgroups`/`setgid`/`setuid` in the child *before* the
+//! `pre_exec` hook that sets the death signal. That order matters: Linux clears the
+//! parent-death signal when a process's credentials change, so a wrapper such as `runuser`
+//! or `setpriv` would drop it (and `runuser` also forks, leaving the server a grandchild
+//! that no death signal reaches).
 //! The server's temporary directory is handed to that user with `chown`. Not root: the
 //! servers run as the current user.
 
@@ -56,7 +57,7 @@ pub enum ServerError {
     /// This process is root and the unprivileged user to run the server as does not exist.
     #[error(
         "{server} refuses to run as root and there is no `{user}` user to run it as: \
-         install Debian's `postgresql` package (it creates the user) or run as a non-root user"
+         create an unprivileged user of that name or run as a non-root user"
     )]
     NoUser {
         /// The server.

@@ -218,10 +218,10 @@ pub(crate) fn last_lines(text: &str, n: usize) -> String {
 }
 
 /// An exclusive `flock` held until dropped (released by the kernel if the process dies).
-struct FileLock(#[allow(dead_code)] nix::fcntl::Flock<fs::File>);
+pub(crate) struct FileLock(#[allow(dead_code)] nix::fcntl::Flock<fs::File>);
 
 impl FileLock {
-    fn acquire(path: &Path) -> Result<FileLock, BrokerError> {
+    pub(crate) fn acquire(path: &Path) -> Result<FileLock, BrokerError> {
         let file = fs::OpenOptions::new()
             .create(true)
             .truncate(false)

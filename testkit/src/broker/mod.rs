@@ -108,6 +108,7 @@ pub use cluster::LocalCluster;
 pub use coordinator::{coordinator_partition, find_coordinator, java_string_hash, CoordinatorKind};
 pub use detached::{start_detached, status_detached, stop_detached, STATE_FILE};
 pub use features::finalized_features;
+pub(crate) use install::FileLock;
 pub use install::{cache_dir, copy_dependencies, install, log4j_version};
 pub use proxy::{FaultProxy, OnRequest};
 
