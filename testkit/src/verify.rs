@@ -4,10 +4,11 @@
 //! beginning to their end (the last stable offset: an open transaction's records are not
 //! read) and joins every output record to its input through the
 //! [`ORIGIN_HEADER`] (`topic/partition/offset`) that the
-//! runtime writes. For a transform with `k` outputs per input (default 1) it counts:
+//! runtime writes. Against the outputs each input should have ([`Expected`]: exactly `k`,
+//! default 1; at most `k` for a filter; or a count computed from the input record) it counts:
 //!
-//! - **duplicates**: outputs beyond `k` for one input record;
-//! - **missing**: input records with fewer than `k` outputs;
+//! - **duplicates**: outputs beyond the expected count for one input record;
+//! - **missing**: input records with fewer outputs than expected;
 //! - **order violations**: within one output partition, an output whose origin offset is
 //!   lower than an earlier output's from the same input partition (per-partition order
 //!   not kept);
@@ -16,7 +17,8 @@
 //! Exactly-once holds when all four are 0; at-least-once when `missing` and `unexpected`
 //! are 0. The verifier needs the pipeline to be idle (caught up) to be meaningful.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rdkafka::message::{BorrowedMessage, Headers, Message};
@@ -35,8 +37,8 @@ pub struct VerifyConfig {
     pub input_topics: Vec<String>,
     /// The topics its outputs went to.
     pub output_topics: Vec<String>,
-    /// Outputs expected per input record. Default 1.
-    pub outputs_per_input: u32,
+    /// Outputs expected per input record. Default exactly 1.
+    pub expected: Expected,
     /// Extra client properties (security settings), verbatim.
     pub client_properties: Properties,
     /// Longest time to read everything. Default 120 s.
@@ -50,9 +52,51 @@ impl VerifyConfig {
             bootstrap_servers: bootstrap_servers.into(),
             input_topics: vec![input.into()],
             output_topics: vec![output.into()],
-            outputs_per_input: 1,
+            expected: Expected::Exactly(1),
             client_properties: Properties::default(),
             timeout: Duration::from_secs(120),
+        }
+    }
+}
+
+/// How many outputs each input record should have.
+#[derive(Clone)]
+#[non_exhaustive]
+pub enum Expected {
+    /// Exactly `k`: a transform (1) or a fan-out of fixed width.
+    Exactly(u32),
+    /// Between 0 and `k`: a filter (1) or a fan-out of varying width. Only duplicates beyond
+    /// `k` are found, and no record is reported missing: a lost output cannot be told from a
+    /// filtered one. [`Expected::PerRecord`] checks both.
+    AtMost(u32),
+    /// What the pipeline's own rule says for this input record, from its key and value (the
+    /// filter's predicate, the fan-out's width); checked exactly.
+    PerRecord(OutputRule),
+}
+
+/// An input record's expected output count, from its key and value.
+pub type OutputRule = Arc<dyn Fn(Option<&[u8]>, Option<&[u8]>) -> u32 + Send + Sync>;
+
+impl Expected {
+    /// `(least, most)` outputs for the input record with this key and value.
+    fn bounds(&self, key: Option<&[u8]>, value: Option<&[u8]>) -> (u32, u32) {
+        match self {
+            Expected::Exactly(k) => (*k, *k),
+            Expected::AtMost(k) => (0, *k),
+            Expected::PerRecord(f) => {
+                let k = f(key, value);
+                (k, k)
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for Expected {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Expected::Exactly(k) => write!(f, "Exactly({k})"),
+            Expected::AtMost(k) => write!(f, "AtMost({k})"),
+            Expected::PerRecord(_) => f.write_str("PerRecord(..)"),
         }
     }
 }
@@ -107,11 +151,12 @@ pub fn verify(cfg: &VerifyConfig) -> Result<Report> {
     let deadline = Instant::now() + cfg.timeout;
     let topic_ids: HashMap<&str, u32> =
         cfg.input_topics.iter().enumerate().map(|(i, t)| (t.as_str(), i as u32)).collect();
-    let mut inputs: HashSet<Origin> = HashSet::new();
+    // Each input's (least, most) expected outputs.
+    let mut inputs: HashMap<Origin, (u32, u32)> = HashMap::new();
     for t in &cfg.input_topics {
         let id = topic_ids[t.as_str()];
         read_to_end(cfg, t, deadline, |m| {
-            inputs.insert((id, m.partition(), m.offset()));
+            inputs.insert((id, m.partition(), m.offset()), cfg.expected.bounds(m.key(), m.payload()));
         })?;
     }
     let mut report = Report { input_records: inputs.len() as u64, ..Report::default() };
@@ -126,7 +171,7 @@ pub fn verify(cfg: &VerifyConfig) -> Result<Report> {
                 .and_then(|hs| hs.iter().find(|h| h.key == ORIGIN_HEADER).and_then(|h| h.value))
                 .and_then(parse_origin)
                 .and_then(|(topic, p, o)| topic_ids.get(topic.as_str()).map(|id| (*id, p, o)));
-            let Some(origin) = origin.filter(|o| inputs.contains(o)) else {
+            let Some(origin) = origin.filter(|o| inputs.contains_key(o)) else {
                 report.unexpected += 1;
                 return;
             };
@@ -140,13 +185,16 @@ pub fn verify(cfg: &VerifyConfig) -> Result<Report> {
             }
         })?;
     }
-    let k = cfg.outputs_per_input;
-    for o in &inputs {
-        let n = seen.get(o).copied().unwrap_or(0);
-        report.duplicates += n.saturating_sub(k) as u64;
-        report.missing += k.saturating_sub(n) as u64;
-    }
+    (report.duplicates, report.missing) = tally(&inputs, &seen);
     Ok(report)
+}
+
+/// `(duplicates, missing)`: outputs beyond each input's most, and short of its least.
+fn tally(inputs: &HashMap<Origin, (u32, u32)>, seen: &HashMap<Origin, u32>) -> (u64, u64) {
+    inputs.iter().fold((0, 0), |(duplicates, missing), (o, (least, most))| {
+        let n = seen.get(o).copied().unwrap_or(0);
+        (duplicates + n.saturating_sub(*most) as u64, missing + least.saturating_sub(n) as u64)
+    })
 }
 
 /// Reads `topic` with read_committed from the beginning until every partition reports its
@@ -159,4 +207,47 @@ pub fn read_to_end(
 ) -> Result<()> {
     let client = Client::new(&cfg.bootstrap_servers).properties(cfg.client_properties.clone());
     crate::read::read_to_end(&client, topic, deadline, f)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Inputs 0..6 of one partition with the outputs seen for each, judged by `expected`
+    /// (the key is the input's index).
+    fn judge(expected: Expected, outputs: [u32; 6]) -> (u64, u64) {
+        let origin = |i: usize| (0, 0, i as i64);
+        let inputs = (0..6).map(|i| (origin(i), expected.bounds(Some(&[i as u8]), None))).collect();
+        let seen = outputs.iter().enumerate().filter(|(_, n)| **n > 0).map(|(i, n)| (origin(i), *n)).collect();
+        tally(&inputs, &seen)
+    }
+
+    #[test]
+    fn exactly_k_counts_both_ways() {
+        assert_eq!(judge(Expected::Exactly(1), [1; 6]), (0, 0));
+        assert_eq!(judge(Expected::Exactly(1), [1, 2, 0, 1, 3, 1]), (3, 1));
+        assert_eq!(judge(Expected::Exactly(2), [2, 1, 0, 2, 2, 4]), (2, 3));
+        assert_eq!(judge(Expected::Exactly(0), [0, 0, 1, 0, 0, 0]), (1, 0));
+    }
+
+    #[test]
+    fn at_most_k_reports_no_missing_and_the_excess() {
+        assert_eq!(judge(Expected::AtMost(1), [0, 1, 0, 1, 0, 0]), (0, 0));
+        assert_eq!(judge(Expected::AtMost(1), [0, 2, 0, 1, 3, 0]), (3, 0));
+    }
+
+    /// A filter passing even keys: an odd key's output is a duplicate (of nothing), an even
+    /// key without one is missing.
+    #[test]
+    fn per_record_follows_the_rule() {
+        let even = Expected::PerRecord(Arc::new(|key, _| u32::from(key.is_some_and(|k| k[0] % 2 == 0))));
+        assert_eq!(judge(even.clone(), [1, 0, 1, 0, 1, 0]), (0, 0));
+        assert_eq!(judge(even.clone(), [1, 1, 0, 0, 2, 0]), (2, 1));
+        assert_eq!(format!("{even:?}"), "PerRecord(..)");
+    }
+
+    #[test]
+    fn no_inputs_nothing_to_count() {
+        assert_eq!(tally(&HashMap::new(), &HashMap::new()), (0, 0));
+    }
 }

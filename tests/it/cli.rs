@@ -55,7 +55,8 @@ async fn broker_start_status_stop() {
 }
 
 /// `verify` passes an exactly-once copy (exit 0) and fails, with exit code 1 and the count
-/// of missing records, when outputs are missing.
+/// of missing records, when outputs are missing; with `--max-outputs-per-input` inputs
+/// without an output pass (a filter).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn verify_passes_a_copy_and_fails_a_partial_one() {
     const RECORDS: u64 = 2_000;
@@ -77,6 +78,16 @@ async fn verify_passes_a_copy_and_fails_a_partial_one() {
     let (stdout, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(1), "verify must fail: {stdout}\n{stderr}");
     assert!(stdout.contains("0 duplicates, 500 missing"), "{stdout}");
+
+    // Judged as a filter (at most one output each), the 500 are filtered out, not missing.
+    let filter = [&args[..], &["--timeout-secs", "60", "--max-outputs-per-input", "1"]].concat();
+    let out = kafka_eos(&filter).await;
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "verify as a filter: {}\n{stdout}\n{stderr}", out.status);
+    assert!(
+        stdout.contains(&format!("verified: {} in, {RECORDS} out, 0 duplicates, 0 missing", RECORDS + 500)),
+        "{stdout}"
+    );
 }
 
 /// `bench` copies with every subject, verifies each copy and prints one table row per

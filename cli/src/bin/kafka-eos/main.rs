@@ -20,7 +20,7 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 use kafka_eos::config::Properties;
 use kafka_eos_testkit::broker::{self, ClusterConfig};
-use kafka_eos_testkit::verify::{verify, VerifyConfig};
+use kafka_eos_testkit::verify::{verify, Expected, VerifyConfig};
 
 #[derive(Parser)]
 #[command(name = "kafka-eos", version, about = "Exactly-once stream processing on Apache Kafka")]
@@ -109,8 +109,12 @@ struct VerifyArgs {
     #[arg(long = "output", required = true)]
     outputs: Vec<String>,
     /// Outputs expected per input record.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, conflicts_with = "max_outputs_per_input")]
     outputs_per_input: u32,
+    /// For a filter or a fan-out of varying width: at most this many outputs per input record
+    /// (only duplicates beyond it are found; a lost output cannot be told from a filtered one).
+    #[arg(long)]
+    max_outputs_per_input: Option<u32>,
     /// Only require at-least-once (duplicates allowed).
     #[arg(long)]
     at_least_once: bool,
@@ -221,7 +225,10 @@ fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
             let mut cfg = VerifyConfig::new(a.bootstrap, "", "");
             cfg.input_topics = a.inputs;
             cfg.output_topics = a.outputs;
-            cfg.outputs_per_input = a.outputs_per_input;
+            cfg.expected = match a.max_outputs_per_input {
+                Some(most) => Expected::AtMost(most),
+                None => Expected::Exactly(a.outputs_per_input),
+            };
             cfg.timeout = Duration::from_secs(a.timeout_secs);
             cfg.client_properties = a.client.properties()?;
             let report = verify(&cfg)?;
