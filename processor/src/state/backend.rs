@@ -118,6 +118,13 @@ pub trait KeyValueBackend: Send {
     fn try_get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, BackendError> {
         Ok(self.get(key))
     }
+
+    /// What kind of backend this is, as [`Pipeline::describe`](crate::Pipeline::describe)
+    /// names it (`memory`, `disk`). Default: the type's name (the description drops its
+    /// path). Asked of a backend made by the store's factory and never opened.
+    fn kind(&self) -> String {
+        std::any::type_name::<Self>().to_string()
+    }
 }
 
 /// Creates a backend for one store of one input partition: `(store, partition)`.
@@ -162,6 +169,10 @@ impl KeyValueBackend for MemoryBackend {
 
     fn size_bytes(&self) -> usize {
         self.bytes
+    }
+
+    fn kind(&self) -> String {
+        "memory".into()
     }
 }
 
