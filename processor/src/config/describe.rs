@@ -48,8 +48,8 @@ pub struct TopologyDescription {
     stores: Vec<StoreNode>,
     tables: Vec<String>,
     outputs: Vec<String>,
-    /// (topic, the window operator's store).
-    late: Vec<(String, String)>,
+    /// (topic, the stores of the window operators that route late records to it).
+    late: Vec<(String, Vec<String>)>,
     dead_letter: Option<String>,
     sink: Option<String>,
 }
@@ -72,13 +72,19 @@ impl TopologyDescription {
             .map(|s| StoreNode {
                 name: s.name().to_string(),
                 role: s.role,
-                // A backend made for the description and never opened: factories only
-                // allocate (the runtime makes one per partition on assignment).
+                // A backend made for the description and never opened (a factory leaves
+                // the storage to `open`: see `BackendFactory`).
                 backend: short_type_name(&(s.backend)(s.name(), 0).kind()),
                 changelog: changelog_topic(&cfg.application_id, s.name()),
             })
             .collect();
-        let late: Vec<(String, String)> = cfg.late_topics.clone();
+        let mut late: Vec<(String, Vec<String>)> = Vec::new();
+        for (topic, store) in &cfg.late_topics {
+            match late.iter_mut().find(|(t, _)| t == topic) {
+                Some((_, stores)) => stores.push(store.clone()),
+                None => late.push((topic.clone(), vec![store.clone()])),
+            }
+        }
         TopologyDescription {
             application_id: cfg.application_id.clone(),
             guarantee: cfg.guarantee,
@@ -182,8 +188,8 @@ impl fmt::Display for TopologyDescription {
         for t in &self.outputs {
             row(f, "output", t)?;
         }
-        for (t, store) in &self.late {
-            row(f, "late", &format!("{t} (late records of {store})"))?;
+        for (t, stores) in &self.late {
+            row(f, "late", &format!("{t} (late records of {})", stores.join(", ")))?;
         }
         if let Some(t) = &self.dead_letter {
             row(f, "dead letter", t)?;

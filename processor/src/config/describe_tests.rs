@@ -201,6 +201,17 @@ fn named_processors_and_sinks_keep_their_type_names_only() {
 }
 
 #[test]
+fn windows_sharing_a_late_topic_draw_it_once() {
+    let mut b = base("app").input_topic("in");
+    let _a = TumblingWindows::<String, i64>::new(&mut b, "hourly", Duration::from_secs(3600), "late");
+    let _b = TumblingWindows::<String, i64>::new(&mut b, "daily", Duration::from_secs(86_400), "late");
+    let d = b.processor(|_, _| Ok(())).build().unwrap().describe();
+    assert!(d.to_string().contains("  late        late (late records of hourly, daily)\n"), "{d}");
+    assert!(!d.to_string().contains("output"), "a late topic is not listed as an output too: {d}");
+    assert_eq!(d.mermaid().matches("late records -->").count(), 1, "{}", d.mermaid());
+}
+
+#[test]
 fn labels_escape_what_would_end_a_mermaid_label() {
     assert_eq!(label("a\"<b>"), "a#quot;#lt;b#gt;");
 }

@@ -127,7 +127,10 @@ pub trait KeyValueBackend: Send {
     }
 }
 
-/// Creates a backend for one store of one input partition: `(store, partition)`.
+/// Creates a backend for one store of one input partition: `(store, partition)`. Called on
+/// every assignment, and once per store by [`Pipeline::describe`](crate::Pipeline::describe)
+/// to ask the backend's [`kind`](KeyValueBackend::kind): keep it cheap, and leave touching
+/// the storage to [`open`](KeyValueBackend::open).
 pub type BackendFactory = std::sync::Arc<dyn Fn(&str, i32) -> Box<dyn KeyValueBackend> + Send + Sync>;
 
 /// The default backend: a `BTreeMap` in memory. State size is bounded by the process's
