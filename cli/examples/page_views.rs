@@ -166,11 +166,11 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
 }
 
 /// Counting the views in Redis, with and without the sink's dedup step.
-mod redis_counts {
+pub(crate) mod redis_counts {
     use std::time::Duration;
 
     use kafka_eos::codec::Json;
-    use kafka_eos::{Guarantee, Pipeline};
+    use kafka_eos::{Guarantee, Pipeline, PipelineBuilder};
     use kafka_eos_redis::{Increment, RedisCounterSink, RedisSinkError};
     use kafka_eos_testkit::admin;
     use kafka_eos_testkit::redis::{Redis, RedisConfig};
@@ -186,7 +186,15 @@ mod redis_counts {
         ns: &str,
         dedup: bool,
     ) -> kafka_eos::Result<()> {
-        let mut builder = Pipeline::builder();
+        let builder = Pipeline::builder().bootstrap_servers(bootstrap).application_id(group);
+        let pipeline = pipeline(builder, views, url, ns, dedup).build()?;
+        admin::run_until_caught_up(pipeline, bootstrap, group, &[views.to_string()], Duration::from_secs(300)).await?;
+        Ok(())
+    }
+
+    /// The counting pipeline: each view of `views` is one `HINCRBY` of its page-hour in the
+    /// hash `<ns>:views` of the Redis server at `url` (`builder` brings the connection).
+    pub fn pipeline(mut builder: PipelineBuilder, views: &str, url: &str, ns: &str, dedup: bool) -> PipelineBuilder {
         let (url, ns) = (url.to_string(), ns.to_string());
         let hash = format!("{ns}:views");
         let counter = builder.sink(move || {
@@ -197,20 +205,12 @@ mod redis_counts {
                 Ok::<_, RedisSinkError>(if dedup { sink } else { sink.without_dedup() })
             }
         });
-        let pipeline = builder
-            .bootstrap_servers(bootstrap)
-            .application_id(group)
-            .input_topic(views)
-            .guarantee(Guarantee::AtLeastOnce)
-            .processor(move |ctx, rec| {
-                let v: PageView = rec.value_as(&Json)?;
-                let field = format!("{}/{}", v.page, v.time_ms.div_euclid(HOUR_MS));
-                ctx.sink(&counter, Increment::new(&hash, field, 1));
-                Ok(())
-            })
-            .build()?;
-        admin::run_until_caught_up(pipeline, bootstrap, group, &[views.to_string()], Duration::from_secs(300)).await?;
-        Ok(())
+        builder.input_topic(views).guarantee(Guarantee::AtLeastOnce).processor(move |ctx, rec| {
+            let v: PageView = rec.value_as(&Json)?;
+            let field = format!("{}/{}", v.page, v.time_ms.div_euclid(HOUR_MS));
+            ctx.sink(&counter, Increment::new(&hash, field, 1));
+            Ok(())
+        })
     }
 
     /// The sum of the counters in `<ns>:views`.

@@ -49,6 +49,9 @@ mod reliability {}
 #[doc = include_str!("../../docs/benchmarks.md")]
 mod benchmarks {}
 
+#[doc = include_str!("../../docs/topologies.md")]
+mod topologies {}
+
 /// A page added to `docs/` must be listed above, or its snippets would go unchecked.
 #[test]
 fn every_page_is_included() {

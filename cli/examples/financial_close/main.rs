@@ -136,7 +136,7 @@ async fn run() -> Result<bool, Box<dyn std::error::Error>> {
 }
 
 /// The ledger in PostgreSQL: a stateless pipeline with an exactly-once sink.
-mod ledger {
+pub(crate) mod ledger {
     use std::time::Duration;
 
     use kafka_eos::codec::{Codec, Json};

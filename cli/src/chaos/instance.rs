@@ -48,7 +48,7 @@ use std::time::Duration;
 
 use super::rng::Rng;
 use kafka_eos::observe::{Outcome, TransactionEvent};
-use kafka_eos::{Guarantee, OutputRecord, Pipeline, ProcessorErrorPolicy, Rebalancing, Summary};
+use kafka_eos::{Guarantee, OutputRecord, Pipeline, PipelineBuilder, ProcessorErrorPolicy, Rebalancing, Summary};
 
 /// How to run one instance.
 #[derive(Debug, Clone)]
@@ -290,12 +290,46 @@ fn raised_on(kind: tokio::signal::unix::SignalKind, name: &str) -> kafka_eos::Re
     Ok(flag)
 }
 
+/// The pipeline an instance of `cfg` runs, as [`Pipeline::describe`] tells it (`kafka-eos
+/// describe`): built as [`run_instance`] builds it, with no signal handler and no commit
+/// log, and never run.
+pub fn describe_instance(cfg: &InstanceConfig) -> kafka_eos::Result<kafka_eos::config::TopologyDescription> {
+    let cfg = InstanceConfig { commit_log: None, ..cfg.clone() };
+    let quiet = Flags { stall: Arc::default(), stall_after_commit: Arc::default() };
+    Ok(builder(&cfg, quiet)?.build()?.describe())
+}
+
+/// The flags the instance's signal handlers raise (SIGUSR1, SIGUSR2).
+struct Flags {
+    stall: Arc<AtomicBool>,
+    stall_after_commit: Arc<AtomicBool>,
+}
+
 async fn run(cfg: InstanceConfig) -> kafka_eos::Result<Summary> {
     use tokio::signal::unix::SignalKind;
 
     let stall = raised_on(SignalKind::user_defined1(), "SIGUSR1")?;
     let stall_after_commit = raised_on(SignalKind::user_defined2(), "SIGUSR2")?;
+    let pipeline = builder(&cfg, Flags { stall, stall_after_commit })?.build()?;
+    let handle = pipeline.shutdown_handle();
+    let interval = cfg.status_interval.max(Duration::from_millis(50));
+    let status = tokio::spawn(async move {
+        loop {
+            println!("{}", status_line("chaos-status", &handle.summary()));
+            tokio::time::sleep(interval).await;
+        }
+    });
+    let result = pipeline.run().await;
+    status.abort();
+    if let Ok(summary) = &result {
+        println!("{}", status_line("chaos-final", summary));
+    }
+    result
+}
 
+/// The instance's pipeline, its stalls driven by `flags`.
+fn builder(cfg: &InstanceConfig, flags: Flags) -> kafka_eos::Result<PipelineBuilder> {
+    let Flags { stall, stall_after_commit } = flags;
     let dice = Arc::new(AbortDice::new(cfg.abort_one_in));
     let (out, d) = (cfg.output.clone(), dice.clone());
     let commit_log = match &cfg.commit_log {
@@ -380,21 +414,7 @@ async fn run(cfg: InstanceConfig) -> kafka_eos::Result<Summary> {
             Ok(())
         })
     };
-    let pipeline = builder.build()?;
-    let handle = pipeline.shutdown_handle();
-    let interval = cfg.status_interval.max(Duration::from_millis(50));
-    let status = tokio::spawn(async move {
-        loop {
-            println!("{}", status_line("chaos-status", &handle.summary()));
-            tokio::time::sleep(interval).await;
-        }
-    });
-    let result = pipeline.run().await;
-    status.abort();
-    if let Ok(summary) = &result {
-        println!("{}", status_line("chaos-final", summary));
-    }
-    result
+    Ok(builder)
 }
 
 #[cfg(test)]

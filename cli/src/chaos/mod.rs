@@ -56,7 +56,7 @@ mod subject;
 mod suite;
 mod workload;
 
-pub use instance::{run_instance, InstanceConfig};
+pub use instance::{describe_instance, run_instance, InstanceConfig};
 pub use plan::Scenario;
 pub use report::{Anomalies, ScenarioResult, Seen, SuiteReport};
 pub use subject::Subject;

@@ -52,6 +52,8 @@ pub struct PipelineBuilder {
     stores: Vec<StoreDef>,
     state_backend: Option<crate::state::backend::BackendFactory>,
     output_topics: Vec<Topic>,
+    /// Late-records topics of the window operators: (topic, the operator's store).
+    late_topics: Vec<(String, String)>,
     changelog_replication: Option<i32>,
     pub(super) fault: super::fault::FaultSpec,
     sinks: Vec<SinkFactory>,
@@ -110,7 +112,9 @@ impl PipelineBuilder {
     where
         F: FnMut(&mut Context<'_>, &InputRecord) -> Result<(), ProcessError> + Clone + Send + 'static,
     {
-        self.processor_impl(FnProcessor(f))
+        let mut named = self.processor_impl(FnProcessor(f));
+        named.processor = named.processor.map(|p| p.named("closure"));
+        named
     }
 
     /// The processor, as an async closure (`async move |ctx, rec| { .. }`): it may await
@@ -119,7 +123,9 @@ impl PipelineBuilder {
     where
         F: AsyncFnMut(&mut Context<'_>, &InputRecord) -> Result<(), ProcessError> + Clone + Send + 'static,
     {
-        self.processor_impl(AsyncFnProcessor(f))
+        let mut named = self.processor_impl(AsyncFnProcessor(f));
+        named.processor = named.processor.map(|p| p.named("async closure"));
+        named
     }
 
     /// The processor, as any [`Processor`] (async and stateful at once, with `init` and
@@ -199,6 +205,27 @@ impl PipelineBuilder {
         let (def, handle) = crate::table::declare(self.tables.len(), topic.into(), codec);
         self.tables.push(def);
         handle
+    }
+
+    /// Declares the store of an operator: as [`store`](Self::store), with the operator's
+    /// `role` (`dedup`, `tumbling windows`, ...) for the topology description.
+    pub(crate) fn operator_store<K, V>(&mut self, name: impl Into<String>, role: &'static str) -> Store<K, V>
+    where
+        K: Serialize + DeserializeOwned + 'static,
+        V: Serialize + DeserializeOwned + 'static,
+    {
+        let handle = self.store(name);
+        if let Some(def) = self.stores.last_mut() {
+            def.role = role;
+        }
+        handle
+    }
+
+    /// Declares the late-records topic of the window operator whose store is `store`: an
+    /// [output topic](Self::output_topic), listed as a late topic in the topology description.
+    pub(crate) fn late_topic(&mut self, topic: &str, store: &str) -> Topic {
+        self.late_topics.push((topic.to_string(), store.to_string()));
+        self.output_topic(topic)
     }
 
     /// Registers the pipeline's [`Timers`](crate::timers::Timers) (their constructor calls it).

@@ -27,6 +27,7 @@
 //! ```
 
 pub(crate) mod builder;
+mod describe;
 pub(crate) mod error_policy;
 mod fault;
 pub(crate) mod group;
@@ -35,6 +36,7 @@ pub(crate) mod pipeline;
 mod properties;
 
 // The builder and its options are exported at the crate root, their one public path.
+pub use describe::TopologyDescription;
 pub(crate) use error_policy::{Exhausted, ProcessorErrorPolicy};
 pub(crate) use fault::FaultInjection;
 #[cfg(not(feature = "test-hooks"))]

@@ -74,6 +74,9 @@ pub struct PipelineConfig {
     /// declaration order, without repeats), for checking at start-up that they exist.
     /// Topics a processor builds per record are not listed.
     pub output_topics: Vec<String>,
+    /// The window operators' late-records topics, among the output topics: (topic, the
+    /// operator's store).
+    pub(crate) late_topics: Vec<(String, String)>,
     /// Replication factor of changelog topics this pipeline creates (-1: the broker's
     /// `default.replication.factor`).
     pub changelog_replication: i32,

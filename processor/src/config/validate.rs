@@ -197,6 +197,7 @@ impl PipelineBuilder {
                     None => self.stores,
                 },
                 output_topics: self.output_topics.iter().map(|t| t.to_string()).collect(),
+                late_topics: self.late_topics,
                 changelog_replication: self.changelog_replication.unwrap_or(-1),
                 fault: self.fault.build(),
                 sink: self.sinks.into_iter().next(),

@@ -28,7 +28,7 @@ where
 {
     /// An aggregate kept in store `store`, declared on `builder`.
     pub fn new(builder: &mut PipelineBuilder, store: impl Into<String>) -> Self {
-        Aggregate { store: builder.store(store) }
+        Aggregate { store: builder.operator_store(store, "aggregate") }
     }
 
     /// Its store's handle (to read it in a hook, say).

@@ -53,7 +53,7 @@ where
     /// Deduplication kept in store `store` (declared on `builder`), remembering ids for
     /// `ttl` of event time.
     pub fn new(builder: &mut PipelineBuilder, store: impl Into<String>, ttl: Duration) -> Self {
-        Dedup { store: builder.store(store), ttl_ms: ttl.as_millis() as i64 }
+        Dedup { store: builder.operator_store(store, "dedup"), ttl_ms: ttl.as_millis() as i64 }
     }
 
     /// `true` if `id` is new (or its last sighting expired): process the record. `false`

@@ -163,7 +163,7 @@ where
     pub fn new(builder: &mut PipelineBuilder, store: impl Into<String>, window: Duration) -> Result<Self, WindowError> {
         match i64::try_from(window.as_millis()) {
             Ok(window_ms) if window_ms <= 1 << 61 => {
-                Ok(StreamJoin { store: builder.store(store), window_ms, grace_ms: 0 })
+                Ok(StreamJoin { store: builder.operator_store(store, "stream join"), window_ms, grace_ms: 0 })
             }
             _ => Err(WindowError::Shape(format!("a join window of {window:?} is over 2^61 ms"))),
         }

@@ -74,14 +74,27 @@ fn message(p: &Box<dyn std::any::Any + Send>) -> String {
 
 /// Makes the per-partition instances: clones of the processor given to the builder.
 #[derive(Clone)]
-pub(crate) struct ProcessorFactory(Arc<dyn Fn() -> Box<dyn Erased> + Send + Sync>);
+pub(crate) struct ProcessorFactory(Arc<dyn Fn() -> Box<dyn Erased> + Send + Sync>, Arc<str>);
 
 impl ProcessorFactory {
     pub(crate) fn new<P: Processor + Clone>(prototype: P) -> ProcessorFactory {
         // Behind a mutex so the prototype needs only `Send`, not `Sync`: it is cloned once
         // per partition assignment, never per record.
         let prototype = Mutex::new(prototype);
-        ProcessorFactory(Arc::new(move || Box::new(prototype.lock().unwrap_or_else(|p| p.into_inner()).clone())))
+        let make = move || Box::new(prototype.lock().unwrap_or_else(|p| p.into_inner()).clone()) as Box<dyn Erased>;
+        ProcessorFactory(Arc::new(make), Arc::from(std::any::type_name::<P>()))
+    }
+
+    /// This factory, its processor named `name` in the topology description (a closure's
+    /// type name says nothing a reader needs).
+    pub(crate) fn named(self, name: &str) -> ProcessorFactory {
+        ProcessorFactory(self.0, Arc::from(name))
+    }
+
+    /// What the topology description calls the processor: its type's name, or what
+    /// [`named`](Self::named) gave it.
+    pub(crate) fn name(&self) -> &str {
+        &self.1
     }
 }
 

@@ -7,7 +7,7 @@ use super::shared::Shared;
 use super::shutdown::ShutdownHandle;
 use super::stats::Summary;
 use super::{consumer, limits, preflight, slots};
-use crate::config::PipelineConfig;
+use crate::config::{PipelineConfig, TopologyDescription};
 use crate::error::{Error, Result};
 use crate::observe::TransactionHook;
 use crate::processor::driver::ProcessorFactory;
@@ -35,6 +35,14 @@ impl Pipeline {
     /// The validated configuration.
     pub fn config(&self) -> &PipelineConfig {
         &self.cfg
+    }
+
+    /// The pipeline's topology — input topics, processor, stores with their changelog
+    /// topics and backends, tables, output, late-records and dead-letter topics, sink,
+    /// guarantee and transactional ids — to print (`Display`) or draw
+    /// ([`mermaid`](TopologyDescription::mermaid)). Connects to nothing.
+    pub fn describe(&self) -> TopologyDescription {
+        TopologyDescription::of(&self.cfg, self.processor.name())
     }
 
     /// A handle that stops the pipeline and reads its counters.

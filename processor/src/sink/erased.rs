@@ -140,9 +140,10 @@ impl<S: Sink> ErasedSink for Erased<S> {
 
 type Connect = dyn Fn(&Handle, Duration) -> Result<Box<dyn ErasedSink>, SinkFailure> + Send + Sync;
 
-/// Makes a task's sink instance (connects it), on the task's thread.
+/// Makes a task's sink instance (connects it), on the task's thread; knows the sink's type
+/// name, for the topology description.
 #[derive(Clone)]
-pub(crate) struct SinkFactory(Arc<Connect>);
+pub(crate) struct SinkFactory(Arc<Connect>, &'static str);
 
 impl SinkFactory {
     pub(crate) fn new<S, F, Fut>(connect: F) -> SinkFactory
@@ -151,11 +152,19 @@ impl SinkFactory {
         F: Fn() -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<S, S::Error>> + Send + 'static,
     {
-        SinkFactory(Arc::new(move |rt: &Handle, timeout: Duration| {
-            let sink = run(rt, "connect", timeout, connect())?;
-            let batch = SinkBatch { partitions: Vec::new(), rows: Vec::new() };
-            Ok(Box::new(Erased { sink, batch }) as Box<dyn ErasedSink>)
-        }))
+        SinkFactory(
+            Arc::new(move |rt: &Handle, timeout: Duration| {
+                let sink = run(rt, "connect", timeout, connect())?;
+                let batch = SinkBatch { partitions: Vec::new(), rows: Vec::new() };
+                Ok(Box::new(Erased { sink, batch }) as Box<dyn ErasedSink>)
+            }),
+            std::any::type_name::<S>(),
+        )
+    }
+
+    /// The sink's type name (`kafka_eos_postgres::PostgresSink`).
+    pub(crate) fn type_name(&self) -> &'static str {
+        self.1
     }
 
     pub(crate) fn connect(&self, rt: &Handle, timeout: Duration) -> Result<Box<dyn ErasedSink>, SinkFailure> {

@@ -118,9 +118,19 @@ pub trait KeyValueBackend: Send {
     fn try_get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, BackendError> {
         Ok(self.get(key))
     }
+
+    /// What kind of backend this is, as [`Pipeline::describe`](crate::Pipeline::describe)
+    /// names it (`memory`, `disk`). Default: the type's name (the description drops its
+    /// path). Asked of a backend made by the store's factory and never opened.
+    fn kind(&self) -> String {
+        std::any::type_name::<Self>().to_string()
+    }
 }
 
-/// Creates a backend for one store of one input partition: `(store, partition)`.
+/// Creates a backend for one store of one input partition: `(store, partition)`. Called on
+/// every assignment, and once per store by [`Pipeline::describe`](crate::Pipeline::describe)
+/// to ask the backend's [`kind`](KeyValueBackend::kind): keep it cheap, and leave touching
+/// the storage to [`open`](KeyValueBackend::open).
 pub type BackendFactory = std::sync::Arc<dyn Fn(&str, i32) -> Box<dyn KeyValueBackend> + Send + Sync>;
 
 /// The default backend: a `BTreeMap` in memory. State size is bounded by the process's
@@ -162,6 +172,10 @@ impl KeyValueBackend for MemoryBackend {
 
     fn size_bytes(&self) -> usize {
         self.bytes
+    }
+
+    fn kind(&self) -> String {
+        "memory".into()
     }
 }
 

@@ -142,7 +142,7 @@ where
             Some(f) => (f, true),
             None => (backend::memory(), false),
         };
-        StoreDef { name: Arc::from(self.name.as_str()), backend, own_backend, version, check }
+        StoreDef { name: Arc::from(self.name.as_str()), backend, own_backend, version, check, role: "store" }
     }
 }
 
@@ -161,6 +161,9 @@ pub struct StoreDef {
     pub(crate) own_backend: bool,
     pub(crate) version: u8,
     pub(crate) check: RestoreCheck,
+    /// What declared it, for the topology description: `store` (the builder), or the
+    /// operator that owns it (`dedup`, `tumbling windows`, `timers`, ...).
+    pub(crate) role: &'static str,
 }
 
 impl StoreDef {

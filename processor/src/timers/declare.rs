@@ -12,7 +12,11 @@ impl Timers {
 
     /// Declares the pipeline's timers as `spec` says.
     pub fn with(builder: &mut PipelineBuilder, spec: TimerSpec) -> Timers {
-        let timers = Timers { store: builder.store(spec.name), idle: spec.idle, stream_time: spec.stream_time };
+        let timers = Timers {
+            store: builder.operator_store(spec.name, "timers"),
+            idle: spec.idle,
+            stream_time: spec.stream_time,
+        };
         builder.declare_timers(timers.clone());
         timers
     }

@@ -224,6 +224,10 @@ impl KeyValueBackend for DiskBackend {
         self.bytes as usize
     }
 
+    fn kind(&self) -> String {
+        "disk".into()
+    }
+
     fn open(&mut self, at: &Location<'_>) -> Result<Option<Checkpoint>, BackendError> {
         let dir = self.root.join(at.application_id).join(at.store).join(at.partition.to_string());
         let path = dir.join("state.redb");

@@ -7,11 +7,13 @@
 //! - `kafka-eos topic create`, `produce`, `tail`, `lag` ([`data`]): topics, test input, a
 //!   topic's committed records, a group's lag;
 //! - `kafka-eos bench` ([`bench`]): the cost of each guarantee on your own cluster;
-//! - `kafka-eos chaos` ([`chaos`]): exactly-once under injected faults.
+//! - `kafka-eos chaos` ([`chaos`]): exactly-once under injected faults;
+//! - `kafka-eos describe` ([`topology`]): the topology of a workload `chaos` runs.
 
 mod bench;
 mod chaos;
 mod data;
+mod topology;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -53,6 +55,9 @@ enum Command {
     Bench(bench::Args),
     /// Run pipelines under injected faults and verify exactly-once.
     Chaos(Box<chaos::Args>),
+    /// Print the topology of a pipeline `chaos` runs (topics, stores, changelogs,
+    /// transactional ids), as text or as a Mermaid flowchart; connects to nothing.
+    Describe(topology::Args),
 }
 
 #[derive(Subcommand)]
@@ -221,6 +226,7 @@ fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
         Command::Lag(a) => data::lag(a),
         Command::Bench(a) => bench::run(a),
         Command::Chaos(a) => chaos::run(*a),
+        Command::Describe(a) => topology::run(a),
         Command::Verify(a) => {
             let mut cfg = VerifyConfig::new(a.bootstrap, "", "");
             cfg.input_topics = a.inputs;

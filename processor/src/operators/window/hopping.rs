@@ -91,7 +91,7 @@ where
             )));
         }
         let shape = Shape { align: advance, span: i64::from(steps) };
-        Ok(HoppingWindows { policy: Policy::new(builder, store.into(), late_topic), shape })
+        Ok(HoppingWindows { policy: Policy::new(builder, store.into(), late_topic, "hopping windows"), shape })
     }
 
     /// Folds `record` (with `key` and event time `event_time_ms`) into each of its windows

@@ -17,11 +17,12 @@ pub(super) type Merge<A> = Arc<dyn Fn(&mut A, A) + Send + Sync>;
 type Parts<K, A> = (Policy<K, A>, i64, Merge<A>);
 
 /// The parts of a list kind's constructor: its policy, its parameter (refused if zero,
-/// `what` naming it) and its merge function.
+/// `what` naming it) and its merge function; `role` names the kind in the topology
+/// description.
 pub(super) fn parts<K, A>(
     builder: &mut crate::PipelineBuilder,
     store: String,
-    late_topic: &str,
+    (late_topic, role): (&str, &'static str),
     (p, what): (std::time::Duration, &str),
     merge: impl Fn(&mut A, A) + Send + Sync + 'static,
 ) -> Result<Parts<K, A>, super::WindowError>
@@ -34,7 +35,7 @@ where
         p => {
             // Windows cut by the data close at any time, each key at its own: sweeping the
             // store for every close would cost a scan per record.
-            let policy = Policy { sweep_every_ms: p / 4, ..Policy::new(builder, store, late_topic) };
+            let policy = Policy { sweep_every_ms: p / 4, ..Policy::new(builder, store, late_topic, role) };
             Ok((policy, p, Arc::new(merge)))
         }
     }

@@ -26,12 +26,19 @@ where
     K: Serialize + DeserializeOwned + Clone + 'static,
     A: Serialize + DeserializeOwned + 'static,
 {
-    pub(super) fn new(builder: &mut crate::PipelineBuilder, store: String, late_topic: &str) -> Self {
+    /// `role` names the window kind in the topology description (`tumbling windows`).
+    pub(super) fn new(
+        builder: &mut crate::PipelineBuilder,
+        store: String,
+        late_topic: &str,
+        role: &'static str,
+    ) -> Self {
+        let late_topic = builder.late_topic(late_topic, &store);
         Policy {
-            store: builder.store(store),
+            store: builder.operator_store(store, role),
             lateness_ms: 0,
             retention_ms: 0,
-            late_topic: builder.output_topic(late_topic),
+            late_topic,
             sweep_every_ms: 0,
         }
     }

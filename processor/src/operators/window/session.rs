@@ -63,7 +63,8 @@ where
         late_topic: &str,
         merge: impl Fn(&mut A, A) + Send + Sync + 'static,
     ) -> Result<Self, WindowError> {
-        let (policy, gap_ms, merge) = list::parts(builder, store.into(), late_topic, (gap, "a session gap"), merge)?;
+        let (policy, gap_ms, merge) =
+            list::parts(builder, store.into(), (late_topic, "session windows"), (gap, "a session gap"), merge)?;
         Ok(SessionWindows { policy, gap_ms, merge })
     }
 

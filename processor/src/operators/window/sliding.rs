@@ -62,7 +62,7 @@ where
         merge: impl Fn(&mut A, A) + Send + Sync + 'static,
     ) -> Result<Self, WindowError> {
         let (policy, size_ms, merge) =
-            list::parts(builder, store.into(), late_topic, (size, "a sliding window"), merge)?;
+            list::parts(builder, store.into(), (late_topic, "sliding windows"), (size, "a sliding window"), merge)?;
         Ok(SlidingWindows { policy, size_ms, merge })
     }
 

@@ -56,7 +56,10 @@ where
         align: WindowAlign,
         late_topic: &str,
     ) -> Self {
-        TumblingWindows { policy: Policy::new(builder, store.into(), late_topic), shape: Shape { align, span: 1 } }
+        TumblingWindows {
+            policy: Policy::new(builder, store.into(), late_topic, "tumbling windows"),
+            shape: Shape { align, span: 1 },
+        }
     }
 
     /// Folds `record` (with `key` and event time `event_time_ms`) into its window — or, if
