@@ -76,9 +76,9 @@ pub struct WindowUpdate<K, A> {
     /// The record itself, bound for the late-records topic, if one of its windows was past
     /// its retention (see each kind for which windows still got it).
     pub late: Option<OutputRecord>,
-    /// Results to emit: windows this record's watermark advance closed (revision 0), and
-    /// windows this late record corrected (revision ≥ 1, or 0 if the window had never been
-    /// emitted for this key). Closes come by end, then start.
+    /// Results to emit: windows this late record corrected (revision ≥ 1, or 0 if the window
+    /// had never been emitted for this key), in the order it was folded into them; then the
+    /// windows this record's watermark advance closed (revision 0), by end, then start.
     pub closed: Vec<ClosedWindow<K, A>>,
     /// Session results to delete downstream (session windows only).
     pub retracted: Vec<RetractedWindow<K>>,
