@@ -281,3 +281,74 @@ fn stored_flags_round_trip_and_values_without_them_are_unchanged() {
     let back = <Session<u64> as list::Listed<u64>>::list(value).unwrap();
     assert_eq!(back.iter().map(|s| s.fired).collect::<Vec<_>>(), [false, true]);
 }
+
+type Adder<'w> = Box<dyn Fn(&mut Context<'_>, i64) -> Update + 'w>;
+
+/// An `add` of one record of key "a" at time `t`, counting.
+macro_rules! adder {
+    ($w:expr) => {{
+        let w = $w;
+        Box::new(move |ctx: &mut Context<'_>, t: i64| w.add(ctx, &rec(t), &"a".to_string(), t, |n| *n += 1).unwrap())
+            as Adder<'static>
+    }};
+}
+
+/// Each kind under `trigger`, with store names suffixed by `tag`.
+fn every_kind(
+    b: &mut PipelineBuilder,
+    tag: &str,
+    trigger: impl Fn() -> Trigger<u64>,
+) -> Vec<(&'static str, Adder<'static>)> {
+    let merge = |a: &mut u64, b: u64| *a += b;
+    let r = ms(20);
+    vec![
+        (
+            "tumbling",
+            adder!(TumblingWindows::new(b, format!("t{tag}"), ms(10), "late").retention(r).trigger(trigger())),
+        ),
+        (
+            "hopping",
+            adder!(HoppingWindows::new(b, format!("h{tag}"), ms(10), ms(5), "late")
+                .unwrap()
+                .retention(r)
+                .trigger(trigger())),
+        ),
+        (
+            "session",
+            adder!(SessionWindows::new(b, format!("s{tag}"), ms(5), "late", merge)
+                .unwrap()
+                .retention(r)
+                .trigger(trigger())),
+        ),
+        (
+            "sliding",
+            adder!(SlidingWindows::new(b, format!("l{tag}"), ms(10), "late", merge)
+                .unwrap()
+                .retention(r)
+                .trigger(trigger())),
+        ),
+    ]
+}
+
+#[test]
+fn on_every_kind_at_close_reports_nothing_and_a_threshold_fires_from_the_first_record_or_never() {
+    let mut b = crate::Pipeline::builder();
+    let default = every_kind(&mut b, "-default", Trigger::default);
+    let first = every_kind(&mut b, "-first", || at_least(1));
+    let never = every_kind(&mut b, "-never", || at_least(100));
+    run(&b, |mut ctx| {
+        for ((kind, default), ((_, first), (_, never))) in default.iter().zip(first.iter().zip(&never)) {
+            let mut seen = std::collections::BTreeMap::new();
+            for (i, t) in [0, 3, 12, 4, 30, 2].into_iter().enumerate() {
+                let (d, f, n) = (default(&mut ctx, t), first(&mut ctx, t), never(&mut ctx, t));
+                assert!(d.triggered.is_empty() && n.triggered.is_empty(), "{kind} at {t}");
+                assert_eq!(results(&d.closed), results(&n.closed), "{kind}: results as without a trigger");
+                assert_eq!(results(&d.closed), results(&f.closed), "{kind}: results as without a trigger");
+                assert!(i > 0 || !f.triggered.is_empty(), "{kind}: the first record fires");
+                for w in &f.triggered {
+                    assert_eq!(seen.insert(w.start_ms, w.value), None, "{kind}: {} fired twice", w.start_ms);
+                }
+            }
+        }
+    });
+}
