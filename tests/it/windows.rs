@@ -1,12 +1,13 @@
 //! Hopping, session and sliding windows with corrections against a real broker, stopped and
 //! restarted mid-run and with injected aborts: the latest revision of every window on the
 //! output (read as a compacted topic would keep it) equals a batch computation over all
-//! input records, each revision committed once.
+//! input records, each revision committed once; and a threshold trigger on the hopping and
+//! sliding windows alerts exactly once for each window whose batch total reaches it.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use kafka_eos::operators::{HoppingWindows, SessionWindows, SlidingWindows, WindowUpdate};
+use kafka_eos::operators::{HoppingWindows, SessionWindows, SlidingWindows, Trigger, WindowUpdate};
 use kafka_eos::{Guarantee, OutputRecord, PipelineBuilder, Summary};
 use kafka_eos_testkit::admin;
 use kafka_eos_testkit::verify::{read_to_end, VerifyConfig};
@@ -22,6 +23,11 @@ const HOP_SIZE_MS: i64 = 10_000;
 const HOP_ADVANCE_MS: i64 = 5_000;
 const GAP_MS: i64 = 1_500;
 const SLIDE_MS: i64 = 2_000;
+/// The totals at which a hopping or a sliding window alerts (about a third of the hopping
+/// windows, an eighth of the sliding ones reach them; amounts only add, so a window alerts
+/// exactly when its final total is at least that).
+const HOP_ALERT: u64 = 3_000;
+const SLIDE_ALERT: u64 = 1_000;
 /// Longer than any record is late, so every late record becomes a correction.
 const RETENTION: Duration = Duration::from_secs(60);
 
@@ -86,6 +92,7 @@ struct Windowed {
     bootstrap: String,
     input: String,
     output: String,
+    alerts: String,
     late: String,
     app: String,
     /// Records that failed once already (an injected abort each).
@@ -98,6 +105,7 @@ impl Windowed {
         let (size, advance) = (Duration::from_millis(HOP_SIZE_MS as u64), Duration::from_millis(HOP_ADVANCE_MS as u64));
         let hop =
             HoppingWindows::<u64, u64>::new(&mut b, "hop", size, advance, &self.late).unwrap().retention(RETENTION);
+        let hop = hop.trigger(Trigger::threshold(|total: &u64| *total >= HOP_ALERT));
         let gap = Duration::from_millis(GAP_MS as u64);
         let sessions = SessionWindows::<u64, u64>::new(&mut b, "sessions", gap, &self.late, |a, b| *a += b)
             .unwrap()
@@ -105,8 +113,9 @@ impl Windowed {
         let slide = Duration::from_millis(SLIDE_MS as u64);
         let sliding = SlidingWindows::<u64, u64>::new(&mut b, "sliding", slide, &self.late, |a, b| *a += b)
             .unwrap()
-            .retention(RETENTION);
-        let out = b.output_topic(&self.output);
+            .retention(RETENTION)
+            .trigger(Trigger::threshold(|total: &u64| *total >= SLIDE_ALERT));
+        let (out, alerts) = (b.output_topic(&self.output), b.output_topic(&self.alerts));
         let failed = self.failed.clone();
         b.processor(move |ctx, rec| {
             failed.check(rec, rec.offset % 1_000 == 300)?;
@@ -126,6 +135,10 @@ impl Windowed {
                 _ => return Err(format!("bad record {text:?}").into()),
             };
             for (kind, update) in ["h", "s", "l"].into_iter().zip(updates) {
+                for w in update.triggered {
+                    let key = format!("{kind}/{}/{}", w.key, w.start_ms);
+                    ctx.emit(OutputRecord::to(&alerts).key(key).value(w.value.to_string()));
+                }
                 if let Some(late) = update.late {
                     ctx.emit(late);
                 }
@@ -197,11 +210,12 @@ async fn hopping_session_and_sliding_totals_with_corrections_match_the_batch_acr
         bootstrap: bootstrap(),
         input: format!("{name}-in"),
         output: format!("{name}-out"),
+        alerts: format!("{name}-alerts"),
         late: format!("{name}-late"),
         app: name,
         failed: FailOnce::default(),
     };
-    let (b, topics) = (w.bootstrap.clone(), [w.input.clone(), w.output.clone(), w.late.clone()]);
+    let (b, topics) = (w.bootstrap.clone(), [w.input.clone(), w.output.clone(), w.alerts.clone(), w.late.clone()]);
     tokio::task::spawn_blocking(move || topics.iter().try_for_each(|t| admin::create_topic(&b, t, PARTITIONS, 1)))
         .await
         .unwrap()
@@ -255,4 +269,33 @@ async fn hopping_session_and_sliding_totals_with_corrections_match_the_batch_acr
     }
     assert!(sum(|s| s.transactions_aborted) >= 5, "injected failures abort");
     assert!(sum(|s| s.restored_records) > 0, "restarts restore the windows");
+
+    // Alerts: once per window whose total reaches the threshold, at a total between the
+    // threshold and the window's final one, through the restarts and the aborts.
+    let mut alerted: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+    for (key, value) in w.read(&w.alerts).await {
+        alerted.entry(key).or_default().push(value.expect("an alert").parse().unwrap());
+    }
+    let threshold = |key: &str| if key.starts_with("h/") { HOP_ALERT } else { SLIDE_ALERT };
+    let due: Vec<_> = want.iter().filter(|(k, v)| !k.starts_with("s/") && **v >= threshold(k)).collect();
+    let twice: Vec<_> = alerted.iter().filter(|(_, v)| v.len() != 1).take(10).collect();
+    assert!(twice.is_empty(), "alerted more than once: {twice:?}");
+    let wrong: Vec<_> = alerted
+        .iter()
+        .filter(|(k, v)| !(threshold(k)..=want.get(*k).copied().unwrap_or(0)).contains(&v[0]))
+        .take(10)
+        .collect();
+    assert!(wrong.is_empty(), "alerted at a total below the threshold or above the final one: {wrong:?}");
+    let missed: Vec<_> = due.iter().filter(|(k, _)| !alerted.contains_key(*k)).take(10).collect();
+    assert!(
+        missed.is_empty() && alerted.len() == due.len(),
+        "missed {missed:?}; {} alerts, {} due",
+        alerted.len(),
+        due.len()
+    );
+    println!(
+        "{} alerts ({} hopping), each once",
+        alerted.len(),
+        alerted.keys().filter(|k| k.starts_with("h/")).count()
+    );
 }

@@ -64,6 +64,44 @@
 //!   folded in and the window is emitted again as a **correction** (revision + 1). Past the
 //!   retention — always, with the default — the record goes to the late-records topic with
 //!   [`LATE_HEADER`].
+//! - A **[`Trigger`]** (`.trigger(..)` on any kind) decides what a window reports before its
+//!   close, in [`WindowUpdate::triggered`]: nothing ([`Trigger::at_close`], the default),
+//!   every update ([`Trigger::every_update`]), or one report the first time a predicate on
+//!   the aggregate holds ([`Trigger::threshold`]; the "has fired" flag is stored in the
+//!   window's state, so replays and restores neither repeat nor lose it). Results at close
+//!   and corrections come in [`WindowUpdate::closed`] under every trigger.
+//! - `add_with_window` (tumbling, hopping, session) is `add` with the fold told the
+//!   [`Window`] it folds into. Sliding windows fold once per record, into a contribution
+//!   merged into every window covering it, so their fold has no single window to be told:
+//!   [`Trigger::every_update`] lists those windows.
+//!
+//! ## Order of updates
+//!
+//! One `add` call does, in this order:
+//! 1. **The folds.** The record is folded into the windows it updates, one after the
+//!    other; right after each fold the trigger decides whether that window joins
+//!    `triggered`, and a window that had already closed (within its retention) joins
+//!    `closed` as a correction. So both lists are in fold order, which per kind is:
+//!    - tumbling: the record's one window;
+//!    - hopping: its `size / advance` windows by start, earliest first (those past their
+//!      retention are skipped, and the record is also in `late`);
+//!    - sliding: the window ending at the record's time, then every later window of its key
+//!      that covers it, by end;
+//!    - session: the one session it joins, after merging the sessions it bridges (reported
+//!      under the merged start; the starts merged away are in `retracted`).
+//! 2. **The close.** The watermark advances to the record's time (less the lateness); the
+//!    windows that closes are appended to `closed`, revision 0, by end then start.
+//!
+//! So `closed` holds this record's corrections first, then the windows its watermark
+//! closed. A window the record updated and its advance then closed is in `triggered`
+//! (with the record) and then in `closed`: emit `triggered` before `closed` and a reader
+//! sees each window's updates, then its result. `advance` only closes: it folds nothing,
+//! so it never triggers.
+//!
+//! Under [`Trigger::threshold`] a session merged from several has fired if any of them
+//! had: the merged session is reported only if none had, and the predicate holds on the
+//! merged aggregate with the record folded in. A late record that creates a sliding window
+//! (the one ending at its time) reports it like any other update.
 
 mod aggregate;
 mod dedup;
@@ -74,6 +112,6 @@ pub use aggregate::Aggregate;
 pub use dedup::Dedup;
 pub use join::{JoinUpdate, Joined, StreamJoin};
 pub use window::{
-    ClosedWindow, HoppingWindows, RetractedWindow, SessionWindows, SlidingWindows, TumblingWindows, WindowAlign,
-    WindowError, WindowUpdate, LATE_HEADER,
+    ClosedWindow, HoppingWindows, RetractedWindow, SessionWindows, SlidingWindows, Trigger, TriggeredWindow,
+    TumblingWindows, Window, WindowAlign, WindowError, WindowUpdate, LATE_HEADER,
 };

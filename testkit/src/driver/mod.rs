@@ -74,6 +74,8 @@ mod record;
 mod replay;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod trigger_tests;
 
 use std::collections::BTreeMap;
 

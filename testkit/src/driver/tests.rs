@@ -229,7 +229,7 @@ fn windowed(builder: PipelineBuilder) -> PipelineBuilder {
         let s = sessions.add(ctx, rec, &key, t, |n| *n += 1)?;
         let l = sliding.add(ctx, rec, &key, t, |n| *n += 1)?;
         for (kind, update) in [("h", h), ("s", s), ("l", l)] {
-            let WindowUpdate { late, closed, retracted } = update;
+            let WindowUpdate { late, closed, retracted, .. } = update;
             if let Some(late) = late {
                 ctx.emit(late);
             }

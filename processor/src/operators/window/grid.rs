@@ -4,7 +4,8 @@
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use super::{Clock, ClosedWindow, Key, Policy, Val, WindowAlign, WindowUpdate};
+use super::stored::Cell;
+use super::{Clock, ClosedWindow, Key, Policy, Window, WindowAlign, WindowUpdate};
 use crate::record::InputRecord;
 use crate::state::StateError;
 use crate::Context;
@@ -31,7 +32,8 @@ impl Shape {
     }
 
     /// Folds the record into each of its windows that is open or still within its retention
-    /// (a correction); if any is past its retention the record is also returned as late.
+    /// (a correction), earliest start first, reporting each to the trigger right after its
+    /// fold; if any is past its retention the record is also returned as late.
     pub(super) fn add<K, A>(
         &self,
         policy: &Policy<K, A>,
@@ -39,7 +41,7 @@ impl Shape {
         record: &InputRecord,
         key: &K,
         event_time_ms: i64,
-        fold: &mut dyn FnMut(&mut A),
+        fold: &mut dyn FnMut(Window, &mut A),
     ) -> Result<WindowUpdate<K, A>, StateError>
     where
         K: Serialize + DeserializeOwned + Clone + 'static,
@@ -51,28 +53,26 @@ impl Shape {
         let mut clock = Clock::load(&store)?;
         let watermark = policy.watermark(&clock);
         for (start, end) in self.windows_of(event_time_ms) {
-            let window = Key::Window(start, key.clone());
-            if end > watermark {
-                let mut agg = match store.get(&window)? {
-                    Some(Val::Agg(a)) => a,
-                    _ => A::default(),
-                };
-                fold(&mut agg);
-                store.put(&window, &Val::Agg(agg))?;
-                clock.next_close = clock.next_close.min(end);
-            } else if policy.expired(end, watermark) {
+            let closed = end <= watermark;
+            if closed && policy.expired(end, watermark) {
                 missed = true;
-            } else {
-                let (revision, mut value) = match store.get(&window)? {
-                    Some(Val::Closed { revision, value }) => (revision.saturating_add(1), value),
-                    Some(Val::Agg(a)) => (0, a),
-                    _ => (0, A::default()),
-                };
-                fold(&mut value);
-                store.put(&window, &Val::Closed { revision, value: value.clone() })?;
+                continue;
+            }
+            let entry = Key::Window(start, key.clone());
+            let mut cell = store.get(&entry)?.and_then(Cell::of).unwrap_or_default();
+            let window = Window { start_ms: start, end_ms: end };
+            fold(window, &mut cell.value);
+            policy.report(&mut update, key, window, &cell.value, &mut cell.fired, closed);
+            if closed {
+                let revision = cell.emitted.map_or(0, |r| r.saturating_add(1));
+                cell.emitted = Some(revision);
+                let value = cell.value.clone();
                 update.closed.push(ClosedWindow { key: key.clone(), start_ms: start, end_ms: end, value, revision });
                 clock.next_expiry = clock.next_expiry.min(end.saturating_add(policy.retention_ms));
+            } else {
+                clock.next_close = clock.next_close.min(end);
             }
+            store.put(&entry, &cell.into_val())?;
         }
         clock.save(&mut store)?;
         policy.corrected(ctx, update.closed.len());
@@ -96,25 +96,27 @@ impl Shape {
         A: Serialize + DeserializeOwned + Clone + 'static,
     {
         policy.advance(ctx, event_time_ms, |store, k, v, watermark, clock, closed| {
-            let Key::Window(start, key) = &k else { return Ok(()) };
+            let (Key::Window(start, key), Some(mut cell)) = (&k, Cell::of(v)) else { return Ok(()) };
             let end = self.end_of(*start);
             let expiry = end.saturating_add(policy.retention_ms);
             let keep = !policy.expired(end, watermark);
-            match v {
-                Val::Agg(value) if end <= watermark => {
-                    let result = ClosedWindow { key: key.clone(), start_ms: *start, end_ms: end, value, revision: 0 };
-                    if keep {
-                        store.put(&k, &Val::Closed { revision: 0, value: result.value.clone() })?;
+            match cell.emitted {
+                None if end <= watermark => {
+                    let value = if keep {
+                        let value = cell.value.clone();
+                        cell.emitted = Some(0);
+                        store.put(&k, &cell.into_val())?;
                         clock.next_expiry = clock.next_expiry.min(expiry);
+                        value
                     } else {
                         store.delete(&k)?;
-                    }
-                    closed.push(result);
+                        cell.value
+                    };
+                    closed.push(ClosedWindow { key: key.clone(), start_ms: *start, end_ms: end, value, revision: 0 });
                 }
-                Val::Agg(_) => clock.next_close = clock.next_close.min(end),
-                Val::Closed { .. } if keep => clock.next_expiry = clock.next_expiry.min(expiry),
-                Val::Closed { .. } => store.delete(&k)?,
-                _ => {}
+                None => clock.next_close = clock.next_close.min(end),
+                Some(_) if keep => clock.next_expiry = clock.next_expiry.min(expiry),
+                Some(_) => store.delete(&k)?,
             }
             Ok(())
         })

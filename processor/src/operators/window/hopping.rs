@@ -6,7 +6,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::grid::Shape;
-use super::{window_options, ClosedWindow, Policy, WindowAlign, WindowError, WindowUpdate};
+use super::{window_options, ClosedWindow, Policy, Window, WindowAlign, WindowError, WindowUpdate};
 use crate::record::InputRecord;
 use crate::state::StateError;
 use crate::{Context, PipelineBuilder};
@@ -95,8 +95,8 @@ where
     }
 
     /// Folds `record` (with `key` and event time `event_time_ms`) into each of its windows
-    /// (`fold` runs once per window), as corrections for those that closed within their
-    /// retention; then closes the windows the new watermark has passed.
+    /// (`fold` runs once per window, earliest start first), as corrections for those that
+    /// closed within their retention; then closes the windows the new watermark has passed.
     pub fn add(
         &self,
         ctx: &mut Context<'_>,
@@ -104,6 +104,19 @@ where
         key: &K,
         event_time_ms: i64,
         mut fold: impl FnMut(&mut A),
+    ) -> Result<WindowUpdate<K, A>, StateError> {
+        self.add_with_window(ctx, record, key, event_time_ms, |_, a| fold(a))
+    }
+
+    /// [`add`](Self::add), with the fold told the window it folds into (each of the
+    /// record's windows in turn, earliest start first).
+    pub fn add_with_window(
+        &self,
+        ctx: &mut Context<'_>,
+        record: &InputRecord,
+        key: &K,
+        event_time_ms: i64,
+        mut fold: impl FnMut(Window, &mut A),
     ) -> Result<WindowUpdate<K, A>, StateError> {
         self.shape.add(&self.policy, ctx, record, key, event_time_ms, &mut fold)
     }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use super::{Clock, ClosedWindow, Key, Policy, Val, WindowUpdate};
+use super::{Clock, ClosedWindow, Key, Policy, Val, Window, WindowUpdate};
 use crate::record::InputRecord;
 use crate::state::{StateError, StoreMut};
 use crate::Context;
@@ -51,9 +51,9 @@ pub(super) trait Listed<A> {
     fn done(&self, p: i64) -> i64;
     /// (start, end) of its result.
     fn span(&self, p: i64) -> (i64, i64);
-    /// Its aggregate, its last emitted revision, and whether its current value has been
-    /// emitted.
-    fn state(&mut self) -> (&mut A, &mut Option<u32>, &mut bool);
+    /// Its aggregate, its last emitted revision, whether its current value has been
+    /// emitted, and whether its threshold trigger has fired.
+    fn state(&mut self) -> (&mut A, &mut Option<u32>, &mut bool, &mut bool);
     /// The store key of `key`'s list.
     fn entry<K>(key: K) -> Key<K>;
     /// The list in a store value of this kind.
@@ -126,11 +126,28 @@ pub(super) fn emit<K: Clone, A: Default + Clone>(
     take: bool,
 ) -> ClosedWindow<K, A> {
     let (start_ms, end_ms) = w.span(p);
-    let (value, revision, closed) = w.state();
+    let (value, revision, closed, _) = w.state();
     let value = if take { std::mem::take(value) } else { value.clone() };
     let next = revision.map_or(0, |r| r.saturating_add(1));
     (*revision, *closed) = (Some(next), true);
     ClosedWindow { key: key.clone(), start_ms, end_ms, value, revision: next }
+}
+
+/// Reports `w`, just updated, to the trigger; `closed`: the update is a correction.
+pub(super) fn report<K, A>(
+    policy: &Policy<K, A>,
+    update: &mut WindowUpdate<K, A>,
+    key: &K,
+    w: &mut impl Listed<A>,
+    p: i64,
+    closed: bool,
+) where
+    K: Serialize + DeserializeOwned + Clone + 'static,
+    A: Serialize + DeserializeOwned + Clone + 'static,
+{
+    let (start_ms, end_ms) = w.span(p);
+    let (value, _, _, fired) = w.state();
+    policy.report(update, key, Window { start_ms, end_ms }, value, fired, closed);
 }
 
 /// Notes in `clock` when `w` (closed or not) next needs a sweep.

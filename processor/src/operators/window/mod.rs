@@ -7,7 +7,8 @@
 //! Store layout: one store per operator; its entries are the watermark (`Key::Meta`), one
 //! entry per open or retained (key, window) for grid windows, one entry per key holding its
 //! sessions for session windows, one per key holding its recent records' times, contributions
-//! and windows for sliding windows. Variants are only ever appended, so changelogs written by
+//! and windows for sliding windows. A threshold [`Trigger`]'s "has fired" flag is part of the
+//! window's value (`stored.rs`). Variants are only ever appended, so changelogs written by
 //! earlier versions of [`TumblingWindows`] still restore.
 
 mod align;
@@ -18,6 +19,7 @@ mod policy;
 mod session;
 mod sliding;
 mod stored;
+mod trigger;
 mod tumbling;
 mod update;
 
@@ -27,10 +29,11 @@ use policy::Policy;
 pub use session::SessionWindows;
 pub use sliding::SlidingWindows;
 use stored::{Clock, Key, Session, Val};
+pub use trigger::Trigger;
 pub use tumbling::TumblingWindows;
-pub use update::{ClosedWindow, RetractedWindow, WindowError, WindowUpdate, LATE_HEADER};
+pub use update::{ClosedWindow, RetractedWindow, TriggeredWindow, Window, WindowError, WindowUpdate, LATE_HEADER};
 
-/// The builder methods every kind shares (lateness, retention, late topic).
+/// The builder methods every kind shares (lateness, retention, trigger, late topic).
 macro_rules! window_options {
     ($ty:ident) => {
         impl<K, A> $ty<K, A> {
@@ -54,6 +57,15 @@ macro_rules! window_options {
                 self
             }
 
+            /// When windows report before their result at close, in
+            /// [`WindowUpdate::triggered`](super::WindowUpdate::triggered): never (the
+            /// default, [`Trigger::at_close`](super::Trigger::at_close)), on every update,
+            /// or once when a predicate on the aggregate first holds.
+            pub fn trigger(mut self, trigger: super::Trigger<A>) -> Self {
+                self.policy.trigger = trigger;
+                self
+            }
+
             /// The late-records topic.
             pub fn late_topic(&self) -> &crate::record::Topic {
                 &self.policy.late_topic
@@ -62,6 +74,9 @@ macro_rules! window_options {
     };
 }
 pub(super) use window_options;
+
+#[cfg(test)]
+mod trigger_tests;
 
 #[cfg(test)]
 pub(super) mod tests {

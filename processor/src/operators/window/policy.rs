@@ -1,22 +1,24 @@
-//! What every window kind shares: its store, lateness, retention and late topic, and the
-//! watermark advance that sweeps the store for windows to close or drop.
+//! What every window kind shares: its store, lateness, retention, late topic and trigger,
+//! and the watermark advance that sweeps the store for windows to close or drop.
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::stored::{Clock, Key, Val};
-use super::update::{ClosedWindow, LATE_HEADER};
+use super::trigger::Trigger;
+use super::update::{ClosedWindow, TriggeredWindow, Window, WindowUpdate, LATE_HEADER};
 use crate::record::{InputRecord, OutputRecord, Topic};
 use crate::state::{StateError, Store, StoreMut, Tally};
 use crate::Context;
 
-/// What every kind shares: its store, lateness, retention and late topic.
+/// What every kind shares: its store, lateness, retention, late topic and trigger.
 #[derive(Clone)]
 pub(super) struct Policy<K, A> {
     pub store: Store<Key<K>, Val<A>>,
     pub lateness_ms: i64,
     pub retention_ms: i64,
     pub late_topic: Topic,
+    pub trigger: Trigger<A>,
     /// Watermark progress between two sweeps at least (see [`Policy::advance`]).
     pub sweep_every_ms: i64,
 }
@@ -39,6 +41,7 @@ where
             lateness_ms: 0,
             retention_ms: 0,
             late_topic,
+            trigger: Trigger::at_close(),
             sweep_every_ms: 0,
         }
     }
@@ -56,6 +59,25 @@ where
     pub(super) fn late(&self, ctx: &mut Context<'_>, record: &InputRecord, watermark: i64) -> OutputRecord {
         ctx.tally(Tally::Late, self.store.name(), 1);
         OutputRecord::copy_of(record, &self.late_topic).header(LATE_HEADER, watermark.to_string())
+    }
+
+    /// Adds `key`'s `window`, just updated to `value`, to `update.triggered` if the trigger
+    /// fires (`fired`: the window's stored flag; `closed`: the update is a correction).
+    pub(super) fn report(
+        &self,
+        update: &mut WindowUpdate<K, A>,
+        key: &K,
+        window: Window,
+        value: &A,
+        fired: &mut bool,
+        closed: bool,
+    ) where
+        A: Clone,
+    {
+        if self.trigger.fires(value, fired) {
+            let Window { start_ms, end_ms } = window;
+            update.triggered.push(TriggeredWindow { key: key.clone(), start_ms, end_ms, value: value.clone(), closed });
+        }
     }
 
     /// Counts `n` results changed after their close.

@@ -6,7 +6,10 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::list::{self, Listed, Merge};
-use super::{window_options, ClosedWindow, Key, Policy, RetractedWindow, Session, Val, WindowError, WindowUpdate};
+use super::stored;
+use super::{
+    window_options, ClosedWindow, Key, Policy, RetractedWindow, Session, Val, Window, WindowError, WindowUpdate,
+};
 use crate::record::InputRecord;
 use crate::state::StateError;
 use crate::{Context, PipelineBuilder};
@@ -78,6 +81,19 @@ where
         event_time_ms: i64,
         fold: impl FnOnce(&mut A),
     ) -> Result<WindowUpdate<K, A>, StateError> {
+        self.add_with_window(ctx, record, key, event_time_ms, |_, a| fold(a))
+    }
+
+    /// [`add`](Self::add), with the fold told the session it folds into: its start and end
+    /// with this record and the sessions it bridges (the fold runs after the merge).
+    pub fn add_with_window(
+        &self,
+        ctx: &mut Context<'_>,
+        record: &InputRecord,
+        key: &K,
+        event_time_ms: i64,
+        fold: impl FnOnce(Window, &mut A),
+    ) -> Result<WindowUpdate<K, A>, StateError> {
         let (gap, t) = (self.gap_ms, event_time_ms);
         let mut update = list::visit(&self.policy, ctx, record, key, t, |sessions, watermark, update, clock| {
             let (near, rest): (Vec<_>, Vec<_>) = std::mem::take(sessions)
@@ -91,12 +107,14 @@ where
                 value: A::default(),
                 revision: None,
                 closed: false,
+                fired: false,
             });
             for later in parts {
                 if later.revision.is_some() {
                     update.retracted.push(RetractedWindow { key: key.clone(), start_ms: later.start });
                 }
                 merged.last = merged.last.max(later.last);
+                merged.fired |= later.fired;
                 (self.merge)(&mut merged.value, later.value);
             }
             if t < merged.start {
@@ -106,9 +124,12 @@ where
                 merged.start = t;
             }
             merged.last = merged.last.max(t);
-            fold(&mut merged.value);
+            let (start_ms, end_ms) = merged.span(gap);
+            fold(Window { start_ms, end_ms }, &mut merged.value);
             merged.closed = false;
-            if merged.close(gap) <= watermark {
+            let closing = merged.close(gap) <= watermark;
+            list::report(&self.policy, update, key, &mut merged, gap, closing);
+            if closing {
                 update.closed.push(list::emit(key, &mut merged, gap, false));
             }
             list::schedule(&self.policy, clock, &mut merged, gap);
@@ -135,8 +156,8 @@ impl<A> Listed<A> for Session<A> {
     fn span(&self, _: i64) -> (i64, i64) {
         (self.start, self.last.saturating_add(1))
     }
-    fn state(&mut self) -> (&mut A, &mut Option<u32>, &mut bool) {
-        (&mut self.value, &mut self.revision, &mut self.closed)
+    fn state(&mut self) -> (&mut A, &mut Option<u32>, &mut bool, &mut bool) {
+        (&mut self.value, &mut self.revision, &mut self.closed, &mut self.fired)
     }
     fn entry<K>(key: K) -> Key<K> {
         Key::Sessions(key)
@@ -144,11 +165,12 @@ impl<A> Listed<A> for Session<A> {
     fn list(value: Val<A>) -> Option<Vec<Self>> {
         match value {
             Val::Sessions(list) => Some(list),
+            Val::FiredSessions(list) => Some(stored::unpaired(list, |s| &mut s.fired)),
             _ => None,
         }
     }
     fn value_of(list: Vec<Self>) -> Val<A> {
-        Val::Sessions(list)
+        stored::paired(list, |s| &mut s.fired).map_or_else(Val::Sessions, Val::FiredSessions)
     }
 }
 

@@ -6,7 +6,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::list::{self, Listed, Merge};
-use super::stored::Slide;
+use super::stored::{self, Slide};
 use super::{window_options, ClosedWindow, Key, Policy, Val, WindowError, WindowUpdate};
 use crate::record::InputRecord;
 use crate::state::StateError;
@@ -26,6 +26,10 @@ use crate::{Context, PipelineBuilder};
 /// `A::default()`), combined with `merge`, which must be associative and commutative (a
 /// sum, a count, a max): a late record's contribution is merged into the later windows it
 /// falls in after theirs.
+///
+/// The fold runs once per record, to make its contribution, so it is not told a window (no
+/// `add_with_window`): under [`Trigger::every_update`](super::Trigger::every_update) the
+/// update lists every window the contribution went into, by end.
 ///
 /// Close, lateness, retention and corrections follow the [window rules](crate::operators#windows): the window
 /// ending at `t` closes when the watermark passes `t`, and is returned at the first sweep
@@ -88,13 +92,16 @@ where
                 for s in slides[..at].iter().filter(|s| s.t > t.saturating_sub(size)) {
                     (self.merge)(&mut window, s.own.clone());
                 }
-                slides.insert(at, Slide { t, own: A::default(), window, revision: None, closed: false });
+                let slide = Slide { t, own: A::default(), window, revision: None, closed: false, fired: false };
+                slides.insert(at, slide);
             }
             (self.merge)(&mut slides[at].own, own.clone());
             for s in slides[at..].iter_mut().take_while(|s| s.t < t.saturating_add(size)) {
                 (self.merge)(&mut s.window, own.clone());
                 s.closed = false;
-                if s.close(size) <= watermark {
+                let closing = s.close(size) <= watermark;
+                list::report(&self.policy, update, key, s, size, closing);
+                if closing {
                     update.closed.push(list::emit(key, s, size, false));
                 }
                 list::schedule(&self.policy, clock, s, size);
@@ -122,8 +129,8 @@ impl<A> Listed<A> for Slide<A> {
     fn span(&self, size: i64) -> (i64, i64) {
         (self.t.saturating_sub(size).saturating_add(1), self.t.saturating_add(1))
     }
-    fn state(&mut self) -> (&mut A, &mut Option<u32>, &mut bool) {
-        (&mut self.window, &mut self.revision, &mut self.closed)
+    fn state(&mut self) -> (&mut A, &mut Option<u32>, &mut bool, &mut bool) {
+        (&mut self.window, &mut self.revision, &mut self.closed, &mut self.fired)
     }
     fn entry<K>(key: K) -> Key<K> {
         Key::Slides(key)
@@ -131,11 +138,12 @@ impl<A> Listed<A> for Slide<A> {
     fn list(value: Val<A>) -> Option<Vec<Self>> {
         match value {
             Val::Slides(list) => Some(list),
+            Val::FiredSlides(list) => Some(stored::unpaired(list, |s| &mut s.fired)),
             _ => None,
         }
     }
     fn value_of(list: Vec<Self>) -> Val<A> {
-        Val::Slides(list)
+        stored::paired(list, |s| &mut s.fired).map_or_else(Val::Slides, Val::FiredSlides)
     }
 }
 

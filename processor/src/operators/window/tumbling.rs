@@ -6,7 +6,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::grid::Shape;
-use super::{window_options, ClosedWindow, Policy, WindowAlign, WindowUpdate};
+use super::{window_options, ClosedWindow, Policy, Window, WindowAlign, WindowUpdate};
 use crate::record::InputRecord;
 use crate::state::StateError;
 use crate::{Context, PipelineBuilder};
@@ -30,7 +30,7 @@ use crate::{Context, PipelineBuilder};
 /// heartbeat record or a timer).
 #[derive(Clone)]
 pub struct TumblingWindows<K, A> {
-    policy: Policy<K, A>,
+    pub(super) policy: Policy<K, A>,
     shape: Shape,
 }
 
@@ -73,11 +73,23 @@ where
         event_time_ms: i64,
         fold: impl FnOnce(&mut A),
     ) -> Result<WindowUpdate<K, A>, StateError> {
+        self.add_with_window(ctx, record, key, event_time_ms, |_, a| fold(a))
+    }
+
+    /// [`add`](Self::add), with the fold told the window it folds into.
+    pub fn add_with_window(
+        &self,
+        ctx: &mut Context<'_>,
+        record: &InputRecord,
+        key: &K,
+        event_time_ms: i64,
+        fold: impl FnOnce(Window, &mut A),
+    ) -> Result<WindowUpdate<K, A>, StateError> {
         // A tumbling record has exactly one window, so the fold runs at most once.
         let mut fold = Some(fold);
-        let mut once = |a: &mut A| {
+        let mut once = |w: Window, a: &mut A| {
             if let Some(f) = fold.take() {
-                f(a)
+                f(w, a)
             }
         };
         self.shape.add(&self.policy, ctx, record, key, event_time_ms, &mut once)
