@@ -21,8 +21,9 @@ use crate::partition::TopicPartition;
 use crate::processing::Processing;
 use crate::record::InputRecord;
 use crate::runtime::interrupt::{Deadline, Interrupt};
+use crate::runtime::protocol::{Control, RevokeReply, TaskMsg};
 use crate::runtime::slots::Slots;
-use crate::runtime::{Control, Shared};
+use crate::runtime::Shared;
 use crate::sink::SinkGuarantee;
 use crate::txn::{
     next_offset_per_partition, run_cycle, CommitTo, CycleError, CycleStats, SinkStep, Step, StepError, TxnProducer,
@@ -41,8 +42,8 @@ mod types;
 mod unknown;
 use failed::give_up;
 use sink::anchors;
+pub(crate) use types::Task;
 use types::{Flush, Next};
-pub(crate) use types::{RevokeReply, Task, TaskMsg};
 
 pub(crate) use crate::partition::Resume;
 

@@ -1,44 +1,21 @@
-//! What a partition task is made of: the task and its fields, the messages the consumer
-//! thread sends it, and what a batch's cycle leads to ([`Flush`], [`Next`]).
+//! What a partition task is made of: the task and its fields, and what a batch's cycle leads
+//! to ([`Flush`], [`Next`]).
 
 use std::collections::{HashMap, HashSet};
-use std::sync::mpsc::{Sender, SyncSender};
+use std::sync::mpsc::Sender;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::first_attempt::Streamed;
-use crate::error::{Error, Result};
+use crate::error::Error;
 use crate::metrics::TaskMetrics;
 use crate::observe::Interruption;
-use crate::partition::{Resume, TopicPartition};
+use crate::partition::TopicPartition;
 use crate::processing::Processing;
-use crate::record::InputRecord;
 use crate::runtime::interrupt::Interrupt;
-use crate::runtime::{Control, Shared};
+use crate::runtime::protocol::Control;
+use crate::runtime::Shared;
 use crate::txn::{StepError, TxnProducer};
-
-/// What the consumer thread sends a task.
-pub(crate) enum TaskMsg {
-    /// A consumed record of one of the task's partitions.
-    Record(InputRecord),
-    /// New partitions (long-lived tasks only); the reply says where the sink, if any, has
-    /// them resume.
-    Assign { partitions: Vec<TopicPartition>, reply: SyncSender<Result<Resume>> },
-    /// Give these partitions up; reply when their batch is committed (or dropped, if lost).
-    Revoke { partitions: Vec<TopicPartition>, lost: bool, reply: SyncSender<RevokeReply> },
-    /// The consumer moved these partitions back to their committed offsets (after
-    /// [`Control::Rewind`]): their records from here on follow the rewind.
-    Rewound { partitions: Vec<TopicPartition> },
-    /// Commit what is collected and exit.
-    Shutdown,
-}
-
-/// A task's answer to a revocation.
-pub(crate) struct RevokeReply {
-    /// At-least-once: the next offsets acknowledged for the revoked partitions, for the
-    /// consumer to commit synchronously before the revocation completes.
-    pub acked_offsets: Vec<(TopicPartition, i64)>,
-}
 
 pub(super) enum Flush {
     Committed,
@@ -96,8 +73,8 @@ pub(crate) struct Task {
     pub(super) unanchored: HashSet<TopicPartition>,
     /// The partitions of the last batch dropped by an interrupt (see the revocation).
     pub(super) dropped: Vec<TopicPartition>,
-    /// Partitions whose records are dropped as they come: waiting for [`TaskMsg::Rewound`]
-    /// after a producer was replaced in place (their records until then came before the
+    /// Partitions whose records are dropped as they come: waiting for
+    /// [`TaskMsg::Rewound`](crate::runtime::protocol::TaskMsg::Rewound) after a producer was replaced in place (their records until then came before the
     /// rewind), or whose batch an interruption dropped (a later batch of theirs must never
     /// commit past it: revoked, the next owner reads them again from the committed offset;
     /// kept, the revocation rewinds them).
