@@ -3,7 +3,8 @@
 
 use std::time::{Duration, Instant};
 
-use super::{Flush, Next, Task};
+use super::batch::{BatchEnd, Next};
+use super::Task;
 use crate::error::Error;
 use crate::observe::{Interruption, Outcome};
 use crate::processing::AfterFailure;
@@ -67,8 +68,8 @@ impl Task {
         tracing::warn!(task = self.id, record = %batch[index].origin(), attempts, error = %message, "processor failed; transaction aborted");
         let outcome = Outcome::Aborted { class: None, reason: message };
         match after {
-            AfterFailure::Replay(pause) => (outcome, Next::Retry(pause)),
-            AfterFailure::Stop(e) => (outcome, Next::Done(Flush::Stop(e))),
+            AfterFailure::Replay(pause) => (outcome, Next::Replay(pause)),
+            AfterFailure::Stop(e) => (outcome, Next::End(BatchEnd::Stop(e))),
         }
     }
 
@@ -99,17 +100,17 @@ impl Task {
         let missing = self.producer.as_ref().and_then(|p| p.missing_topic(&e, Duration::from_secs(10)));
         if let Some(topic) = missing {
             let servers = self.shared.cfg.bootstrap_servers.clone();
-            return (outcome, Next::Done(Flush::Stop(Error::UnknownTopics { topics: vec![topic], servers })));
+            return (outcome, Next::End(BatchEnd::Stop(Error::UnknownTopics { topics: vec![topic], servers })));
         }
         if Instant::now() + *backoff >= task_deadline {
             let timeout = self.shared.cfg.task_timeout;
             let what = format!("committing a batch of {} records with {}", batch.len(), self.who());
-            return (outcome, Next::Done(Flush::Stop(Error::TaskTimeout { what, timeout, last: e.to_string() })));
+            return (outcome, Next::End(BatchEnd::Stop(Error::TaskTimeout { what, timeout, last: e.to_string() })));
         }
         tracing::warn!(task = self.id, error = %e, "transaction aborted; replaying the batch");
         let pause = *backoff;
         *backoff = (*backoff * 2).min(Duration::from_secs(5));
-        (outcome, Next::Retry(pause))
+        (outcome, Next::Replay(pause))
     }
 
     /// A timer that fired without a record failed ([`crate::timers`]): abort, then drop the
@@ -133,9 +134,9 @@ impl Task {
         if Instant::now() + pause >= task_deadline {
             let origin = format!("a timer of {}", self.label);
             let e = Error::Processor { origin, attempts: self.timer_attempts, source: error };
-            return (outcome, Next::Done(Flush::Stop(e)));
+            return (outcome, Next::End(BatchEnd::Stop(e)));
         }
-        (outcome, Next::Retry(pause))
+        (outcome, Next::Replay(pause))
     }
 }
 
@@ -148,10 +149,10 @@ pub(super) fn give_up(e: StepError, not_reconciled: Option<String>, replaced: bo
         Some(why) => format!("{e}; the outcome could not be reconciled: {why}"),
         None => e.to_string(),
     };
-    (Outcome::GaveUp { reason }, Next::Done(Flush::GaveUp { error: Box::new(e), replaced }))
+    (Outcome::GaveUp { reason }, Next::End(BatchEnd::GaveUp { error: Box::new(e), replaced }))
 }
 
 /// An interrupted batch's end: its transaction is aborted, the batch is dropped.
 fn dropped(because: Interruption, reason: String) -> (Outcome, Next) {
-    (Outcome::Dropped { because, reason: reason.clone() }, Next::Done(Flush::Dropped { because, reason }))
+    (Outcome::Dropped { because, reason: reason.clone() }, Next::End(BatchEnd::Dropped { because, reason }))
 }
