@@ -2,21 +2,24 @@
 //! in the order it runs. [`TxnProducer`] owns the transaction; a [`Batch`] drives it.
 //!
 //! ```text
-//!  collect   Batch::add: records arrive until the commit interval or the record bound
-//!  begin     begin_transaction, then the timers due without a record (crate::timers)
-//!  process   each record not processed yet: the processor, its outputs produced with the
-//!            origin header, then the event-time timers it made due
-//!  close     the state changes produced -> every delivery report awaited ->
-//!            [sink write, or an exactly-once sink's rows prepared] ->
-//!            send_offsets_to_transaction (marked: txn/offsets.rs) -> commit_transaction
-//!  settle    committed: merge the state overlays, count the batch; failed: abort and replay,
-//!            fence and reconcile, give the producer up, or drop the batch (failed.rs,
-//!            unknown.rs, sink.rs; reconcile::verdict decides), until one attempt ends it
-//!  report    every attempt: hooks, metrics, the transaction span
-//!  end       the task acts on how the batch ended (BatchEnd), and the batch is emptied
+//!  collect   Batch::add        records arrive until the commit interval or the record bound
+//!  begin     Steps::begin      begin_transaction, then the timers due without a record
+//!  process   Steps::process    each record not processed yet: the processor, its outputs
+//!                              produced with the origin header, the timers it made due
+//!  close     Steps::close      the state changes produced -> every delivery report
+//!                              awaited -> [sink write, or an exactly-once sink's rows
+//!                              prepared] -> send_offsets_to_transaction (marked:
+//!                              txn/offsets.rs) -> commit_transaction
+//!  settle    Batch::attempts   committed: merge the state overlays, count the batch;
+//!                              failed: abort and replay, fence and reconcile, give the
+//!                              producer up, or drop the batch (failed.rs, unknown.rs,
+//!                              sink.rs; reconcile::verdict decides) until one ends it
+//!  report    Batch::report     every attempt: hooks, metrics, the transaction span
+//!  end       Batch::end        the batch ends (BatchEnd); uncommitted, Task::settle
+//!                              (failed.rs) acts on why; the batch is emptied
 //! ```
 //!
-//! Every attempt runs [`Batch::attempt`]: begin, process what is not processed yet, close.
+//! Every attempt runs `Batch::attempt`: begin, process what is not processed yet, close.
 //! With `process_while_collecting` the first attempt runs begin and process as the batch
 //! collects (the transaction holds the same records in the same order); a replay runs them
 //! in one go. A first attempt begun while collecting holds no transaction slot and is closed
@@ -24,7 +27,7 @@
 //! At-least-once runs the same steps without the transaction calls; its offsets go to the
 //! consumer thread once the attempt succeeded. Where the sink goes and why: [`crate::sink`].
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -41,7 +44,10 @@ use crate::runtime::interrupt::{Deadline, ABORT_GRACE};
 use crate::runtime::protocol::Control;
 use crate::runtime::slots::Slots;
 use crate::sink::{PartitionRange, SinkGuarantee};
-use crate::txn::{next_offset_per_partition, CycleError, CycleStats, SinkStep, Step, StepError, TxnProducer, Work};
+use crate::state::Tally;
+use crate::txn::{
+    next_offset_per_partition, next_offsets, CycleError, CycleStats, SinkStep, Step, StepError, TxnProducer, Work,
+};
 
 mod report;
 
@@ -298,8 +304,10 @@ impl Batch {
     }
 
     fn commit(&mut self, task: &mut Task) {
-        let end = self.attempts(task);
-        settle(task, end, &self.records);
+        match self.attempts(task) {
+            BatchEnd::Committed => {}
+            end => task.settle(end, &self.records),
+        }
         task.processing.batch_done();
         task.timer_attempts = 0;
         self.records.clear();
@@ -325,7 +333,7 @@ impl Batch {
             }
             // Its fate unknown: the producer cannot be trusted with the next batch.
             Err(e) => {
-                settle(task, BatchEnd::GaveUp { error: Box::new(e), replaced: false }, &[]);
+                task.settle(BatchEnd::GaveUp { error: Box::new(e), replaced: false }, &[]);
                 false
             }
         }
@@ -345,8 +353,17 @@ impl Batch {
         let mut first = self.open.take();
         // Set when a revocation or the shutdown ended the wait for a slot.
         let mut handed_back = None;
-        let offsets = match task.offsets_to_commit(&self.records, deadline) {
-            Ok(offsets) => offsets,
+        // What the attempts commit, kept for a reconcile: the batch's next offsets, or, for
+        // timers alone, where the owned partitions stand (positions.rs).
+        let offsets = match &self.records[..] {
+            [] if task.transactional_id.is_some() => task.standing(deadline),
+            records => Ok(next_offsets(records)),
+        };
+        let offsets = match offsets {
+            Ok(offsets) => {
+                task.offsets = offsets.clone();
+                offsets
+            }
             Err(e) => {
                 return match interrupt.expired() {
                     Some(because) => BatchEnd::Dropped { because, reason: e.to_string() },
@@ -434,7 +451,7 @@ impl Batch {
             let batch = &self.records[..];
             let (outcome, next) = match result {
                 Ok(stats) => {
-                    task.commit_states();
+                    commit_states(task);
                     (Outcome::Committed, Next::End(committed(task, batch, stats)))
                 }
                 Err(CycleError::Processor { index, error }) => {
@@ -545,41 +562,27 @@ pub(super) fn committed(task: &mut Task, batch: &[InputRecord], stats: CycleStat
     BatchEnd::Committed
 }
 
-/// Acts on how a batch (or the abort of an abandoned attempt) ended.
-fn settle(task: &mut Task, end: BatchEnd, batch: &[InputRecord]) {
-    match end {
-        BatchEnd::Committed => {}
-        BatchEnd::GaveUp { error: e, replaced } => {
-            task.shared.shutdown.stats().producers_fenced.inc();
-            crate::metrics::producer_fenced(&task.shared.cfg.application_id);
-            if replaced || !task.recover_in_place(&e) {
-                tracing::warn!(task = task.id, error = %e, "producer given up; the partitions go back to the group");
-                task.producer = None;
-                // The group reassigns the partitions; whoever gets them restores their state.
-                task.forget_partitions();
-                let _ = task.control.send(Control::Fenced { task: task.id, error: e.to_string() });
+/// The transaction committed: every partition's state overlay becomes committed state,
+/// checkpointed at the offsets its changelog records got (from the current producer's
+/// delivery reports; after a reconciled unknown outcome the producer is a fresh one
+/// that knows none, and the checkpoints stay behind, which is safe), and the
+/// operators' tallies are counted.
+pub(super) fn commit_states(task: &mut Task) {
+    let pipeline = &task.shared.cfg.application_id;
+    let stats = task.shared.shutdown.stats();
+    let ends = task.producer.as_ref().map(|p| p.changelog_ends()).unwrap_or_default();
+    for committed in task.processing.commit_states(&ends) {
+        for (store, n) in committed.changes {
+            crate::metrics::changelog_committed(pipeline, &store, n);
+            stats.changelog_records.add(n);
+        }
+        for ((tally, store), n) in committed.tallies {
+            crate::metrics::tally_committed(pipeline, tally, &store, n);
+            match tally {
+                Tally::Duplicate => stats.duplicates_dropped.add(n),
+                Tally::Late => stats.late_records.add(n),
+                Tally::Correction => stats.window_corrections.add(n),
             }
-        }
-        BatchEnd::Dropped { because, reason } => {
-            let distinct: BTreeSet<TopicPartition> = batch.iter().map(|r| (r.topic.clone(), r.partition)).collect();
-            // The records after the batch are in the inbox already: committing one of
-            // them would commit past the dropped ones, losing them.
-            task.rewinding.extend(distinct.iter().cloned());
-            task.dropped = distinct.into_iter().collect();
-            tracing::warn!(
-                task = task.id,
-                records = batch.len(),
-                %because,
-                last_error = %reason,
-                "batch dropped uncommitted; the partitions' next owner resumes from the committed offset"
-            );
-        }
-        BatchEnd::Stop(e) => task.stop(e),
-        BatchEnd::SinkFenced(reason) => {
-            tracing::warn!(task = task.id, %reason, "fenced by the sink; the partitions go back to the group");
-            task.producer = None;
-            task.forget_partitions();
-            let _ = task.control.send(Control::Fenced { task: task.id, error: reason });
         }
     }
 }

@@ -1,15 +1,19 @@
 //! The failure paths of a cycle: abort, then replay, reconcile, give the producer up, or
-//! drop the batch of an interrupted task ([`reconcile::verdict`] decides which).
+//! drop the batch of an interrupted task ([`reconcile::verdict`] decides which); and what the
+//! task does once a batch ended uncommitted ([`Task::settle`]).
 
+use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use super::batch::{BatchEnd, Next};
 use super::Task;
 use crate::error::Error;
 use crate::observe::{Interruption, Outcome};
+use crate::partition::TopicPartition;
 use crate::processing::AfterFailure;
 use crate::record::InputRecord;
 use crate::runtime::interrupt::{Deadline, ABORT_GRACE};
+use crate::runtime::protocol::Control;
 use crate::runtime::reconcile::{self, Verdict};
 use crate::txn::{CycleStats, StepError};
 
@@ -137,6 +141,47 @@ impl Task {
             return (outcome, Next::End(BatchEnd::Stop(e)));
         }
         (outcome, Next::Replay(pause))
+    }
+}
+
+impl Task {
+    /// Acts on how a batch (or the abort of an abandoned attempt) ended.
+    pub(super) fn settle(&mut self, end: BatchEnd, batch: &[InputRecord]) {
+        match end {
+            BatchEnd::Committed => {}
+            BatchEnd::GaveUp { error: e, replaced } => {
+                self.shared.shutdown.stats().producers_fenced.inc();
+                crate::metrics::producer_fenced(&self.shared.cfg.application_id);
+                if replaced || !self.recover_in_place(&e) {
+                    tracing::warn!(task = self.id, error = %e, "producer given up; the partitions go back to the group");
+                    self.producer = None;
+                    // The group reassigns the partitions; whoever gets them restores their state.
+                    self.forget_partitions();
+                    let _ = self.control.send(Control::Fenced { task: self.id, error: e.to_string() });
+                }
+            }
+            BatchEnd::Dropped { because, reason } => {
+                let distinct: BTreeSet<TopicPartition> = batch.iter().map(|r| (r.topic.clone(), r.partition)).collect();
+                // The records after the batch are in the inbox already: committing one of
+                // them would commit past the dropped ones, losing them.
+                self.rewinding.extend(distinct.iter().cloned());
+                self.dropped = distinct.into_iter().collect();
+                tracing::warn!(
+                    task = self.id,
+                    records = batch.len(),
+                    %because,
+                    last_error = %reason,
+                    "batch dropped uncommitted; the partitions' next owner resumes from the committed offset"
+                );
+            }
+            BatchEnd::Stop(e) => self.stop(e),
+            BatchEnd::SinkFenced(reason) => {
+                tracing::warn!(task = self.id, %reason, "fenced by the sink; the partitions go back to the group");
+                self.producer = None;
+                self.forget_partitions();
+                let _ = self.control.send(Control::Fenced { task: self.id, error: reason });
+            }
+        }
     }
 }
 

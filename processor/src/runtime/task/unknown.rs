@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::batch::{committed, Next};
+use super::batch::{commit_states, committed, Next};
 use super::failed::give_up;
 use super::Task;
 use crate::observe::{Interruption, Outcome, Reconciliation};
@@ -80,7 +80,7 @@ impl Task {
         let outcome = Outcome::Reconciled { found, reason: e.to_string() };
         match found {
             Reconciliation::Committed => {
-                self.commit_states();
+                commit_states(self);
                 (outcome, Next::End(committed(self, batch, stats)))
             }
             Reconciliation::Aborted => {
