@@ -19,7 +19,7 @@ use crate::sink::erased::AnyRow;
 use crate::sink::SinkRow;
 use crate::state::{ChangelogEnds, Committed, PartitionState};
 use crate::table::PartitionTables;
-use crate::txn::Work;
+use crate::txn::{CycleError, StepError, Work};
 
 /// What the processor error policy says after a failed attempt (the batch is aborted).
 #[derive(Debug)]
@@ -93,9 +93,8 @@ impl Processing {
         &self.cfg
     }
 
-    /// The work of a new attempt of a batch, for [`run_cycle`](crate::txn::run_cycle) or
-    /// [`process_batch`](crate::txn::process_batch): the last attempt's sink rows and
-    /// output counts are forgotten.
+    /// The work of a new attempt of a batch, or of [`process_batch`]: the last attempt's sink
+    /// rows and output counts are forgotten.
     pub(crate) fn work(&mut self) -> BatchWork<'_> {
         self.sink_rows.clear();
         self.outputs.clear();
@@ -103,7 +102,7 @@ impl Processing {
     }
 
     /// The work of the attempt in flight, continued: a batch processed as it is collected
-    /// ([`crate::txn::Cycle`]) takes a view per record, and its rows and counts add up.
+    /// takes a view per record, and its rows and counts add up.
     pub(crate) fn continued_work(&mut self) -> BatchWork<'_> {
         let now = self.now();
         BatchWork {
@@ -271,7 +270,7 @@ impl Processing {
     }
 }
 
-/// One attempt's work for [`run_cycle`](crate::txn::run_cycle): the processor (with the
+/// One attempt's work: the processor (with the
 /// record's partition state), or the dead-letter route; then the state changes.
 pub(crate) struct BatchWork<'a> {
     cfg: &'a PipelineConfig,
@@ -383,6 +382,53 @@ impl Work for BatchWork<'_> {
         partitions.sort_by_key(|s| s.partition());
         partitions.into_iter().flat_map(PartitionState::changelog_records).collect()
     }
+}
+
+/// The processing part of a cycle: runs `work` over `batch` in order and hands `send` each
+/// record's outputs (with the record they came from), then the batch's state changes (with
+/// none) — the order in which they join the transaction. Returns (outputs, changelog
+/// records). A batch's attempt sends to its producer (`runtime/task/batch.rs`, through the
+/// same two steps); the test driver ([`crate::testing`]) to its simulated topics, so both
+/// process a batch the same way.
+pub(crate) fn process_batch(
+    batch: &[InputRecord],
+    work: &mut dyn Work,
+    mut send: impl FnMut(&OutputRecord, Option<&InputRecord>) -> Result<(), StepError>,
+) -> Result<(u64, u64), CycleError> {
+    let outputs = process_records(batch, 0, work, &mut send)?;
+    let changes = send_state_changes(work, |out| send(out, None))?;
+    Ok((outputs, changes))
+}
+
+/// Runs `work` over `records` (the batch's from index `first` on, for a processor error's
+/// index) and hands `send` each record's outputs; returns how many.
+pub(crate) fn process_records(
+    records: &[InputRecord],
+    first: usize,
+    work: &mut dyn Work,
+    mut send: impl FnMut(&OutputRecord, Option<&InputRecord>) -> Result<(), StepError>,
+) -> Result<u64, CycleError> {
+    let mut sent = 0;
+    for (i, record) in records.iter().enumerate() {
+        let outputs = work.process(record).map_err(|error| CycleError::Processor { index: first + i, error })?;
+        for out in outputs {
+            send(out, Some(record))?;
+        }
+        sent += outputs.len() as u64;
+    }
+    Ok(sent)
+}
+
+/// Hands `send` the batch's state changes (changelog records); returns how many.
+pub(crate) fn send_state_changes(
+    work: &mut dyn Work,
+    mut send: impl FnMut(&OutputRecord) -> Result<(), StepError>,
+) -> Result<u64, StepError> {
+    let changes = work.state_changes();
+    for change in &changes {
+        send(change)?;
+    }
+    Ok(changes.len() as u64)
 }
 
 /// The dead-letter copy of `r`, if it exhausted its retries under a dead-letter policy.

@@ -20,12 +20,13 @@ use tokio::runtime::Handle;
 
 use crate::config::PipelineConfig;
 use crate::error::{BoxError, Result};
+use crate::processing::process_batch;
 pub use crate::processing::AfterFailure;
 use crate::processing::Processing;
 use crate::record::{InputRecord, OutputRecord, ORIGIN_HEADER};
 use crate::state::backend::Location;
 use crate::state::{changelog, changelog_topic, PartitionState, StateError, Store, StoreRef, Tally};
-use crate::txn::{process_batch, CycleError};
+use crate::txn::CycleError;
 use crate::PipelineBuilder;
 
 /// An output an attempt wrote, with the `(partition, offset)` of the input it came from.

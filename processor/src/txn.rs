@@ -1,31 +1,8 @@
-//! The transaction cycle: the one place that calls rdkafka's producer and transaction API.
-//!
-//! One batch of input records becomes one transaction, in this order ([`run_cycle`]; a
-//! task that processes its batch as it is collected runs the same steps through [`Cycle`],
-//! `begin_transaction` at the batch's first record and each record's processing as it
-//! arrives, the rest from the state changes on at the interval's end):
-//!
-//! ```text
-//!  begin_transaction                      (local; no round trip)
-//!  [timers due without a record: fire -> produce their outputs (crate::timers)]
-//!  for each input record: process -> produce its outputs (origin header added),
-//!                         then the event-time timers it made due, likewise
-//!  produce the batch's state changes      (changelog records: one per key changed)
-//!  await every delivery report            (so commit pays no flush floor; first error wins)
-//!  [sink write: effectively-/at-least-once sinks, rows of the batch; a failure aborts]
-//!  send_offsets_to_transaction            (next offset of every input partition in the batch,
-//!                                          marked as this cycle's (txn/offsets.rs), with the
-//!                                          consumer's group metadata; a timers-only cycle
-//!                                          sends where its partitions stand)
-//!  commit_transaction
-//!  [sink rows prepared: an exactly-once sink is written by the task after this returns,
-//!   with the offsets, retried on its own — the Kafka side is committed by then]
-//! ```
-//!
-//! Where the sink goes and why: [`crate::sink`].
-//!
-//! At-least-once runs the same cycle without the transaction calls; its offsets are
-//! committed by the consumer after the cycle returns.
+//! The transactional producer ([`TxnProducer`]): the one place that calls rdkafka's producer
+//! and transaction API. It owns the transaction — begin, send, await the delivery reports,
+//! send the offsets, commit, abort — and a batch drives it through the cycle in the order of
+//! `runtime/task/batch.rs`. At-least-once uses the same producer, idempotent, without the
+//! transaction calls.
 //!
 //! # Hazards handled here
 //! - **Blocking calls** run only on a partition task's own OS thread, each with a timeout
@@ -63,8 +40,8 @@ use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::TopicPartitionList;
 
 use crate::config::{FaultInjection, PipelineConfig, UnknownOutcome};
+use crate::error::ErrorClass;
 use crate::metrics::{add_ns, TxnTimers};
-use crate::partition::partition_ranges;
 use crate::record::{InputRecord, OutputRecord, ORIGIN_HEADER};
 use crate::runtime::interrupt::Deadline;
 
@@ -75,17 +52,6 @@ use crate::runtime::interrupt::Deadline;
 /// wait and, during a broker outage, for up to the message timeout; a `ThreadedProducer`
 /// waking the task per delivery report costs a context switch per event.
 const ACK_POLL_PAUSE: Duration = Duration::from_micros(500);
-
-/// Where a successful cycle's input offsets go.
-pub(crate) enum CommitTo<'a> {
-    /// Into the transaction: these offsets, with this consumer group metadata (exactly-once).
-    /// Never empty for a transaction that has anything to commit: a transaction of timers
-    /// alone sends where its partitions stand, so that its outcome can be read back and, in
-    /// per-consumer mode, the group generation fences it (`runtime/task/positions.rs`).
-    Transaction { group: &'a Arc<ConsumerGroupMetadata>, offsets: &'a TopicPartitionList },
-    /// Nowhere yet: the caller commits them through the consumer (at-least-once).
-    Consumer,
-}
 
 /// A producer of one partition task: transactional, or idempotent for at-least-once.
 pub(crate) struct TxnProducer {
@@ -358,165 +324,81 @@ impl TxnProducer {
     }
 }
 
-/// Runs one batch as one transaction, top to bottom. On error the transaction is left as
-/// it is (open, or in an unknown state after a commit failure) for the caller to classify:
-/// abort and replay, or drop the producer.
-///
-/// `work` maps each input record to its outputs (the processor, or the dead-letter route),
-/// then gives the batch's state changes, which join the same transaction (the caller then
-/// merges or discards the state overlay by the outcome).
-pub(crate) fn run_cycle(
-    producer: &mut TxnProducer,
-    batch: &[InputRecord],
-    work: &mut dyn Work,
-    commit_to: CommitTo<'_>,
-    deadline: Deadline<'_>,
-    sink: SinkStep<'_>,
-) -> Result<CycleStats, CycleError> {
-    let mut cycle = Cycle::begin(producer, work, deadline)?;
-    cycle.process(producer, batch, 0, work, deadline)?;
-    cycle.commit(producer, batch, work, commit_to, deadline, sink)
-}
-
-/// A cycle begun and not yet committed: [`run_cycle`] takes it through in one go; a task
-/// that processes its batch as it is collected (the first attempt of a batch, see
-/// [`crate::runtime::task`]) begins it at the batch's first record, processes each record
-/// as it arrives, and commits at the interval's end. Either way the steps, and what joins
-/// the transaction, come in the order of the module docs.
-pub(crate) struct Cycle {
-    stats: CycleStats,
-}
-
-impl Cycle {
-    /// `begin_transaction`, then the timers due without a record.
-    pub(crate) fn begin(
-        producer: &mut TxnProducer,
-        work: &mut dyn Work,
-        deadline: Deadline<'_>,
-    ) -> Result<Cycle, CycleError> {
-        let started = Instant::now();
-        producer.begin()?;
-        let fired = work.fire_timers().map_err(CycleError::Timer)?;
-        for out in fired {
-            producer.send(out, None, deadline)?;
-        }
-        let stats = CycleStats { outputs: fired.len() as u64, process: started.elapsed(), ..CycleStats::default() };
-        Ok(Cycle { stats })
-    }
-
-    /// Processes `records` — the batch's records from index `first` on — and produces
-    /// their outputs.
-    pub(crate) fn process(
+// How a transactional call is made: bounded by the call timeout and the step's deadline,
+// guarded by the watchdog, retried with backoff while retriable — except `send_offsets`,
+// which gets one call per epoch, and `commit`, whose retriable failure is resumed (see the
+// module's hazards) — and timed per step.
+impl TxnProducer {
+    pub(super) fn retrying(
         &mut self,
-        producer: &mut TxnProducer,
-        records: &[InputRecord],
-        first: usize,
-        work: &mut dyn Work,
+        step: Step,
         deadline: Deadline<'_>,
-    ) -> Result<(), CycleError> {
+        mut call: impl FnMut() -> watchdog::Call,
+    ) -> Result<(), StepError> {
         let started = Instant::now();
-        self.stats.outputs +=
-            process_records(records, first, work, |out, origin| producer.send(out, origin, deadline))?;
-        self.stats.process += started.elapsed();
-        Ok(())
+        let result = self.retry_until(step, deadline, &mut call);
+        let timer = match step {
+            Step::Init => &self.timers.init,
+            Step::SendOffsets => &self.timers.send_offsets,
+            Step::Commit => &self.timers.commit,
+            Step::Abort => &self.timers.abort,
+            _ => return result,
+        };
+        add_ns(timer, started.elapsed());
+        result
     }
 
-    /// The batch's state changes, every delivery report, the sink's step, the offsets and
-    /// the commit.
-    pub(crate) fn commit(
-        self,
-        producer: &mut TxnProducer,
-        batch: &[InputRecord],
-        work: &mut dyn Work,
-        commit_to: CommitTo<'_>,
+    fn retry_until(
+        &mut self,
+        step: Step,
         deadline: Deadline<'_>,
-        sink: SinkStep<'_>,
-    ) -> Result<CycleStats, CycleError> {
-        let mut stats = self.stats;
-        let mut phase = Instant::now();
-        stats.changelog = send_state_changes(work, |out| producer.send(out, None, deadline))?;
-        stats.process += lap(&mut phase);
-        producer.await_acks(deadline)?;
-        stats.await_acks = lap(&mut phase);
-        match sink {
-            SinkStep::None => {}
-            SinkStep::BeforeOffsets(sink, rt) => {
-                sink.prepare(partition_ranges(batch), work.take_sink_rows()).map_err(CycleError::Sink)?;
-                sink.write(rt, deadline.remaining()).map_err(CycleError::Sink)?;
-                stats.sink = lap(&mut phase);
+        call: &mut impl FnMut() -> watchdog::Call,
+    ) -> Result<(), StepError> {
+        let mut backoff = Duration::from_millis(50);
+        loop {
+            if self.wedged {
+                // A call abandoned earlier may still run: a second one would race it.
+                return Err(StepError { step, class: ErrorClass::Fatal, err: KafkaError::Canceled });
             }
-            SinkStep::AfterCommit { sink, rt, anchors } => {
-                if !anchors.is_empty() {
-                    sink.prepare(anchors, Vec::new()).map_err(CycleError::Sink)?;
-                    sink.write(rt, deadline.remaining()).map_err(CycleError::Sink)?;
+            let timeout = deadline.remaining().max(Duration::from_millis(1)).min(self.call_timeout);
+            let guarded = match &self.fault {
+                Some(f) if f.unguarded_calls => Ok(call()(&self.inner, timeout)),
+                _ => watchdog::run(&self.inner, timeout, watchdog::GRACE, call()),
+            };
+            let result = match guarded {
+                Ok(result) => result,
+                Err(watchdog::Abandoned) => {
+                    self.wedged = true;
+                    tracing::error!(
+                        transactional_id = ?self.transactional_id,
+                        step = step.as_str(),
+                        ?timeout,
+                        "librdkafka did not return from a transactional call within its timeout (librdkafka#5456): \
+                         the call is abandoned and the producer will be replaced"
+                    );
+                    // Timed out, as far as the cycle knows: the outcome is unknown.
+                    let err = KafkaError::Global(RDKafkaErrorCode::OperationTimedOut);
+                    return Err(StepError { step, class: ErrorClass::Retriable, err });
                 }
-                // Prepared before the commit: a commit whose outcome is reconciled as
-                // committed still has its rows to write.
-                sink.prepare(partition_ranges(batch), work.take_sink_rows()).map_err(CycleError::Sink)?;
+            };
+            match result {
+                Ok(()) => return Ok(()),
+                Err(e) => {
+                    let err = StepError::new(step, e);
+                    // Offsets are never sent twice on one epoch; a commit called again resumes
+                    // the one in progress (see the module docs).
+                    let once = step == Step::SendOffsets;
+                    if once || err.class != ErrorClass::Retriable || backoff >= deadline.remaining() {
+                        return Err(err);
+                    }
+                    let what = if step == Step::Commit { "resuming the commit" } else { "retrying" };
+                    tracing::warn!(transactional_id = ?self.transactional_id, error = %err, "{what}");
+                    deadline.sleep(backoff);
+                    backoff = (backoff * 2).min(Duration::from_secs(2));
+                }
             }
         }
-        if let CommitTo::Transaction { group, offsets } = commit_to {
-            if offsets.count() > 0 {
-                producer.send_offsets(offsets, group, deadline)?;
-            }
-            producer.commit(deadline)?;
-            stats.commit = lap(&mut phase);
-        }
-        Ok(stats)
     }
-}
-
-/// The processing part of a cycle: runs `work` over `batch` in order and hands `send` each
-/// record's outputs (with the record they came from), then the batch's state changes (with
-/// none) — the order in which they join the transaction. Returns (outputs, changelog
-/// records). [`run_cycle`] sends to the producer; the test driver
-/// ([`crate::testing`]) to its simulated topics, so both process a batch the same way.
-pub(crate) fn process_batch(
-    batch: &[InputRecord],
-    work: &mut dyn Work,
-    mut send: impl FnMut(&OutputRecord, Option<&InputRecord>) -> Result<(), StepError>,
-) -> Result<(u64, u64), CycleError> {
-    let outputs = process_records(batch, 0, work, &mut send)?;
-    let changes = send_state_changes(work, |out| send(out, None))?;
-    Ok((outputs, changes))
-}
-
-/// Runs `work` over `records` (the batch's from index `first` on, for a processor error's
-/// index) and hands `send` each record's outputs; returns how many.
-fn process_records(
-    records: &[InputRecord],
-    first: usize,
-    work: &mut dyn Work,
-    mut send: impl FnMut(&OutputRecord, Option<&InputRecord>) -> Result<(), StepError>,
-) -> Result<u64, CycleError> {
-    let mut sent = 0;
-    for (i, record) in records.iter().enumerate() {
-        let outputs = work.process(record).map_err(|error| CycleError::Processor { index: first + i, error })?;
-        for out in outputs {
-            send(out, Some(record))?;
-        }
-        sent += outputs.len() as u64;
-    }
-    Ok(sent)
-}
-
-/// Hands `send` the batch's state changes (changelog records); returns how many.
-fn send_state_changes(
-    work: &mut dyn Work,
-    mut send: impl FnMut(&OutputRecord) -> Result<(), StepError>,
-) -> Result<u64, StepError> {
-    let changes = work.state_changes();
-    for change in &changes {
-        send(change)?;
-    }
-    Ok(changes.len() as u64)
-}
-
-fn lap(since: &mut Instant) -> Duration {
-    let now = Instant::now();
-    let d = now - *since;
-    *since = now;
-    d
 }
 
 #[cfg(test)]
@@ -529,7 +411,6 @@ mod mock_cluster_tests;
 mod delivery;
 mod offsets;
 mod reports;
-mod retry;
 mod step;
 pub(crate) mod watchdog;
 mod work;

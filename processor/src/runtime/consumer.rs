@@ -19,11 +19,12 @@ use crate::config::{Guarantee, PipelineConfig};
 use crate::error::{Error, Result};
 use crate::record::{InputRecord, Topic};
 use crate::runtime::pending::Sent;
+use crate::runtime::protocol::{Control, TaskMsg};
 use crate::runtime::registry::{
     join_by, queue_capacity, send_bounded, spawn_task, to_tpl, wait_ready_unless, Registry, TaskHandle,
 };
-use crate::runtime::task::{Resume, TaskMsg};
-use crate::runtime::{Control, Shared, POLL_INTERVAL};
+use crate::runtime::task::Resume;
+use crate::runtime::{Shared, POLL_INTERVAL};
 use crate::state::changelog::group_reader_config;
 
 mod rebalance;

@@ -9,8 +9,9 @@
 //! The [`consumer`] thread owns the librdkafka consumer and runs the rebalance callbacks; each
 //! [`task`] runs the transaction cycle ([`crate::txn`]) on its own OS thread, so blocking
 //! librdkafka calls never run on an async worker, and reconciles unknown outcomes itself
-//! ([`reconcile`]); a busy task is [`interrupt`]ed on revocation and shutdown. Deadlock freedom:
-//! tasks never wait for the consumer thread, so it may wait for them, always with a timeout.
+//! ([`reconcile`]); a busy task is [`interrupt`]ed on revocation and shutdown. The messages
+//! between the two sides are in [`protocol`]. Deadlock freedom: tasks never wait for the
+//! consumer thread, so it may wait for them, always with a timeout.
 
 pub(crate) mod consumer;
 pub(crate) mod interrupt;
@@ -18,6 +19,7 @@ pub(crate) mod limits;
 mod pending;
 mod pipeline;
 pub(crate) mod preflight;
+pub(crate) mod protocol;
 pub(crate) mod reconcile;
 mod registry;
 mod shared;
@@ -27,6 +29,6 @@ mod stats;
 pub(crate) mod task;
 
 pub use pipeline::Pipeline;
-pub(crate) use shared::{Control, Shared, POLL_INTERVAL};
+pub(crate) use shared::{Shared, POLL_INTERVAL};
 pub use shutdown::ShutdownHandle;
 pub use stats::Summary;

@@ -15,7 +15,8 @@ use crate::error::{Error, Result};
 use crate::partition::TopicPartition;
 use crate::runtime::interrupt::Interrupt;
 use crate::runtime::pending::Pending;
-use crate::runtime::task::{Resume, Task, TaskMsg};
+use crate::runtime::protocol::TaskMsg;
+use crate::runtime::task::{Resume, Task};
 use crate::runtime::Shared;
 
 pub(super) fn to_tpl(offsets: &[(TopicPartition, i64)]) -> TopicPartitionList {

@@ -1,32 +1,16 @@
 //! What the consumer thread and the partition tasks share: the pipeline's configuration and
-//! processor, the control channel a task reports on, and the bounds on tasks and
-//! transactions.
+//! processor, the control channel a task reports on ([`Control`]), and the bounds on tasks
+//! and transactions.
 
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use super::protocol::Control;
 use super::shutdown::ShutdownHandle;
 use super::slots;
 use crate::config::PipelineConfig;
-use crate::error::Error;
 use crate::observe::TransactionHook;
-use crate::partition::{Resume, TopicPartition};
 use crate::processor::driver::ProcessorFactory;
-
-/// What a task tells the consumer thread.
-pub(crate) enum Control {
-    /// At-least-once: these next offsets are acknowledged; commit them.
-    CommitOffsets(Vec<(TopicPartition, i64)>),
-    /// The task's producer was fenced, or its member left the group: give its partitions up.
-    Fenced { task: u64, error: String },
-    /// The task dropped a batch (or replaced a failed producer in place): move its
-    /// partitions back to the offsets `resume` gives (an exactly-once sink's), the others to
-    /// their committed offsets, then send it
-    /// [`TaskMsg::Rewound`](super::task::TaskMsg::Rewound).
-    Rewind { task: u64, partitions: Vec<TopicPartition>, resume: Resume },
-    /// Stop the pipeline with this error.
-    Fatal(Error),
-}
 
 /// The group metadata a transaction's offsets carry (`crate::txn`'s `offsets` module says
 /// which): the consumer's current one (member id, generation or member epoch), or the group

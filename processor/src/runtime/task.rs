@@ -1,8 +1,9 @@
 //! A partition task: one OS thread that owns a producer and the batches of its partitions (one
 //! partition in [`ExactlyOnce`](crate::Guarantee::ExactlyOnce), else all of the instance's).
-//! A batch's first attempt streams ([`streamed`]), replays run in one go ([`run_cycle`]),
-//! revocations are handled between records ([`revoke`]). Invariants: a failing batch ends by
-//! the consumer's [`Interrupt`] deadline, aborted and dropped ([`Outcome::Dropped`],
+//! Its loop collects records into a [`Batch`], which runs the batch's transaction from its
+//! first record to its end ([`batch`]); revocations are handled between records
+//! ([`revoke`]). Invariants: a failing batch ends by the consumer's [`Interrupt`] deadline,
+//! aborted and dropped ([`Outcome::Dropped`](crate::observe::Outcome::Dropped),
 //! [`interrupt`](super::interrupt)); a failed cycle goes where
 //! [`reconcile::verdict`](crate::runtime::reconcile::verdict) says (replay, or
 //! [`Task::fence_and_reconcile`], or give up); and the task never waits for the consumer
@@ -11,38 +12,29 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crate::config::Guarantee;
-use crate::error::{Error, ErrorClass, Result};
+use crate::error::{Error, Result};
 use crate::metrics::TaskMetrics;
-use crate::observe::Outcome;
 use crate::partition::TopicPartition;
 use crate::processing::Processing;
-use crate::record::InputRecord;
 use crate::runtime::interrupt::{Deadline, Interrupt};
-use crate::runtime::slots::Slots;
-use crate::runtime::{Control, Shared};
-use crate::sink::SinkGuarantee;
-use crate::txn::{
-    next_offset_per_partition, run_cycle, CommitTo, CycleError, CycleStats, SinkStep, Step, StepError, TxnProducer,
-};
+use crate::runtime::protocol::{Control, RevokeReply, TaskMsg};
+use crate::runtime::Shared;
+use crate::txn::TxnProducer;
 
+mod batch;
 mod failed;
-mod first_attempt;
 mod positions;
-mod report;
 mod revoke;
 mod rewind;
 mod sink;
 mod state;
-mod streamed;
 mod types;
 mod unknown;
-use failed::give_up;
-use sink::anchors;
-use types::{Flush, Next};
-pub(crate) use types::{RevokeReply, Task, TaskMsg};
+use batch::Batch;
+pub(crate) use types::Task;
 
 pub(crate) use crate::partition::Resume;
 
@@ -69,9 +61,7 @@ impl Task {
             rewinding: HashSet::new(),
             dropped: Vec::new(),
             last_cycle_end: Instant::now(),
-            collect_started: None,
             timer_attempts: 0,
-            streamed: None,
             tables: None,
             positions: HashMap::new(),
             offsets: rdkafka::TopicPartitionList::new(),
@@ -137,8 +127,7 @@ impl Task {
     pub(crate) fn run(mut self, inbox: Receiver<TaskMsg>) {
         let cfg = self.shared.cfg.clone();
         let per_partition = cfg.guarantee == Guarantee::ExactlyOnce;
-        let mut batch: Vec<InputRecord> = Vec::new();
-        let mut deadline = Instant::now();
+        let mut batch = Batch::new();
         loop {
             let msg = if batch.is_empty() {
                 match self.timer_wake() {
@@ -146,7 +135,7 @@ impl Task {
                     None => inbox.recv().map_err(|_| RecvTimeoutError::Disconnected),
                 }
             } else {
-                inbox.recv_timeout(deadline.saturating_duration_since(Instant::now()))
+                inbox.recv_timeout(batch.closes_in())
             };
             match msg {
                 Ok(TaskMsg::Record(r)) => {
@@ -160,27 +149,22 @@ impl Task {
                     }
                     if self.needs_restore(r.partition) {
                         // Never inside an open transaction: a restore can outlast its timeout.
-                        if self.streamed.is_some() {
-                            self.flush(&mut batch);
+                        if batch.is_open() {
+                            batch.end(&mut self);
                         }
                         if let Err(e) = self.restore() {
                             self.stop(e);
                             continue;
                         }
                     }
-                    if batch.is_empty() {
-                        self.collect_started = Some(Instant::now());
-                        deadline = Instant::now() + cfg.commit_interval;
-                    }
-                    batch.push(r);
-                    if !self.stream(&batch) || batch.len() >= cfg.max_records_per_transaction {
-                        self.flush(&mut batch);
+                    if !batch.add(r, &mut self) || batch.len() >= cfg.max_records_per_transaction {
+                        batch.end(&mut self);
                     }
                 }
-                Err(RecvTimeoutError::Timeout) if batch.is_empty() => self.fire_timers(),
-                Err(RecvTimeoutError::Timeout) => self.flush(&mut batch),
+                Err(RecvTimeoutError::Timeout) if batch.is_empty() => batch.fire_timers(&mut self),
+                Err(RecvTimeoutError::Timeout) => batch.end(&mut self),
                 Ok(TaskMsg::Assign { partitions, reply }) => {
-                    self.flush(&mut batch);
+                    batch.end(&mut self);
                     self.owned.extend(partitions.iter().cloned());
                     let resume = self.ensure_producer().and_then(|()| self.claim_retrying(&partitions));
                     let _ = reply.send(resume.map_err(|e| {
@@ -202,7 +186,7 @@ impl Task {
                     }
                 }
                 Ok(TaskMsg::Shutdown) | Err(RecvTimeoutError::Disconnected) => {
-                    self.flush(&mut batch);
+                    batch.end(&mut self);
                     self.processing.close_all();
                     return;
                 }
@@ -214,267 +198,5 @@ impl Task {
         tracing::error!(task = self.id, error = %e, "stopping the pipeline");
         self.stopped = true;
         let _ = self.control.send(Control::Fatal(e));
-    }
-
-    /// Commits the collected batch, retrying per the error classes, and empties it.
-    fn flush(&mut self, batch: &mut Vec<InputRecord>) {
-        if batch.is_empty() || self.stopped {
-            self.abandon_streamed();
-            batch.clear();
-            return;
-        }
-        self.finish(batch);
-    }
-
-    /// Runs a transaction of the timers due without a record ([`crate::timers`]).
-    fn fire_timers(&mut self) {
-        // A wake-up a little early (the inbox's timeout rounds) finds nothing due: no empty
-        // transaction for it.
-        let due = self.processing.next_timer_wake().is_some_and(|at| at <= std::time::SystemTime::now());
-        if due && !self.stopped && self.producer.is_some() {
-            self.finish(&mut Vec::new());
-        }
-    }
-
-    /// Commits `batch` (empty: only the timers due), acting on how it ended, and empties it.
-    fn finish(&mut self, batch: &mut Vec<InputRecord>) {
-        let flush = self.commit_batch(batch);
-        self.settle(flush, batch);
-        self.processing.batch_done();
-        self.timer_attempts = 0;
-        batch.clear();
-    }
-
-    /// Acts on how a batch (or the abort of an abandoned attempt) ended.
-    fn settle(&mut self, flush: Flush, batch: &[InputRecord]) {
-        match flush {
-            Flush::Committed => {}
-            Flush::GaveUp { error: e, replaced } => {
-                self.shared.shutdown.stats().producers_fenced.inc();
-                crate::metrics::producer_fenced(&self.shared.cfg.application_id);
-                if replaced || !self.recover_in_place(&e) {
-                    tracing::warn!(task = self.id, error = %e, "producer given up; the partitions go back to the group");
-                    self.producer = None;
-                    // The group reassigns the partitions; whoever gets them restores their state.
-                    self.forget_partitions();
-                    let _ = self.control.send(Control::Fenced { task: self.id, error: e.to_string() });
-                }
-            }
-            Flush::Dropped { because, reason } => {
-                let distinct: std::collections::BTreeSet<TopicPartition> =
-                    batch.iter().map(|r| (r.topic.clone(), r.partition)).collect();
-                // The records after the batch are in the inbox already: committing one of
-                // them would commit past the dropped ones, losing them.
-                self.rewinding.extend(distinct.iter().cloned());
-                self.dropped = distinct.into_iter().collect();
-                tracing::warn!(
-                    task = self.id,
-                    records = batch.len(),
-                    %because,
-                    last_error = %reason,
-                    "batch dropped uncommitted; the partitions' next owner resumes from the committed offset"
-                );
-            }
-            Flush::Stop(e) => self.stop(e),
-            Flush::SinkFenced(reason) => {
-                tracing::warn!(task = self.id, %reason, "fenced by the sink; the partitions go back to the group");
-                self.producer = None;
-                self.forget_partitions();
-                let _ = self.control.send(Control::Fenced { task: self.id, error: reason });
-            }
-        }
-    }
-
-    /// Runs the batch's transaction until it commits, replaying it after aborts, within the
-    /// task timeout — or less, once the consumer thread interrupts the task.
-    fn commit_batch(&mut self, batch: &[InputRecord]) -> Flush {
-        let cfg = self.shared.cfg.clone();
-        let task_deadline = Instant::now() + cfg.task_timeout;
-        let interrupt = self.interrupt.clone();
-        let deadline = Deadline::interruptible(task_deadline, &interrupt);
-        let mut backoff = Duration::from_millis(100);
-        let mut last_error = None;
-        // The first attempt, if it ran as the batch was collected: its open transaction is
-        // closed first (interrupted, it fails at once and is aborted like any attempt).
-        let mut streamed = self.streamed.take();
-        // Set when a revocation or the shutdown ended the wait for a slot.
-        let mut handed_back = None;
-        let offsets = match self.offsets_to_commit(batch, deadline) {
-            Ok(offsets) => offsets,
-            Err(e) => {
-                return match interrupt.expired() {
-                    Some(because) => Flush::Dropped { because, reason: e.to_string() },
-                    None => Flush::Stop(e),
-                }
-            }
-        };
-        loop {
-            if let Some(because) = interrupt.expired().or(handed_back).filter(|_| streamed.is_none()) {
-                // Interrupted during the pause before a replay: the aborted cycle is
-                // reported already, the drop gets an event of its own (no transaction).
-                let reason = match last_error {
-                    Some(reason) => {
-                        let outcome = Outcome::Dropped { because, reason: String::clone(&reason) };
-                        let (now, nothing) = (Instant::now(), CycleStats::default());
-                        self.report(batch, &HashMap::new(), now, Duration::ZERO, nothing, &outcome);
-                        reason
-                    }
-                    None if handed_back.is_some() => {
-                        "handed back: interrupted while waiting for a transaction slot".into()
-                    }
-                    None => "interrupted before the first attempt".into(),
-                };
-                if handed_back.is_some() {
-                    self.handed_back(batch.len());
-                }
-                return Flush::Dropped { because, reason };
-            }
-            // Every attempt (a replay too) looks the tables up as they are now.
-            if streamed.is_none() {
-                if let Err(e) = self.refresh_tables() {
-                    return Flush::Stop(e);
-                }
-            }
-            let Some(producer) = self.producer.as_mut() else {
-                return Flush::GaveUp { error: Box::new(StepError::given_up()), replaced: false };
-            };
-            // Read afresh for every attempt: in per-consumer mode the generation (member
-            // epoch) moves on with every rebalance, including those that leave this task's
-            // partitions in place (per-partition mode sends the group id alone).
-            let group = match producer.transactional_id().map(|_| self.shared.group_metadata()) {
-                None => None,
-                Some(None) => return Flush::Stop(Error::Internal("the consumer is gone: no group metadata".into())),
-                Some(g) => g,
-            };
-            let commit_to = match &group {
-                Some(group) => CommitTo::Transaction { group, offsets: &offsets },
-                None => CommitTo::Consumer,
-            };
-            // Per-partition mode: wait for a transaction slot (runtime::slots; never blocks
-            // while the bound is not engaged), unless a revocation or the shutdown comes:
-            // then the batch, with no transaction begun, is handed back at the top. A
-            // streamed attempt's transaction is open already: it holds none, and must not wait.
-            let shared = self.shared.clone();
-            let interrupted = || interrupt.current().is_some();
-            let slot = match shared
-                .slots
-                .as_ref()
-                .filter(|_| streamed.is_none())
-                .map(|s| s.acquire(&deadline, &interrupted))
-            {
-                Some(None) => match interrupt.current() {
-                    Some((why, _)) => {
-                        handed_back = Some(why);
-                        continue; // dropped at the top
-                    }
-                    None => return Flush::Stop(Slots::timed_out(cfg.task_timeout)),
-                },
-                Some(Some(slot)) => Some(slot),
-                None => None,
-            };
-            let span = tracing::info_span!(
-                "transaction",
-                pipeline = %cfg.application_id,
-                partition = %self.label,
-                transactional_id = self.transactional_id.as_deref().unwrap_or("-"),
-                records = batch.len(),
-                outcome = tracing::field::Empty,
-                duration_us = tracing::field::Empty,
-            );
-            let _entered = span.enter();
-            let closing = Instant::now();
-            let rt = &self.shared.rt;
-            let sink = match self.sink.as_deref_mut() {
-                None => SinkStep::None,
-                Some(s) if s.guarantee() == SinkGuarantee::ExactlyOnce => {
-                    let anchors = anchors(batch, &self.unanchored);
-                    SinkStep::AfterCommit { sink: s, rt, anchors }
-                }
-                Some(s) => SinkStep::BeforeOffsets(s, rt),
-            };
-            let (result, started) = match streamed.take() {
-                Some(s) => s.close(producer, batch, &mut self.processing.continued_work(), commit_to, deadline, sink),
-                None => (run_cycle(producer, batch, &mut self.processing.work(), commit_to, deadline, sink), closing),
-            };
-            let outputs_per_partition = self.processing.take_outputs();
-            let elapsed = started.elapsed();
-            // The state overlays follow the transaction: merged once it is known committed,
-            // discarded once it is known aborted (after a Kafka error that may be later).
-            let mut stats = result.as_ref().map(|s| *s).unwrap_or_default();
-            let (outcome, next) = match result {
-                Ok(stats) => {
-                    self.commit_states();
-                    (Outcome::Committed, Next::Done(self.committed(batch, stats)))
-                }
-                Err(CycleError::Processor { index, error }) => {
-                    self.discard_states();
-                    last_error = Some(error.to_string());
-                    self.processor_failed(batch, index, error, deadline)
-                }
-                Err(CycleError::Kafka(e)) => {
-                    last_error = Some(e.to_string());
-                    stats.outputs = outputs_per_partition.values().sum();
-                    self.kafka_failed(batch, e, deadline, task_deadline, &mut backoff, stats)
-                }
-                Err(CycleError::Timer(error)) => {
-                    self.discard_states();
-                    last_error = Some(error.to_string());
-                    self.timer_failed(batch, error, deadline, task_deadline)
-                }
-                Err(CycleError::Sink(f)) => {
-                    self.discard_states();
-                    last_error = Some(f.to_string());
-                    self.sink_failed(batch, f, deadline, task_deadline, &mut backoff)
-                }
-            };
-            self.report(batch, &outputs_per_partition, closing, elapsed, stats, &outcome);
-            match next {
-                Next::Done(flush) => return flush,
-                Next::Retry(pause) => {
-                    drop(slot); // others commit while this batch pauses
-                    deadline.sleep(pause)
-                }
-            }
-        }
-    }
-
-    /// Counts a committed batch (an exactly-once sink is written first); at-least-once:
-    /// hands its offsets to the consumer thread.
-    fn committed(&mut self, batch: &[InputRecord], stats: CycleStats) -> Flush {
-        if self.sink_is_exactly_once() {
-            let interrupt = self.interrupt.clone();
-            let deadline = Deadline::interruptible(Instant::now() + self.shared.cfg.task_timeout, &interrupt);
-            if let Err(flush) = self.write_exactly_once(batch.len(), deadline) {
-                return flush;
-            }
-            for tp in batch.iter().map(|r| (r.topic.clone(), r.partition)) {
-                self.unanchored.remove(&tp);
-            }
-        }
-        let s = self.shared.shutdown.stats();
-        s.records_in.add(batch.len() as u64);
-        s.records_out.add(stats.outputs);
-        s.transactions_committed.inc();
-        s.dead_lettered.add(self.processing.dead_lettered().count() as u64);
-        let offsets: Vec<(TopicPartition, i64)> =
-            next_offset_per_partition(batch).into_iter().map(|((t, p), o)| ((t.clone(), p), o)).collect();
-        for (tp, next) in &offsets {
-            self.shared.shutdown.health_state().committed(tp, *next);
-        }
-        match self.producer.as_ref().map(|p| p.transactional_id().is_some()) {
-            Some(true) => self.positions.extend(offsets),
-            Some(false) => {
-                self.acked.extend(offsets.iter().cloned());
-                let _ = self.control.send(Control::CommitOffsets(offsets));
-            }
-            None => {}
-        }
-        Flush::Committed
-    }
-}
-
-impl StepError {
-    fn given_up() -> StepError {
-        StepError { step: Step::Create, class: ErrorClass::Fatal, err: rdkafka::error::KafkaError::Canceled }
     }
 }

@@ -102,7 +102,7 @@ mod pool {
         let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
         std::thread::Builder::new()
             .name("kafka-eos-txn-call".into())
-            .stack_size(super::STACK)
+            .stack_size(crate::txn::watchdog::STACK)
             .spawn(move || work(id, job))
             .map(drop)
     }

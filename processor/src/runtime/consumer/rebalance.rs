@@ -15,10 +15,11 @@ use crate::config::Guarantee;
 use crate::error::Error;
 use crate::partition::TopicPartition;
 use crate::runtime::limits;
+use crate::runtime::protocol::{RevokeReply, TaskMsg};
 use crate::runtime::registry::{
     by_task, give_up_start, retry_later, send_bounded, spawn_partition_task, to_tpl, wait_ready, Ready, Unstarted,
 };
-use crate::runtime::task::{Resume, RevokeReply, TaskMsg};
+use crate::runtime::task::Resume;
 
 impl Rebalancer {
     fn on_assign(&self, partitions: Vec<TopicPartition>) {

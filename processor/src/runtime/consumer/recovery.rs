@@ -14,10 +14,10 @@ use rdkafka::{Offset, TopicPartitionList};
 use super::Rebalancer;
 use crate::error::Error;
 use crate::partition::TopicPartition;
+use crate::runtime::protocol::TaskMsg;
 use crate::runtime::registry::{
     by_task, give_up_start, send_bounded, spawn_partition_task, to_tpl, wait_ready, Registry, Unstarted,
 };
-use crate::runtime::task::TaskMsg;
 
 impl Rebalancer {
     /// Moves a task's partitions back to where `resume` says (an exactly-once sink's

@@ -1,14 +1,19 @@
 //! The failure paths of a cycle: abort, then replay, reconcile, give the producer up, or
-//! drop the batch of an interrupted task ([`reconcile::verdict`] decides which).
+//! drop the batch of an interrupted task ([`reconcile::verdict`] decides which); and what the
+//! task does once a batch ended uncommitted ([`Task::settle`]).
 
+use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use super::{Flush, Next, Task};
+use super::batch::{BatchEnd, Next};
+use super::Task;
 use crate::error::Error;
 use crate::observe::{Interruption, Outcome};
+use crate::partition::TopicPartition;
 use crate::processing::AfterFailure;
 use crate::record::InputRecord;
 use crate::runtime::interrupt::{Deadline, ABORT_GRACE};
+use crate::runtime::protocol::Control;
 use crate::runtime::reconcile::{self, Verdict};
 use crate::txn::{CycleStats, StepError};
 
@@ -67,8 +72,8 @@ impl Task {
         tracing::warn!(task = self.id, record = %batch[index].origin(), attempts, error = %message, "processor failed; transaction aborted");
         let outcome = Outcome::Aborted { class: None, reason: message };
         match after {
-            AfterFailure::Replay(pause) => (outcome, Next::Retry(pause)),
-            AfterFailure::Stop(e) => (outcome, Next::Done(Flush::Stop(e))),
+            AfterFailure::Replay(pause) => (outcome, Next::Replay(pause)),
+            AfterFailure::Stop(e) => (outcome, Next::End(BatchEnd::Stop(e))),
         }
     }
 
@@ -99,17 +104,17 @@ impl Task {
         let missing = self.producer.as_ref().and_then(|p| p.missing_topic(&e, Duration::from_secs(10)));
         if let Some(topic) = missing {
             let servers = self.shared.cfg.bootstrap_servers.clone();
-            return (outcome, Next::Done(Flush::Stop(Error::UnknownTopics { topics: vec![topic], servers })));
+            return (outcome, Next::End(BatchEnd::Stop(Error::UnknownTopics { topics: vec![topic], servers })));
         }
         if Instant::now() + *backoff >= task_deadline {
             let timeout = self.shared.cfg.task_timeout;
             let what = format!("committing a batch of {} records with {}", batch.len(), self.who());
-            return (outcome, Next::Done(Flush::Stop(Error::TaskTimeout { what, timeout, last: e.to_string() })));
+            return (outcome, Next::End(BatchEnd::Stop(Error::TaskTimeout { what, timeout, last: e.to_string() })));
         }
         tracing::warn!(task = self.id, error = %e, "transaction aborted; replaying the batch");
         let pause = *backoff;
         *backoff = (*backoff * 2).min(Duration::from_secs(5));
-        (outcome, Next::Retry(pause))
+        (outcome, Next::Replay(pause))
     }
 
     /// A timer that fired without a record failed ([`crate::timers`]): abort, then drop the
@@ -133,9 +138,50 @@ impl Task {
         if Instant::now() + pause >= task_deadline {
             let origin = format!("a timer of {}", self.label);
             let e = Error::Processor { origin, attempts: self.timer_attempts, source: error };
-            return (outcome, Next::Done(Flush::Stop(e)));
+            return (outcome, Next::End(BatchEnd::Stop(e)));
         }
-        (outcome, Next::Retry(pause))
+        (outcome, Next::Replay(pause))
+    }
+}
+
+impl Task {
+    /// Acts on how a batch (or the abort of an abandoned attempt) ended.
+    pub(super) fn settle(&mut self, end: BatchEnd, batch: &[InputRecord]) {
+        match end {
+            BatchEnd::Committed => {}
+            BatchEnd::GaveUp { error: e, replaced } => {
+                self.shared.shutdown.stats().producers_fenced.inc();
+                crate::metrics::producer_fenced(&self.shared.cfg.application_id);
+                if replaced || !self.recover_in_place(&e) {
+                    tracing::warn!(task = self.id, error = %e, "producer given up; the partitions go back to the group");
+                    self.producer = None;
+                    // The group reassigns the partitions; whoever gets them restores their state.
+                    self.forget_partitions();
+                    let _ = self.control.send(Control::Fenced { task: self.id, error: e.to_string() });
+                }
+            }
+            BatchEnd::Dropped { because, reason } => {
+                let distinct: BTreeSet<TopicPartition> = batch.iter().map(|r| (r.topic.clone(), r.partition)).collect();
+                // The records after the batch are in the inbox already: committing one of
+                // them would commit past the dropped ones, losing them.
+                self.rewinding.extend(distinct.iter().cloned());
+                self.dropped = distinct.into_iter().collect();
+                tracing::warn!(
+                    task = self.id,
+                    records = batch.len(),
+                    %because,
+                    last_error = %reason,
+                    "batch dropped uncommitted; the partitions' next owner resumes from the committed offset"
+                );
+            }
+            BatchEnd::Stop(e) => self.stop(e),
+            BatchEnd::SinkFenced(reason) => {
+                tracing::warn!(task = self.id, %reason, "fenced by the sink; the partitions go back to the group");
+                self.producer = None;
+                self.forget_partitions();
+                let _ = self.control.send(Control::Fenced { task: self.id, error: reason });
+            }
+        }
     }
 }
 
@@ -148,10 +194,10 @@ pub(super) fn give_up(e: StepError, not_reconciled: Option<String>, replaced: bo
         Some(why) => format!("{e}; the outcome could not be reconciled: {why}"),
         None => e.to_string(),
     };
-    (Outcome::GaveUp { reason }, Next::Done(Flush::GaveUp { error: Box::new(e), replaced }))
+    (Outcome::GaveUp { reason }, Next::End(BatchEnd::GaveUp { error: Box::new(e), replaced }))
 }
 
 /// An interrupted batch's end: its transaction is aborted, the batch is dropped.
 fn dropped(because: Interruption, reason: String) -> (Outcome, Next) {
-    (Outcome::Dropped { because, reason: reason.clone() }, Next::Done(Flush::Dropped { because, reason }))
+    (Outcome::Dropped { because, reason: reason.clone() }, Next::End(BatchEnd::Dropped { because, reason }))
 }

@@ -1,4 +1,4 @@
-//! Where a task's partitions stand, and the offsets a transaction commits.
+//! Where a task's partitions stand: what a transaction of timers alone commits.
 //!
 //! A batch's transaction commits the batch's next offsets; a transaction of timers alone
 //! commits where its partitions stand, with its own mark, so that its outcome can be read back
@@ -16,31 +16,13 @@ use rdkafka::{Offset, TopicPartitionList};
 use super::Task;
 use crate::error::Error;
 use crate::partition::TopicPartition;
-use crate::record::InputRecord;
 use crate::runtime::interrupt::Deadline;
 use crate::state::changelog::{group_reader_config, stable_committed_offsets};
-use crate::txn::next_offsets;
 
 impl Task {
-    /// The offsets `batch`'s transaction commits (kept for its reconcile): the batch's next
-    /// offsets, or, for timers alone, where the owned partitions stand. Empty only for
-    /// timers of partitions the group has no committed offset for.
-    pub(super) fn offsets_to_commit(
-        &mut self,
-        batch: &[InputRecord],
-        deadline: Deadline<'_>,
-    ) -> Result<TopicPartitionList, Error> {
-        let offsets = match batch {
-            [] if self.transactional_id.is_some() => self.standing(deadline)?,
-            _ => next_offsets(batch),
-        };
-        self.offsets = offsets.clone();
-        Ok(offsets)
-    }
-
     /// Where the owned partitions stand: the known positions, or, if none is known, the
     /// group's stable committed offsets of every owned partition.
-    fn standing(&mut self, deadline: Deadline<'_>) -> Result<TopicPartitionList, Error> {
+    pub(super) fn standing(&mut self, deadline: Deadline<'_>) -> Result<TopicPartitionList, Error> {
         let mut known: Vec<(&TopicPartition, i64)> =
             self.owned.iter().filter_map(|tp| self.positions.get(tp).map(|o| (tp, *o))).collect();
         if known.is_empty() {

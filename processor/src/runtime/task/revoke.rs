@@ -1,33 +1,33 @@
 //! A revocation, read between records ([`Task::revoke`]): the revoked partitions' batch is
 //! committed or, if they were *lost*, aborted and dropped; then their state, tables and sink
 //! claims are let go. Past the slot bound ([`crate::runtime::slots`]) a batch that has begun no
-//! transaction is *handed back* uncommitted instead (`hand_back`, or `Task::commit_batch` for a
+//! transaction is *handed back* uncommitted instead (`hand_back`, or the batch's attempts for a
 //! task waiting for its slot): committing would queue for a slot while every paused partition
 //! waits (`docs/scaling.md`). Both count `kafka_eos_revoked_records_handed_back_total`.
 
+use super::batch::Batch;
 use super::Task;
 use crate::partition::TopicPartition;
-use crate::record::InputRecord;
 
 impl Task {
     /// Gives up `partitions`; returns the next offsets acknowledged for them (at-least-once:
     /// the consumer commits them before the revocation completes).
     pub(super) fn revoke(
         &mut self,
-        batch: &mut Vec<InputRecord>,
+        batch: &mut Batch,
         partitions: &[TopicPartition],
         lost: bool,
     ) -> Vec<(TopicPartition, i64)> {
         if lost {
             // Their outputs cannot be committed: the open transaction goes, and the records
             // of partitions kept are processed again.
-            if !self.abandon_streamed() {
+            if !batch.abandon(self) {
                 batch.clear();
             }
             // Only the lost partitions' records: a worker's batch also holds partitions it
             // keeps (incremental rebalancing), committed as usual.
             let before = batch.len();
-            batch.retain(|r| !partitions.iter().any(|(t, p)| *p == r.partition && *t == r.topic));
+            batch.drop_partitions(partitions);
             tracing::info!(
                 task = self.id,
                 ?partitions,
@@ -37,7 +37,7 @@ impl Task {
         } else if self.hand_back(batch, partitions) {
             // Dropped uncommitted: see the module docs.
         } else {
-            self.flush(batch);
+            batch.end(self);
         }
         // A batch dropped on this revocation (it kept failing, or was handed back) also held
         // the records of partitions this task keeps (a worker, co-partitioned inputs): they
@@ -70,10 +70,10 @@ impl Task {
     /// Drops a collected batch that has begun no transaction, past the slot bound, when the
     /// task gives up every partition it has (a co-partitioned task keeping some would have
     /// to rewind them); `false` when the batch is to be committed as usual.
-    fn hand_back(&mut self, batch: &mut Vec<InputRecord>, partitions: &[TopicPartition]) -> bool {
+    fn hand_back(&mut self, batch: &mut Batch, partitions: &[TopicPartition]) -> bool {
         let engaged = self.shared.slots.as_ref().is_some_and(|s| s.engaged());
         let everything = self.owned.iter().all(|tp| partitions.contains(tp));
-        if batch.is_empty() || !engaged || self.streamed.is_some() || !everything {
+        if batch.is_empty() || !engaged || batch.is_open() || !everything {
             return false;
         }
         tracing::info!(

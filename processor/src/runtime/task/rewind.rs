@@ -3,15 +3,15 @@
 //! else ([`reconcile::replaced`], then [`Control::Fenced`]), a fresh producer fences the old
 //! epoch, the partitions' state is dropped and the consumer seeks them back to their committed
 //! offsets ([`Control::Rewind`]), with no rebalance. Until it answers
-//! [`TaskMsg::Rewound`](super::TaskMsg::Rewound), inbox records of those partitions are dropped.
+//! [`TaskMsg::Rewound`](crate::runtime::protocol::TaskMsg::Rewound), inbox records of those partitions are dropped.
 //! Also serves a worker's batch dropped on a revocation ([`Task::rewind_dropped`]). Not in
 //! place: partitions already lost, an exactly-once sink, a fresh producer that fails too.
 
 use super::Task;
 use crate::observe::Interruption;
 use crate::partition::TopicPartition;
+use crate::runtime::protocol::Control;
 use crate::runtime::reconcile;
-use crate::runtime::Control;
 use crate::txn::StepError;
 
 impl Task {

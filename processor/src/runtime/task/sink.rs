@@ -1,15 +1,14 @@
 //! A task's sink ([`crate::sink`]): connecting it, claiming partitions, and the write of an
 //! exactly-once sink after the Kafka side of a batch committed. Other sinks are written inside
-//! the cycle ([`run_cycle`]), where a failure aborts and replays. An exactly-once sink's
+//! the attempt ([`batch`](super::batch)), where a failure aborts and replays. An exactly-once sink's
 //! failure cannot abort: the *same* rows are written again after
 //! [`Sink::recover`](crate::sink::Sink::recover), until the task's deadline, never
 //! re-processed (that would produce the Kafka outputs twice).
-//!
-//! [`run_cycle`]: crate::txn::run_cycle
 
 use std::time::{Duration, Instant};
 
-use super::{Flush, Next, Resume, Task};
+use super::batch::{BatchEnd, Next};
+use super::{Resume, Task};
 use crate::error::Error;
 use crate::observe::Outcome;
 use crate::partition::TopicPartition;
@@ -17,7 +16,6 @@ use crate::record::InputRecord;
 use crate::record::Topic;
 use crate::runtime::interrupt::Deadline;
 use crate::sink::erased::SinkFailure;
-use crate::sink::PartitionRange;
 use crate::sink::{SinkErrorClass, SinkGuarantee};
 
 pub(super) fn sink_error(op: &str, f: SinkFailure) -> Error {
@@ -118,7 +116,7 @@ impl Task {
     /// the same rows again after a retriable failure (idempotent), until `deadline`.
     /// `Err`: give the partitions up (fenced), stop the pipeline, or drop the batch
     /// (interrupted: the partitions' next owner replays it from the sink's offsets).
-    pub(super) fn write_exactly_once(&mut self, records: usize, deadline: Deadline<'_>) -> Result<Duration, Flush> {
+    pub(super) fn write_exactly_once(&mut self, records: usize, deadline: Deadline<'_>) -> Result<Duration, BatchEnd> {
         let started = Instant::now();
         let rt = self.shared.rt.clone();
         let Some(sink) = self.sink.as_mut() else { return Ok(Duration::ZERO) };
@@ -135,21 +133,21 @@ impl Task {
             match failure.class {
                 SinkErrorClass::Fenced => {
                     sink.clear();
-                    return Err(Flush::SinkFenced(failure.to_string()));
+                    return Err(BatchEnd::SinkFenced(failure.to_string()));
                 }
                 SinkErrorClass::Rejected | SinkErrorClass::Fatal => {
                     sink.clear();
-                    return Err(Flush::Stop(sink_error("write", failure)));
+                    return Err(BatchEnd::Stop(sink_error("write", failure)));
                 }
                 SinkErrorClass::Retriable | SinkErrorClass::OutcomeUnknown => {}
             }
             if let Some(because) = self.interrupt.expired() {
                 sink.clear();
-                return Err(Flush::Dropped { because, reason: failure.to_string() });
+                return Err(BatchEnd::Dropped { because, reason: failure.to_string() });
             }
             if deadline.passed() || Instant::now() + backoff >= deadline.instant() {
                 sink.clear();
-                return Err(Flush::Stop(sink_error("write", failure)));
+                return Err(BatchEnd::Stop(sink_error("write", failure)));
             }
             deadline.sleep(backoff);
             backoff = (backoff * 2).min(Duration::from_secs(5));
@@ -181,14 +179,14 @@ impl Task {
         }
         let outcome = Outcome::Aborted { class: None, reason: reason.clone() };
         match failure.class {
-            SinkErrorClass::Fenced => return (outcome, Next::Done(Flush::SinkFenced(reason))),
+            SinkErrorClass::Fenced => return (outcome, Next::End(BatchEnd::SinkFenced(reason))),
             SinkErrorClass::Rejected | SinkErrorClass::Fatal => {
-                return (outcome, Next::Done(Flush::Stop(sink_error("write", failure))))
+                return (outcome, Next::End(BatchEnd::Stop(sink_error("write", failure))))
             }
             SinkErrorClass::Retriable | SinkErrorClass::OutcomeUnknown => {}
         }
         if Instant::now() + *backoff >= task_deadline {
-            return (outcome, Next::Done(Flush::Stop(sink_error("write", failure))));
+            return (outcome, Next::End(BatchEnd::Stop(sink_error("write", failure))));
         }
         tracing::warn!(task = self.id, error = %reason, "sink write failed; transaction aborted, replaying the batch");
         let pause = *backoff;
@@ -198,24 +196,6 @@ impl Task {
                 tracing::warn!(task = self.id, error = %f, "sink recover failed; retrying");
             }
         }
-        (outcome, Next::Retry(pause))
+        (outcome, Next::Replay(pause))
     }
-}
-
-/// The partitions of `batch` an exactly-once sink has no offset for yet, each with its
-/// first offset in the batch as the resume point to store ([`SinkStep::AfterCommit`]).
-///
-/// [`SinkStep::AfterCommit`]: crate::txn::SinkStep::AfterCommit
-pub(super) fn anchors(
-    batch: &[InputRecord],
-    unanchored: &std::collections::HashSet<TopicPartition>,
-) -> Vec<PartitionRange> {
-    if unanchored.is_empty() {
-        return Vec::new();
-    }
-    crate::partition::partition_ranges(batch)
-        .into_iter()
-        .filter(|r| unanchored.contains(&(r.topic.clone(), r.partition)))
-        .map(|r| PartitionRange { next_offset: r.first_offset, ..r })
-        .collect()
 }

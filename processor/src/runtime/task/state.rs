@@ -1,11 +1,12 @@
 //! A task's state stores: restored before a partition's first record, and their overlays
-//! merged or discarded once a transaction's outcome is known.
+//! discarded once a transaction is known aborted (merged by the batch once it is known
+//! committed).
 
 use std::time::{Duration, Instant, SystemTime};
 
 use super::Task;
 use crate::error::Error;
-use crate::state::{changelog, Tally};
+use crate::state::changelog;
 use crate::table::reader::TableReader;
 
 impl Task {
@@ -95,30 +96,5 @@ impl Task {
         }
         let at = self.processing.next_timer_wake()?;
         Some(at.duration_since(SystemTime::now()).unwrap_or_default())
-    }
-
-    /// The transaction committed: every partition's state overlay becomes committed state,
-    /// checkpointed at the offsets its changelog records got (from the current producer's
-    /// delivery reports; after a reconciled unknown outcome the producer is a fresh one
-    /// that knows none, and the checkpoints stay behind, which is safe), and the
-    /// operators' tallies are counted.
-    pub(super) fn commit_states(&mut self) {
-        let pipeline = &self.shared.cfg.application_id;
-        let stats = self.shared.shutdown.stats();
-        let ends = self.producer.as_ref().map(|p| p.changelog_ends()).unwrap_or_default();
-        for committed in self.processing.commit_states(&ends) {
-            for (store, n) in committed.changes {
-                crate::metrics::changelog_committed(pipeline, &store, n);
-                stats.changelog_records.add(n);
-            }
-            for ((tally, store), n) in committed.tallies {
-                crate::metrics::tally_committed(pipeline, tally, &store, n);
-                match tally {
-                    Tally::Duplicate => stats.duplicates_dropped.add(n),
-                    Tally::Late => stats.late_records.add(n),
-                    Tally::Correction => stats.window_corrections.add(n),
-                }
-            }
-        }
     }
 }

@@ -1,74 +1,17 @@
-//! What a partition task is made of: the task and its fields, the messages the consumer
-//! thread sends it, and what a batch's cycle leads to ([`Flush`], [`Next`]).
+//! What a partition task is made of: the task and its fields.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::mpsc::{Sender, SyncSender};
+use std::sync::mpsc::Sender;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use super::first_attempt::Streamed;
-use crate::error::{Error, Result};
 use crate::metrics::TaskMetrics;
-use crate::observe::Interruption;
-use crate::partition::{Resume, TopicPartition};
+use crate::partition::TopicPartition;
 use crate::processing::Processing;
-use crate::record::InputRecord;
 use crate::runtime::interrupt::Interrupt;
-use crate::runtime::{Control, Shared};
-use crate::txn::{StepError, TxnProducer};
-
-/// What the consumer thread sends a task.
-pub(crate) enum TaskMsg {
-    /// A consumed record of one of the task's partitions.
-    Record(InputRecord),
-    /// New partitions (long-lived tasks only); the reply says where the sink, if any, has
-    /// them resume.
-    Assign { partitions: Vec<TopicPartition>, reply: SyncSender<Result<Resume>> },
-    /// Give these partitions up; reply when their batch is committed (or dropped, if lost).
-    Revoke { partitions: Vec<TopicPartition>, lost: bool, reply: SyncSender<RevokeReply> },
-    /// The consumer moved these partitions back to their committed offsets (after
-    /// [`Control::Rewind`]): their records from here on follow the rewind.
-    Rewound { partitions: Vec<TopicPartition> },
-    /// Commit what is collected and exit.
-    Shutdown,
-}
-
-/// A task's answer to a revocation.
-pub(crate) struct RevokeReply {
-    /// At-least-once: the next offsets acknowledged for the revoked partitions, for the
-    /// consumer to commit synchronously before the revocation completes.
-    pub acked_offsets: Vec<(TopicPartition, i64)>,
-}
-
-pub(super) enum Flush {
-    Committed,
-    /// The producer was fenced (or its unknown outcome could not be reconciled): it is
-    /// dropped, the batch with it, and the partitions go back to the group — or stay, for
-    /// a failure of its own, unless a reconcile found another owner (`replaced`).
-    GaveUp {
-        error: Box<StepError>,
-        replaced: bool,
-    },
-    /// The task was interrupted (see [`interrupt`](super::interrupt)): the batch's
-    /// transaction is aborted and the batch dropped; the producer stays.
-    Dropped {
-        because: Interruption,
-        reason: String,
-    },
-    /// The pipeline must stop.
-    Stop(Error),
-    /// An exactly-once sink refused the batch for an owner that claimed the partitions
-    /// since: like a fenced producer, the partitions go back to the group.
-    SinkFenced(String),
-}
-
-/// What a failed or successful cycle leads to.
-pub(super) enum Next {
-    /// The batch is done with (committed, dropped, or the producer or pipeline given up).
-    Done(Flush),
-    /// Replay the batch after this pause.
-    Retry(Duration),
-}
+use crate::runtime::protocol::Control;
+use crate::runtime::Shared;
+use crate::txn::TxnProducer;
 
 pub(crate) struct Task {
     pub(crate) id: u64,
@@ -96,20 +39,17 @@ pub(crate) struct Task {
     pub(super) unanchored: HashSet<TopicPartition>,
     /// The partitions of the last batch dropped by an interrupt (see the revocation).
     pub(super) dropped: Vec<TopicPartition>,
-    /// Partitions whose records are dropped as they come: waiting for [`TaskMsg::Rewound`]
-    /// after a producer was replaced in place (their records until then came before the
+    /// Partitions whose records are dropped as they come: waiting for
+    /// [`TaskMsg::Rewound`](crate::runtime::protocol::TaskMsg::Rewound) after a producer was replaced in place (their records until then came before the
     /// rewind), or whose batch an interruption dropped (a later batch of theirs must never
     /// commit past it: revoked, the next owner reads them again from the committed offset;
     /// kept, the revocation rewinds them).
     pub(super) rewinding: HashSet<TopicPartition>,
-    /// When the previous cycle ended, and when the collected batch's first record came:
-    /// the `idle` and `collect` times of the next [`TransactionEvent`](crate::observe::TransactionEvent).
+    /// When the previous cycle ended: the `idle` time of the next batch's
+    /// [`TransactionEvent`](crate::observe::TransactionEvent).
     pub(super) last_cycle_end: Instant,
-    pub(super) collect_started: Option<Instant>,
     /// Failed attempts of the timers firing without a record, in the batch in flight.
     pub(super) timer_attempts: u32,
-    /// The first attempt of the batch being collected, run as its records arrive.
-    pub(super) streamed: Option<Streamed>,
     /// The consumers of the pipeline's [tables](crate::table), made at the first
     /// partition that needs them.
     pub(super) tables: Option<crate::table::reader::TableReader>,

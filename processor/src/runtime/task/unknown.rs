@@ -3,7 +3,9 @@
 
 use std::time::{Duration, Instant};
 
-use super::{give_up, Next, Task};
+use super::batch::{commit_states, committed, Next};
+use super::failed::give_up;
+use super::Task;
 use crate::observe::{Interruption, Outcome, Reconciliation};
 use crate::record::InputRecord;
 use crate::runtime::interrupt::Deadline;
@@ -78,13 +80,13 @@ impl Task {
         let outcome = Outcome::Reconciled { found, reason: e.to_string() };
         match found {
             Reconciliation::Committed => {
-                self.commit_states();
-                (outcome, Next::Done(self.committed(batch, stats)))
+                commit_states(self);
+                (outcome, Next::End(committed(self, batch, stats)))
             }
             Reconciliation::Aborted => {
                 self.discard_states();
                 self.shared.shutdown.stats().transactions_aborted.inc();
-                (outcome, Next::Retry(Duration::ZERO))
+                (outcome, Next::Replay(Duration::ZERO))
             }
         }
     }

@@ -1,27 +1,29 @@
-//! How a task tells the hooks, the metrics, the span and the debug log how a cycle went.
+//! How a batch tells the hooks, the metrics, the span and the debug log how each attempt
+//! went.
 
-use std::collections::HashMap;
-use std::time::Duration;
+use std::collections::{BTreeSet, HashMap};
+use std::time::{Duration, Instant};
 
-use super::Task;
+use super::Batch;
 use crate::observe::{Outcome, Reconciliation, TransactionEvent};
 use crate::partition::TopicPartition;
-use crate::record::InputRecord;
+use crate::runtime::task::Task;
 use crate::txn::CycleStats;
 
-impl Task {
-    /// Tells the hooks, the metrics, the span and the debug log how a cycle went. `closing`:
-    /// when the batch's collection ended (the cycle's start, or its closing steps' when the
-    /// batch was processed as it was collected); `total`: the transaction's wall time.
+impl Batch {
+    /// Tells the hooks, the metrics, the span and the debug log how an attempt went.
+    /// `closing`: when the batch's collection ended (the attempt's start, or its closing
+    /// steps' when it began while collecting); `total`: the transaction's wall time.
     pub(super) fn report(
         &mut self,
-        batch: &[InputRecord],
+        task: &mut Task,
         outputs_per_partition: &HashMap<TopicPartition, u64>,
-        closing: std::time::Instant,
+        closing: Instant,
         total: Duration,
         stats: CycleStats,
         outcome: &Outcome,
     ) {
+        let batch = &self.records;
         let records = batch.len();
         let span = tracing::Span::current();
         span.record("duration_us", total.as_micros() as u64);
@@ -31,23 +33,23 @@ impl Task {
                     "outcome",
                     if *outcome == Outcome::Committed { "committed" } else { "reconciled: committed" },
                 );
-                self.metrics.committed(records, stats.process, stats.commit, total);
+                task.metrics.committed(records, stats.process, stats.commit, total);
                 let mut inputs: HashMap<TopicPartition, u64> = HashMap::new();
                 for r in batch {
                     *inputs.entry((r.topic.clone(), r.partition)).or_default() += 1;
                 }
                 let mut dead: HashMap<TopicPartition, u64> = HashMap::new();
-                for origin in self.processing.dead_lettered() {
+                for origin in task.processing.dead_lettered() {
                     if let Some((t, p, _)) = crate::record::parse_origin(origin.as_bytes()) {
                         *dead.entry((t.into(), p)).or_default() += 1;
                     }
                 }
                 for (tp, n) in &inputs {
                     let out = outputs_per_partition.get(tp).copied().unwrap_or(0);
-                    self.metrics.partition_records(tp, *n, out, dead.get(tp).copied().unwrap_or(0));
+                    task.metrics.partition_records(tp, *n, out, dead.get(tp).copied().unwrap_or(0));
                 }
                 tracing::debug!(
-                    task = self.id,
+                    task = task.id,
                     records,
                     outputs = stats.outputs,
                     commit_us = stats.commit.as_micros() as u64,
@@ -56,7 +58,7 @@ impl Task {
             }
             Outcome::Aborted { class, .. } => {
                 span.record("outcome", "aborted");
-                self.metrics.aborted(*class);
+                task.metrics.aborted(*class);
             }
             Outcome::Reconciled { .. } => {
                 span.record("outcome", "reconciled: aborted");
@@ -66,28 +68,27 @@ impl Task {
             }
             Outcome::Dropped { .. } => {
                 span.record("outcome", "dropped");
-                self.metrics.interrupted();
+                task.metrics.interrupted();
             }
         }
-        if self.shared.hooks.is_empty() {
+        if task.shared.hooks.is_empty() {
             return;
         }
-        // The batch's first cycle only: a replay collects nothing and follows its failure.
+        // The batch's first attempt only: a replay collects nothing and follows its failure.
         let (collect, idle) = match self.collect_started.take() {
             Some(first) => {
-                (closing.saturating_duration_since(first), first.saturating_duration_since(self.last_cycle_end))
+                (closing.saturating_duration_since(first), first.saturating_duration_since(task.last_cycle_end))
             }
             None => (Duration::ZERO, Duration::ZERO),
         };
-        self.last_cycle_end = std::time::Instant::now();
-        let distinct: std::collections::BTreeSet<(&str, i32)> =
-            batch.iter().map(|r| (r.topic.as_str(), r.partition)).collect();
+        task.last_cycle_end = Instant::now();
+        let distinct: BTreeSet<(&str, i32)> = batch.iter().map(|r| (r.topic.as_str(), r.partition)).collect();
         let partitions = distinct.into_iter().map(|(t, p)| (t.to_string(), p)).collect();
         let event = TransactionEvent {
             partitions,
             collect,
             idle,
-            transactional_id: self.transactional_id.clone(),
+            transactional_id: task.transactional_id.clone(),
             records,
             outputs: stats.outputs,
             process: stats.process,
@@ -96,7 +97,7 @@ impl Task {
             total,
             outcome: outcome.clone(),
         };
-        for hook in &self.shared.hooks {
+        for hook in &task.shared.hooks {
             hook(&event);
         }
     }

@@ -1,0 +1,613 @@
+//! One batch, from its first record to its end: the transaction cycle of `docs/semantics.md`,
+//! in the order it runs. [`TxnProducer`] owns the transaction; a [`Batch`] drives it.
+//!
+//! ```text
+//!  collect   Batch::add        records arrive until the commit interval or the record bound
+//!  begin     Steps::begin      begin_transaction, then the timers due without a record
+//!  process   Steps::process    each record not processed yet: the processor, its outputs
+//!                              produced with the origin header, the timers it made due
+//!  close     Steps::close      the state changes produced -> every delivery report
+//!                              awaited -> [sink write, or an exactly-once sink's rows
+//!                              prepared] -> send_offsets_to_transaction (marked:
+//!                              txn/offsets.rs) -> commit_transaction
+//!  settle    Batch::attempts   committed: merge the state overlays, count the batch;
+//!                              failed: abort and replay, fence and reconcile, give the
+//!                              producer up, or drop the batch (failed.rs, unknown.rs,
+//!                              sink.rs; reconcile::verdict decides) until one ends it
+//!  report    Batch::report     every attempt: hooks, metrics, the transaction span
+//!  end       Batch::end        the batch ends (BatchEnd); uncommitted, Task::settle
+//!                              (failed.rs) acts on why; the batch is emptied
+//! ```
+//!
+//! Every attempt runs `Batch::attempt`: begin, process what is not processed yet, close.
+//! With `process_while_collecting` the first attempt runs begin and process as the batch
+//! collects (the transaction holds the same records in the same order); a replay runs them
+//! in one go. A first attempt begun while collecting holds no transaction slot and is closed
+//! even when the task is interrupted (it then fails at once and is aborted like any attempt).
+//! At-least-once runs the same steps without the transaction calls; its offsets go to the
+//! consumer thread once the attempt succeeded. Where the sink goes and why: [`crate::sink`].
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::ConsumerGroupMetadata;
+use rdkafka::TopicPartitionList;
+
+use super::Task;
+use crate::error::{Error, ErrorClass};
+use crate::observe::{Interruption, Outcome};
+use crate::partition::{partition_ranges, TopicPartition};
+use crate::processing::{process_records, send_state_changes, BatchWork};
+use crate::record::InputRecord;
+use crate::runtime::interrupt::{Deadline, ABORT_GRACE};
+use crate::runtime::protocol::Control;
+use crate::runtime::slots::Slots;
+use crate::sink::{PartitionRange, SinkGuarantee};
+use crate::state::Tally;
+use crate::txn::{
+    next_offset_per_partition, next_offsets, CycleError, CycleStats, SinkStep, Step, StepError, TxnProducer, Work,
+};
+
+mod report;
+
+/// The records collected for one transaction, and its first attempt if it runs as they come.
+pub(super) struct Batch {
+    records: Vec<InputRecord>,
+    /// When the collection ends: the commit interval after the first record.
+    closes_at: Instant,
+    /// When the first record came: the `collect` and `idle` times of the first attempt's
+    /// report (taken by it; set again at the next batch's first record).
+    collect_started: Option<Instant>,
+    /// The first attempt, begun at the first record (`process_while_collecting`).
+    open: Option<Attempt>,
+}
+
+/// An attempt begun while the batch collects.
+enum Attempt {
+    /// Begun at `started`; the batch's first `processed` records are processed and produced.
+    Open { started: Instant, processed: usize, stats: CycleStats },
+    /// Begun at `started`, it failed: the batch ends at once, with this as its first result.
+    Failed { started: Instant, error: CycleError },
+}
+
+/// How a batch ended.
+pub(super) enum BatchEnd {
+    Committed,
+    /// The producer was fenced (or its unknown outcome could not be reconciled): it is
+    /// dropped, the batch with it, and the partitions go back to the group — or stay, for
+    /// a failure of its own, unless a reconcile found another owner (`replaced`).
+    GaveUp {
+        error: Box<StepError>,
+        replaced: bool,
+    },
+    /// The task was interrupted (see [`interrupt`](crate::runtime::interrupt)): the batch's
+    /// transaction is aborted and the batch dropped; the producer stays.
+    Dropped {
+        because: Interruption,
+        reason: String,
+    },
+    /// The pipeline must stop.
+    Stop(Error),
+    /// An exactly-once sink refused the batch for an owner that claimed the partitions
+    /// since: like a fenced producer, the partitions go back to the group.
+    SinkFenced(String),
+}
+
+/// What an attempt leads to.
+pub(super) enum Next {
+    /// The batch ended.
+    End(BatchEnd),
+    /// Replay the batch after this pause.
+    Replay(Duration),
+}
+
+/// Where an attempt's input offsets go.
+enum CommitTo<'a> {
+    /// Into the transaction: these offsets, with this consumer group metadata (exactly-once).
+    /// Never empty for a transaction that has anything to commit: a transaction of timers
+    /// alone sends where its partitions stand, so that its outcome can be read back and, in
+    /// per-consumer mode, the group generation fences it (`positions.rs`).
+    Transaction { group: &'a Arc<ConsumerGroupMetadata>, offsets: &'a TopicPartitionList },
+    /// Nowhere yet: the task hands them to the consumer once committed (at-least-once).
+    Consumer,
+}
+
+/// What the steps of one attempt act on: the task's producer and the attempt's work (the
+/// processor and the partitions' state), bounded by the attempt's deadline.
+struct Steps<'a> {
+    producer: &'a mut TxnProducer,
+    work: BatchWork<'a>,
+    deadline: Deadline<'a>,
+}
+
+impl Steps<'_> {
+    /// One attempt from where it stands: begun unless `stats` says it is (then its first
+    /// `processed` records are processed already), the rest processed, then closed.
+    fn run(
+        mut self,
+        batch: &[InputRecord],
+        processed: usize,
+        stats: Option<CycleStats>,
+        to: CommitTo<'_>,
+        sink: SinkStep<'_>,
+    ) -> Result<CycleStats, CycleError> {
+        let mut stats = match stats {
+            Some(stats) => stats,
+            None => self.begin()?,
+        };
+        if processed < batch.len() {
+            self.process(&batch[processed..], processed, &mut stats)?;
+        }
+        self.close(batch, to, sink, stats)
+    }
+
+    /// `begin_transaction`, then the timers due without a record.
+    fn begin(&mut self) -> Result<CycleStats, CycleError> {
+        let started = Instant::now();
+        self.producer.begin()?;
+        let fired = self.work.fire_timers().map_err(CycleError::Timer)?;
+        for out in fired {
+            self.producer.send(out, None, self.deadline)?;
+        }
+        Ok(CycleStats { outputs: fired.len() as u64, process: started.elapsed(), ..CycleStats::default() })
+    }
+
+    /// Processes `records` — the batch's from index `first` on — and produces their outputs.
+    fn process(&mut self, records: &[InputRecord], first: usize, stats: &mut CycleStats) -> Result<(), CycleError> {
+        let started = Instant::now();
+        let (producer, deadline) = (&mut *self.producer, self.deadline);
+        stats.outputs +=
+            process_records(records, first, &mut self.work, |out, origin| producer.send(out, origin, deadline))?;
+        stats.process += started.elapsed();
+        Ok(())
+    }
+
+    /// The batch's state changes, every delivery report, the sink's step, the offsets and
+    /// the commit.
+    fn close(
+        mut self,
+        batch: &[InputRecord],
+        to: CommitTo<'_>,
+        sink: SinkStep<'_>,
+        mut stats: CycleStats,
+    ) -> Result<CycleStats, CycleError> {
+        let (producer, deadline) = (&mut *self.producer, self.deadline);
+        let mut phase = Instant::now();
+        stats.changelog = send_state_changes(&mut self.work, |out| producer.send(out, None, deadline))?;
+        stats.process += lap(&mut phase);
+        producer.await_acks(deadline)?;
+        stats.await_acks = lap(&mut phase);
+        match sink {
+            SinkStep::None => {}
+            SinkStep::BeforeOffsets(sink, rt) => {
+                sink.prepare(partition_ranges(batch), self.work.take_sink_rows()).map_err(CycleError::Sink)?;
+                sink.write(rt, deadline.remaining()).map_err(CycleError::Sink)?;
+                stats.sink = lap(&mut phase);
+            }
+            SinkStep::AfterCommit { sink, rt, anchors } => {
+                if !anchors.is_empty() {
+                    sink.prepare(anchors, Vec::new()).map_err(CycleError::Sink)?;
+                    sink.write(rt, deadline.remaining()).map_err(CycleError::Sink)?;
+                }
+                // Prepared before the commit: a commit whose outcome is reconciled as
+                // committed still has its rows to write.
+                sink.prepare(partition_ranges(batch), self.work.take_sink_rows()).map_err(CycleError::Sink)?;
+            }
+        }
+        if let CommitTo::Transaction { group, offsets } = to {
+            if offsets.count() > 0 {
+                producer.send_offsets(offsets, group, deadline)?;
+            }
+            producer.commit(deadline)?;
+            stats.commit = lap(&mut phase);
+        }
+        Ok(stats)
+    }
+}
+
+impl Batch {
+    pub(super) fn new() -> Batch {
+        Batch { records: Vec::new(), closes_at: Instant::now(), collect_started: None, open: None }
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.records.is_empty()
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.records.len()
+    }
+
+    /// Whether a first attempt was begun while collecting (its transaction may be open).
+    pub(super) fn is_open(&self) -> bool {
+        self.open.is_some()
+    }
+
+    /// How long the batch still collects.
+    pub(super) fn closes_in(&self) -> Duration {
+        self.closes_at.saturating_duration_since(Instant::now())
+    }
+
+    /// Drops the collected records (no attempt is open: see the callers).
+    pub(super) fn clear(&mut self) {
+        self.records.clear();
+    }
+
+    /// Drops the records of `partitions` (lost: their outputs cannot be committed).
+    pub(super) fn drop_partitions(&mut self, partitions: &[TopicPartition]) {
+        self.records.retain(|r| !partitions.iter().any(|(t, p)| *p == r.partition && *t == r.topic));
+    }
+
+    /// Collects `record`; with `process_while_collecting`, runs it through the first attempt
+    /// (begun at the batch's first record). Returns `false` once that attempt failed: the
+    /// caller ends the batch at once, which handles the failure as any attempt's.
+    pub(super) fn add(&mut self, record: InputRecord, task: &mut Task) -> bool {
+        if self.records.is_empty() {
+            self.collect_started = Some(Instant::now());
+            self.closes_at = Instant::now() + task.shared.cfg.commit_interval;
+        }
+        self.records.push(record);
+        // Read once per attempt, like a replay's; a failure is met again there.
+        if self.records.len() == 1 && streams(task) && task.refresh_tables().is_ok() {
+            let Some(producer) = task.producer.as_mut() else { return true };
+            let started = Instant::now();
+            let deadline = Deadline::interruptible(started + task.shared.cfg.task_timeout, &task.interrupt);
+            let mut steps = Steps { producer, work: task.processing.work(), deadline };
+            self.open = Some(match steps.begin() {
+                Ok(stats) => Attempt::Open { started, processed: 0, stats },
+                Err(error) => Attempt::Failed { started, error },
+            });
+        }
+        let (Some(Attempt::Open { started, processed, stats }), Some(producer)) =
+            (self.open.as_mut(), task.producer.as_mut())
+        else {
+            return !matches!(self.open, Some(Attempt::Failed { .. }));
+        };
+        let deadline = Deadline::interruptible(Instant::now() + task.shared.cfg.task_timeout, &task.interrupt);
+        let mut steps = Steps { producer, work: task.processing.continued_work(), deadline };
+        let last = self.records.len() - 1;
+        match steps.process(&self.records[last..], last, stats) {
+            Ok(()) => {
+                *processed = self.records.len();
+                true
+            }
+            Err(error) => {
+                let started = *started;
+                self.open = Some(Attempt::Failed { error, started });
+                false
+            }
+        }
+    }
+
+    /// Ends the batch: commits it, replaying it after aborts, acts on how it ended, and
+    /// empties it. With nothing collected, or once the task stopped, only the first attempt
+    /// is abandoned.
+    pub(super) fn end(&mut self, task: &mut Task) {
+        if self.records.is_empty() || task.stopped {
+            self.abandon(task);
+            self.records.clear();
+            return;
+        }
+        self.commit(task);
+    }
+
+    /// Runs a transaction of the timers due without a record ([`crate::timers`]), as an
+    /// empty batch.
+    pub(super) fn fire_timers(&mut self, task: &mut Task) {
+        // A wake-up a little early (the inbox's timeout rounds) finds nothing due: no empty
+        // transaction for it.
+        let due = task.processing.next_timer_wake().is_some_and(|at| at <= std::time::SystemTime::now());
+        if due && !task.stopped && task.producer.is_some() {
+            self.commit(task);
+        }
+    }
+
+    fn commit(&mut self, task: &mut Task) {
+        match self.attempts(task) {
+            BatchEnd::Committed => {}
+            end => task.settle(end, &self.records),
+        }
+        task.processing.batch_done();
+        task.timer_attempts = 0;
+        self.records.clear();
+    }
+
+    /// Aborts the first attempt, if any, without replaying it: its partitions were lost, or
+    /// the pipeline stops. The state overlays go with it; what the batch still holds is
+    /// processed again by its next attempt. Returns `false` if the abort failed: the producer
+    /// is then given up (or replaced, its partitions rewound), and the batch must be dropped
+    /// whole.
+    pub(super) fn abandon(&mut self, task: &mut Task) -> bool {
+        if self.open.take().is_none() {
+            return true;
+        }
+        task.discard_states();
+        let Some(producer) = task.producer.as_mut() else { return false };
+        let deadline = Deadline::interruptible(Instant::now() + task.shared.cfg.task_timeout, &task.interrupt);
+        match producer.abort(deadline.with_grace(ABORT_GRACE)) {
+            Ok(()) => {
+                task.shared.shutdown.stats().transactions_aborted.inc();
+                tracing::debug!(task = task.id, "open transaction of the collecting batch aborted");
+                true
+            }
+            // Its fate unknown: the producer cannot be trusted with the next batch.
+            Err(e) => {
+                task.settle(BatchEnd::GaveUp { error: Box::new(e), replaced: false }, &[]);
+                false
+            }
+        }
+    }
+
+    /// Runs the batch's attempts until one ends it, within the task timeout — or less, once
+    /// the consumer thread interrupts the task.
+    fn attempts(&mut self, task: &mut Task) -> BatchEnd {
+        let cfg = task.shared.cfg.clone();
+        let task_deadline = Instant::now() + cfg.task_timeout;
+        let interrupt = task.interrupt.clone();
+        let deadline = Deadline::interruptible(task_deadline, &interrupt);
+        let mut backoff = Duration::from_millis(100);
+        let mut last_error = None;
+        // The first attempt, if begun while collecting: closed first (interrupted, it fails at
+        // once and is aborted like any attempt).
+        let mut first = self.open.take();
+        // Set when a revocation or the shutdown ended the wait for a slot.
+        let mut handed_back = None;
+        // What the attempts commit, kept for a reconcile: the batch's next offsets, or, for
+        // timers alone, where the owned partitions stand (positions.rs).
+        let offsets = match &self.records[..] {
+            [] if task.transactional_id.is_some() => task.standing(deadline),
+            records => Ok(next_offsets(records)),
+        };
+        let offsets = match offsets {
+            Ok(offsets) => {
+                task.offsets = offsets.clone();
+                offsets
+            }
+            Err(e) => {
+                return match interrupt.expired() {
+                    Some(because) => BatchEnd::Dropped { because, reason: e.to_string() },
+                    None => BatchEnd::Stop(e),
+                }
+            }
+        };
+        loop {
+            if let Some(because) = interrupt.expired().or(handed_back).filter(|_| first.is_none()) {
+                // Interrupted during the pause before a replay: the aborted attempt is
+                // reported already, the drop gets an event of its own (no transaction).
+                let reason = match last_error {
+                    Some(reason) => {
+                        let outcome = Outcome::Dropped { because, reason: String::clone(&reason) };
+                        let (now, nothing) = (Instant::now(), CycleStats::default());
+                        self.report(task, &HashMap::new(), now, Duration::ZERO, nothing, &outcome);
+                        reason
+                    }
+                    None if handed_back.is_some() => {
+                        "handed back: interrupted while waiting for a transaction slot".into()
+                    }
+                    None => "interrupted before the first attempt".into(),
+                };
+                if handed_back.is_some() {
+                    task.handed_back(self.records.len());
+                }
+                return BatchEnd::Dropped { because, reason };
+            }
+            // Every attempt not begun while collecting looks the tables up as they are now.
+            if first.is_none() {
+                if let Err(e) = task.refresh_tables() {
+                    return BatchEnd::Stop(e);
+                }
+            }
+            let Some(producer) = task.producer.as_ref() else {
+                return BatchEnd::GaveUp { error: Box::new(given_up()), replaced: false };
+            };
+            // Read afresh for every attempt: in per-consumer mode the generation (member
+            // epoch) moves on with every rebalance, including those that leave this task's
+            // partitions in place (per-partition mode sends the group id alone).
+            let group = match producer.transactional_id().map(|_| task.shared.group_metadata()) {
+                None => None,
+                Some(None) => return BatchEnd::Stop(Error::Internal("the consumer is gone: no group metadata".into())),
+                Some(g) => g,
+            };
+            let to = match &group {
+                Some(group) => CommitTo::Transaction { group, offsets: &offsets },
+                None => CommitTo::Consumer,
+            };
+            // Per-partition mode: wait for a transaction slot (runtime::slots; never blocks
+            // while the bound is not engaged), unless a revocation or the shutdown comes:
+            // then the batch, with no transaction begun, is handed back at the top. A first
+            // attempt begun while collecting holds none, and must not wait.
+            let shared = task.shared.clone();
+            let interrupted = || interrupt.current().is_some();
+            let slot =
+                match shared.slots.as_ref().filter(|_| first.is_none()).map(|s| s.acquire(&deadline, &interrupted)) {
+                    Some(None) => match interrupt.current() {
+                        Some((why, _)) => {
+                            handed_back = Some(why);
+                            continue; // dropped at the top
+                        }
+                        None => return BatchEnd::Stop(Slots::timed_out(cfg.task_timeout)),
+                    },
+                    Some(Some(slot)) => Some(slot),
+                    None => None,
+                };
+            let span = tracing::info_span!(
+                "transaction",
+                pipeline = %cfg.application_id,
+                partition = %task.label,
+                transactional_id = task.transactional_id.as_deref().unwrap_or("-"),
+                records = self.records.len(),
+                outcome = tracing::field::Empty,
+                duration_us = tracing::field::Empty,
+            );
+            let _entered = span.enter();
+            let closing = Instant::now();
+            let (result, started) = self.attempt(task, first.take(), to, deadline);
+            let outputs_per_partition = task.processing.take_outputs();
+            let elapsed = started.unwrap_or(closing).elapsed();
+            // The state overlays follow the transaction: merged once it is known committed,
+            // discarded once it is known aborted (after a Kafka error that may be later).
+            let mut stats = result.as_ref().map(|s| *s).unwrap_or_default();
+            let batch = &self.records[..];
+            let (outcome, next) = match result {
+                Ok(stats) => {
+                    commit_states(task);
+                    (Outcome::Committed, Next::End(committed(task, batch, stats)))
+                }
+                Err(CycleError::Processor { index, error }) => {
+                    task.discard_states();
+                    last_error = Some(error.to_string());
+                    task.processor_failed(batch, index, error, deadline)
+                }
+                Err(CycleError::Kafka(e)) => {
+                    last_error = Some(e.to_string());
+                    stats.outputs = outputs_per_partition.values().sum();
+                    task.kafka_failed(batch, e, deadline, task_deadline, &mut backoff, stats)
+                }
+                Err(CycleError::Timer(error)) => {
+                    task.discard_states();
+                    last_error = Some(error.to_string());
+                    task.timer_failed(batch, error, deadline, task_deadline)
+                }
+                Err(CycleError::Sink(f)) => {
+                    task.discard_states();
+                    last_error = Some(f.to_string());
+                    task.sink_failed(batch, f, deadline, task_deadline, &mut backoff)
+                }
+            };
+            self.report(task, &outputs_per_partition, closing, elapsed, stats, &outcome);
+            match next {
+                Next::End(end) => return end,
+                Next::Replay(pause) => {
+                    drop(slot); // others commit while this batch pauses
+                    deadline.sleep(pause)
+                }
+            }
+        }
+    }
+
+    /// One attempt: begin and process what `first` (the attempt begun while collecting, if
+    /// any) did not, then close. Returns the result and when the attempt began, if before now.
+    fn attempt(
+        &mut self,
+        task: &mut Task,
+        first: Option<Attempt>,
+        to: CommitTo<'_>,
+        deadline: Deadline<'_>,
+    ) -> (Result<CycleStats, CycleError>, Option<Instant>) {
+        let (started, processed, stats) = match first {
+            Some(Attempt::Failed { started, error }) => return (Err(error), Some(started)),
+            Some(Attempt::Open { started, processed, stats }) => (Some(started), processed, Some(stats)),
+            None => (None, 0, None),
+        };
+        let Task { producer, processing, sink, shared, unanchored, .. } = task;
+        let producer = producer.as_mut().expect("checked by the caller");
+        let sink = match sink.as_deref_mut() {
+            None => SinkStep::None,
+            Some(s) if s.guarantee() == SinkGuarantee::ExactlyOnce => {
+                let anchors = anchors(&self.records, unanchored);
+                SinkStep::AfterCommit { sink: s, rt: &shared.rt, anchors }
+            }
+            Some(s) => SinkStep::BeforeOffsets(s, &shared.rt),
+        };
+        let work = if stats.is_some() { processing.continued_work() } else { processing.work() };
+        let steps = Steps { producer, work, deadline };
+        (steps.run(&self.records, processed, stats, to, sink), started)
+    }
+}
+
+/// Whether the next batch's first attempt runs as it is collected. Not once the task's
+/// interrupt has expired: such a batch is dropped before its first attempt, and no
+/// transaction should be opened for it. Not while the slot bound is engaged
+/// ([`crate::runtime::slots`]): the slot would be held all interval.
+fn streams(task: &Task) -> bool {
+    task.shared.cfg.process_while_collecting
+        && task.shared.slots.as_ref().is_none_or(|s| !s.engaged())
+        && task.producer.is_some()
+        && !task.stopped
+        && task.interrupt.expired().is_none()
+}
+
+/// Counts a committed batch (an exactly-once sink is written first); at-least-once: hands
+/// its offsets to the consumer thread.
+pub(super) fn committed(task: &mut Task, batch: &[InputRecord], stats: CycleStats) -> BatchEnd {
+    if task.sink_is_exactly_once() {
+        let interrupt = task.interrupt.clone();
+        let deadline = Deadline::interruptible(Instant::now() + task.shared.cfg.task_timeout, &interrupt);
+        if let Err(end) = task.write_exactly_once(batch.len(), deadline) {
+            return end;
+        }
+        for tp in batch.iter().map(|r| (r.topic.clone(), r.partition)) {
+            task.unanchored.remove(&tp);
+        }
+    }
+    let s = task.shared.shutdown.stats();
+    s.records_in.add(batch.len() as u64);
+    s.records_out.add(stats.outputs);
+    s.transactions_committed.inc();
+    s.dead_lettered.add(task.processing.dead_lettered().count() as u64);
+    let offsets: Vec<(TopicPartition, i64)> =
+        next_offset_per_partition(batch).into_iter().map(|((t, p), o)| ((t.clone(), p), o)).collect();
+    for (tp, next) in &offsets {
+        task.shared.shutdown.health_state().committed(tp, *next);
+    }
+    match task.producer.as_ref().map(|p| p.transactional_id().is_some()) {
+        Some(true) => task.positions.extend(offsets),
+        Some(false) => {
+            task.acked.extend(offsets.iter().cloned());
+            let _ = task.control.send(Control::CommitOffsets(offsets));
+        }
+        None => {}
+    }
+    BatchEnd::Committed
+}
+
+/// The transaction committed: every partition's state overlay becomes committed state,
+/// checkpointed at the offsets its changelog records got (from the current producer's
+/// delivery reports; after a reconciled unknown outcome the producer is a fresh one
+/// that knows none, and the checkpoints stay behind, which is safe), and the
+/// operators' tallies are counted.
+pub(super) fn commit_states(task: &mut Task) {
+    let pipeline = &task.shared.cfg.application_id;
+    let stats = task.shared.shutdown.stats();
+    let ends = task.producer.as_ref().map(|p| p.changelog_ends()).unwrap_or_default();
+    for committed in task.processing.commit_states(&ends) {
+        for (store, n) in committed.changes {
+            crate::metrics::changelog_committed(pipeline, &store, n);
+            stats.changelog_records.add(n);
+        }
+        for ((tally, store), n) in committed.tallies {
+            crate::metrics::tally_committed(pipeline, tally, &store, n);
+            match tally {
+                Tally::Duplicate => stats.duplicates_dropped.add(n),
+                Tally::Late => stats.late_records.add(n),
+                Tally::Correction => stats.window_corrections.add(n),
+            }
+        }
+    }
+}
+
+/// The error of a batch whose producer is gone before its attempt.
+fn given_up() -> StepError {
+    StepError { step: Step::Create, class: ErrorClass::Fatal, err: rdkafka::error::KafkaError::Canceled }
+}
+
+fn lap(since: &mut Instant) -> Duration {
+    let now = Instant::now();
+    let d = now - *since;
+    *since = now;
+    d
+}
+
+/// The partitions of `batch` an exactly-once sink has no offset for yet, each with its
+/// first offset in the batch as the resume point to store ([`SinkStep::AfterCommit`]).
+fn anchors(batch: &[InputRecord], unanchored: &HashSet<TopicPartition>) -> Vec<PartitionRange> {
+    if unanchored.is_empty() {
+        return Vec::new();
+    }
+    partition_ranges(batch)
+        .into_iter()
+        .filter(|r| unanchored.contains(&(r.topic.clone(), r.partition)))
+        .map(|r| PartitionRange { next_offset: r.first_offset, ..r })
+        .collect()
+}
