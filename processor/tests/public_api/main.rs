@@ -4,11 +4,13 @@
 //! the change is meant, bless it and commit the listing with the change:
 //!
 //! ```sh
-//! KAFKA_EOS_BLESS_API=1 cargo test -p kafka-eos --test public_api
+//! KAFKA_EOS_BLESS_API=1 cargo test -p kafka-eos --test public_api -- --include-ignored
 //! ```
 //!
 //! rustdoc's JSON output is unstable: the test asks the stable toolchain's rustdoc for it
-//! with `RUSTC_BOOTSTRAP=1`, and knows the format versions listed in `FORMATS`.
+//! with `RUSTC_BOOTSTRAP=1`, and knows the format versions listed in `FORMATS`. Another
+//! toolchain's format is not one it can read, so the test is ignored by default (a user's
+//! `cargo test` on any toolchain stays green) and `.ci/run` runs it by name.
 
 mod render;
 mod signature;
@@ -22,10 +24,10 @@ const FEATURES: &str = "json,ops-server,logging,time-zones";
 /// rustdoc JSON format versions the renderer was checked against.
 const FORMATS: &[u64] = &[57];
 
-const BLESS: &str = "KAFKA_EOS_BLESS_API=1 cargo test -p kafka-eos --test public_api";
+const BLESS: &str = "KAFKA_EOS_BLESS_API=1 cargo test -p kafka-eos --test public_api -- --include-ignored";
 
 #[test]
-#[cfg_attr(not(unix), ignore = "runs rustdoc through a shell script")]
+#[ignore = "tied to the rustdoc JSON formats in FORMATS; .ci/run runs it with --include-ignored"]
 fn public_api_matches_the_committed_listing() {
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
     let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| manifest.join("../target"), PathBuf::from);
