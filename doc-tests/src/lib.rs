@@ -52,6 +52,9 @@ mod benchmarks {}
 #[doc = include_str!("../../docs/topologies.md")]
 mod topologies {}
 
+#[doc = include_str!("../../docs/architecture.md")]
+mod architecture {}
+
 /// A page added to `docs/` must be listed above, or its snippets would go unchecked.
 #[test]
 fn every_page_is_included() {
