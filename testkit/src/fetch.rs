@@ -128,13 +128,18 @@ fn once(dir: &Path, fill: impl FnOnce(&Path) -> Result<(), ServerError>) -> Resu
     }
     let parent = dir.parent().expect("a cache entry has a parent");
     fs::create_dir_all(parent).map_err(|e| ServerError::io(format!("creating {}", parent.display()), e))?;
-    let lock_path = dir.with_extension("lock");
+    let sibling = |suffix: &str| {
+        let mut name = dir.file_name().expect("a cache entry has a name").to_os_string();
+        name.push(suffix);
+        dir.with_file_name(name)
+    };
+    let lock_path = sibling(".lock");
     let _lock = FileLock::acquire(&lock_path)
         .map_err(|e| ServerError::io(format!("locking {}", lock_path.display()), std::io::Error::other(e)))?;
     if dir.join(MARKER).is_file() {
         return Ok(());
     }
-    let scratch = dir.with_extension("partial");
+    let scratch = sibling(".partial");
     for stale in [&scratch, &dir.to_path_buf()] {
         if stale.exists() {
             fs::remove_dir_all(stale).map_err(|e| ServerError::io(format!("removing {}", stale.display()), e))?;
