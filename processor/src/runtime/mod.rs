@@ -16,17 +16,17 @@
 pub(crate) mod consumer;
 pub(crate) mod interrupt;
 pub(crate) mod limits;
-mod pending;
 mod pipeline;
 pub(crate) mod preflight;
 pub(crate) mod protocol;
 pub(crate) mod reconcile;
-mod registry;
 mod shared;
 mod shutdown;
 pub(crate) mod slots;
 mod stats;
 pub(crate) mod task;
+mod task_manager;
+mod wake;
 
 pub use pipeline::Pipeline;
 pub(crate) use shared::{Shared, POLL_INTERVAL};
