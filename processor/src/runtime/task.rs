@@ -2,7 +2,9 @@
 //! partition in [`ExactlyOnce`](crate::Guarantee::ExactlyOnce), else all of the instance's).
 //! Its loop collects records into a [`Batch`], which runs the batch's transaction from its
 //! first record to its end ([`batch`]); revocations are handled between records
-//! ([`revoke`]). Invariants: a failing batch ends by the consumer's [`Interrupt`] deadline,
+//! ([`revoke`]). What a committed batch changes in the task (state, positions, counts) is
+//! here; the sub-states that own their fields are the partitions waiting for a rewind
+//! ([`rewind::Rewinds`]) and the transaction cycle's batch ([`Batch`]). Invariants: a failing batch ends by the consumer's [`Interrupt`] deadline,
 //! aborted and dropped ([`Outcome::Dropped`](crate::observe::Outcome::Dropped),
 //! [`interrupt`](super::interrupt)); a failed cycle goes where
 //! [`reconcile::verdict`](crate::runtime::reconcile::verdict) says (replay, or
@@ -19,10 +21,12 @@ use crate::error::{Error, Result};
 use crate::metrics::TaskMetrics;
 use crate::partition::TopicPartition;
 use crate::processing::Processing;
+use crate::record::InputRecord;
 use crate::runtime::interrupt::{Deadline, Interrupt};
 use crate::runtime::protocol::{Control, RevokeReply, TaskMsg};
 use crate::runtime::Shared;
-use crate::txn::TxnProducer;
+use crate::state::Tally;
+use crate::txn::{next_offset_per_partition, CycleStats, TxnProducer};
 
 mod batch;
 mod failed;
@@ -34,6 +38,8 @@ mod state;
 mod types;
 mod unknown;
 use batch::Batch;
+use rewind::Rewinds;
+use types::BatchEnd;
 pub(crate) use types::Task;
 
 pub(crate) use crate::partition::Resume;
@@ -58,8 +64,7 @@ impl Task {
         let mut task = Task {
             sink: None,
             unanchored: HashSet::new(),
-            rewinding: HashSet::new(),
-            dropped: Vec::new(),
+            rewinds: Rewinds::default(),
             last_cycle_end: Instant::now(),
             timer_attempts: 0,
             tables: None,
@@ -140,11 +145,7 @@ impl Task {
             match msg {
                 Ok(TaskMsg::Record(r)) => {
                     let tp = (r.topic.clone(), r.partition);
-                    if self.stopped
-                        || self.producer.is_none()
-                        || !self.owned.contains(&tp)
-                        || self.rewinding.contains(&tp)
-                    {
+                    if self.stopped || self.producer.is_none() || !self.owned.contains(&tp) || self.rewinds.holds(&tp) {
                         continue; // never committed: read again by the partition's next owner, or after the rewind
                     }
                     if self.needs_restore(r.partition) {
@@ -181,14 +182,71 @@ impl Task {
                     }
                 }
                 Ok(TaskMsg::Rewound { partitions }) => {
-                    for tp in &partitions {
-                        self.rewinding.remove(tp);
-                    }
+                    self.rewinds.rewound(&partitions);
                 }
                 Ok(TaskMsg::Shutdown) | Err(RecvTimeoutError::Disconnected) => {
                     batch.end(&mut self);
                     self.processing.close_all();
                     return;
+                }
+            }
+        }
+    }
+
+    /// Counts a committed batch (an exactly-once sink is written first); at-least-once: hands
+    /// its offsets to the consumer thread.
+    fn committed(&mut self, batch: &[InputRecord], stats: CycleStats) -> BatchEnd {
+        if self.sink_is_exactly_once() {
+            let interrupt = self.interrupt.clone();
+            let deadline = Deadline::interruptible(Instant::now() + self.shared.cfg.task_timeout, &interrupt);
+            if let Err(end) = self.write_exactly_once(batch.len(), deadline) {
+                return end;
+            }
+            for tp in batch.iter().map(|r| (r.topic.clone(), r.partition)) {
+                self.unanchored.remove(&tp);
+            }
+        }
+        let s = self.shared.shutdown.stats();
+        s.records_in.add(batch.len() as u64);
+        s.records_out.add(stats.outputs);
+        s.transactions_committed.inc();
+        s.dead_lettered.add(self.processing.dead_lettered().count() as u64);
+        let offsets: Vec<(TopicPartition, i64)> =
+            next_offset_per_partition(batch).into_iter().map(|((t, p), o)| ((t.clone(), p), o)).collect();
+        for (tp, next) in &offsets {
+            self.shared.shutdown.health_state().committed(tp, *next);
+        }
+        match self.producer.as_ref().map(|p| p.transactional_id().is_some()) {
+            Some(true) => self.positions.extend(offsets),
+            Some(false) => {
+                self.acked.extend(offsets.iter().cloned());
+                let _ = self.control.send(Control::CommitOffsets(offsets));
+            }
+            None => {}
+        }
+        BatchEnd::Committed
+    }
+
+    /// The transaction committed: every partition's state overlay becomes committed state,
+    /// checkpointed at the offsets its changelog records got (from the current producer's
+    /// delivery reports; after a reconciled unknown outcome the producer is a fresh one
+    /// that knows none, and the checkpoints stay behind, which is safe), and the
+    /// operators' tallies are counted.
+    fn commit_states(&mut self) {
+        let pipeline = &self.shared.cfg.application_id;
+        let stats = self.shared.shutdown.stats();
+        let ends = self.producer.as_ref().map(|p| p.changelog_ends()).unwrap_or_default();
+        for committed in self.processing.commit_states(&ends) {
+            for (store, n) in committed.changes {
+                crate::metrics::changelog_committed(pipeline, &store, n);
+                stats.changelog_records.add(n);
+            }
+            for ((tally, store), n) in committed.tallies {
+                crate::metrics::tally_committed(pipeline, tally, &store, n);
+                match tally {
+                    Tally::Duplicate => stats.duplicates_dropped.add(n),
+                    Tally::Late => stats.late_records.add(n),
+                    Tally::Correction => stats.window_corrections.add(n),
                 }
             }
         }

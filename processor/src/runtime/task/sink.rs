@@ -5,21 +5,54 @@
 //! [`Sink::recover`](crate::sink::Sink::recover), until the task's deadline, never
 //! re-processed (that would produce the Kafka outputs twice).
 
+use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use super::batch::{BatchEnd, Next};
+use super::types::{BatchEnd, Next};
 use super::{Resume, Task};
 use crate::error::Error;
 use crate::observe::Outcome;
-use crate::partition::TopicPartition;
+use crate::partition::{partition_ranges, TopicPartition};
 use crate::record::InputRecord;
 use crate::record::Topic;
 use crate::runtime::interrupt::Deadline;
-use crate::sink::erased::SinkFailure;
-use crate::sink::{SinkErrorClass, SinkGuarantee};
+use crate::sink::erased::{ErasedSink, SinkFailure};
+use crate::sink::{PartitionRange, SinkErrorClass, SinkGuarantee};
+use crate::txn::SinkStep;
 
 pub(super) fn sink_error(op: &str, f: SinkFailure) -> Error {
     Error::Sink { op: op.into(), class: f.class, source: f.error }
+}
+
+/// The sink's step in an attempt: written before the offsets, or (exactly-once) its rows
+/// prepared with the anchors of the partitions it has no offset for yet, written after the
+/// Kafka commit.
+pub(super) fn sink_step<'a>(
+    sink: Option<&'a mut (dyn ErasedSink + 'static)>,
+    unanchored: &HashSet<TopicPartition>,
+    records: &[InputRecord],
+    rt: &'a tokio::runtime::Handle,
+) -> SinkStep<'a> {
+    match sink {
+        None => SinkStep::None,
+        Some(s) if s.guarantee() == SinkGuarantee::ExactlyOnce => {
+            SinkStep::AfterCommit { sink: s, rt, anchors: anchors(records, unanchored) }
+        }
+        Some(s) => SinkStep::BeforeOffsets(s, rt),
+    }
+}
+
+/// The partitions of `batch` an exactly-once sink has no offset for yet, each with its
+/// first offset in the batch as the resume point to store ([`SinkStep::AfterCommit`]).
+fn anchors(batch: &[InputRecord], unanchored: &HashSet<TopicPartition>) -> Vec<PartitionRange> {
+    if unanchored.is_empty() {
+        return Vec::new();
+    }
+    partition_ranges(batch)
+        .into_iter()
+        .filter(|r| unanchored.contains(&(r.topic.clone(), r.partition)))
+        .map(|r| PartitionRange { next_offset: r.first_offset, ..r })
+        .collect()
 }
 
 fn topics(partitions: &[TopicPartition]) -> Vec<(Topic, i32)> {

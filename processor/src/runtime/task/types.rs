@@ -1,17 +1,21 @@
-//! What a partition task is made of: the task and its fields.
+//! What a partition task is made of: the task and its fields, and how a batch ends
+//! ([`BatchEnd`]) or goes on after an attempt ([`Next`]).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::mpsc::Sender;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
+use super::rewind::Rewinds;
+use crate::error::Error;
 use crate::metrics::TaskMetrics;
+use crate::observe::Interruption;
 use crate::partition::TopicPartition;
 use crate::processing::Processing;
 use crate::runtime::interrupt::Interrupt;
 use crate::runtime::protocol::Control;
 use crate::runtime::Shared;
-use crate::txn::TxnProducer;
+use crate::txn::{StepError, TxnProducer};
 
 pub(crate) struct Task {
     pub(crate) id: u64,
@@ -37,14 +41,8 @@ pub(crate) struct Task {
     pub(super) sink: Option<Box<dyn crate::sink::erased::ErasedSink>>,
     /// Partitions an exactly-once sink has no offset for yet (anchored at their next batch).
     pub(super) unanchored: HashSet<TopicPartition>,
-    /// The partitions of the last batch dropped by an interrupt (see the revocation).
-    pub(super) dropped: Vec<TopicPartition>,
-    /// Partitions whose records are dropped as they come: waiting for
-    /// [`TaskMsg::Rewound`](crate::runtime::protocol::TaskMsg::Rewound) after a producer was replaced in place (their records until then came before the
-    /// rewind), or whose batch an interruption dropped (a later batch of theirs must never
-    /// commit past it: revoked, the next owner reads them again from the committed offset;
-    /// kept, the revocation rewinds them).
-    pub(super) rewinding: HashSet<TopicPartition>,
+    /// The partitions whose records are dropped until the consumer rewinds them.
+    pub(super) rewinds: Rewinds,
     /// When the previous cycle ended: the `idle` time of the next batch's
     /// [`TransactionEvent`](crate::observe::TransactionEvent).
     pub(super) last_cycle_end: Instant,
@@ -62,4 +60,35 @@ pub(crate) struct Task {
     /// Per-partition mode: counted by the transaction slots while the task lives (the bound
     /// is engaged only past as many tasks as slots: [`crate::runtime::slots`]).
     pub(super) _member: Option<crate::runtime::slots::Member>,
+}
+
+/// How a batch ended.
+pub(super) enum BatchEnd {
+    Committed,
+    /// The producer was fenced (or its unknown outcome could not be reconciled): it is
+    /// dropped, the batch with it, and the partitions go back to the group — or stay, for
+    /// a failure of its own, unless a reconcile found another owner (`replaced`).
+    GaveUp {
+        error: Box<StepError>,
+        replaced: bool,
+    },
+    /// The task was interrupted (see [`interrupt`](crate::runtime::interrupt)): the batch's
+    /// transaction is aborted and the batch dropped; the producer stays.
+    Dropped {
+        because: Interruption,
+        reason: String,
+    },
+    /// The pipeline must stop.
+    Stop(Error),
+    /// An exactly-once sink refused the batch for an owner that claimed the partitions
+    /// since: like a fenced producer, the partitions go back to the group.
+    SinkFenced(String),
+}
+
+/// What an attempt leads to.
+pub(super) enum Next {
+    /// The batch ended.
+    End(BatchEnd),
+    /// Replay the batch after this pause.
+    Replay(Duration),
 }
