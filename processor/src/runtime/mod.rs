@@ -6,7 +6,9 @@
 //!        └──── Summary / Error ───────────┘   └──── control: commit offsets, fenced, fatal ┘
 //! ```
 //!
-//! The [`consumer`] thread owns the librdkafka consumer and runs the rebalance callbacks; each
+//! The [`consumer`] thread owns the librdkafka consumer and runs the rebalance callbacks, both
+//! of which call into the `task_manager` (the tasks, the routes to them, their starts,
+//! revocations and recovery); each
 //! [`task`] runs the transaction cycle ([`crate::txn`]) on its own OS thread, so blocking
 //! librdkafka calls never run on an async worker, and reconciles unknown outcomes itself
 //! ([`reconcile`]); a busy task is [`interrupt`]ed on revocation and shutdown. The messages
