@@ -3,15 +3,17 @@
 //! Its loop collects records into a [`Batch`], which runs the batch's transaction from its
 //! first record to its end ([`batch`]); revocations are handled between records
 //! ([`revoke`]). What a committed batch changes in the task (state, positions, counts) is
-//! here; the sub-states that own their fields are the partitions waiting for a rewind
-//! ([`rewind::Rewinds`]) and the transaction cycle's batch ([`Batch`]). Invariants: a failing batch ends by the consumer's [`Interrupt`] deadline,
-//! aborted and dropped ([`Outcome::Dropped`](crate::observe::Outcome::Dropped),
+//! here. Sub-states own their fields: the sink with the partitions it has no offset for yet
+//! ([`TaskSink`]), the partitions waiting for a rewind ([`rewind::Rewinds`]), the batch in
+//! its transaction cycle ([`Batch`]).
+//!
+//! Invariants: a failing batch ends by the consumer's [`Interrupt`] deadline, aborted and
+//! dropped ([`Outcome::Dropped`](crate::observe::Outcome::Dropped),
 //! [`interrupt`](super::interrupt)); a failed cycle goes where
 //! [`reconcile::verdict`](crate::runtime::reconcile::verdict) says (replay, or
 //! [`Task::fence_and_reconcile`], or give up); and the task never waits for the consumer
 //! thread, so the consumer may block on it, bounded, inside a rebalance callback.
-
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::Arc;
 use std::time::Instant;
@@ -29,6 +31,7 @@ use crate::state::Tally;
 use crate::txn::{next_offset_per_partition, CycleStats, TxnProducer};
 
 mod batch;
+mod end;
 mod failed;
 mod positions;
 mod revoke;
@@ -38,8 +41,9 @@ mod state;
 mod types;
 mod unknown;
 use batch::Batch;
+use end::BatchEnd;
 use rewind::Rewinds;
-use types::BatchEnd;
+use sink::TaskSink;
 pub(crate) use types::Task;
 
 pub(crate) use crate::partition::Resume;
@@ -63,7 +67,6 @@ impl Task {
         let claimed = partitions.clone();
         let mut task = Task {
             sink: None,
-            unanchored: HashSet::new(),
             rewinds: Rewinds::default(),
             last_cycle_end: Instant::now(),
             timer_attempts: 0,
@@ -102,9 +105,12 @@ impl Task {
             task.ensure_producer()?;
         }
         task.interrupt.set_phase("connecting the sink");
-        task.connect_sink()?;
+        task.sink = TaskSink::connect(&task.shared)?;
         task.interrupt.set_phase("claiming its partitions in the sink");
-        let resume = task.claim(&claimed)?;
+        let resume = match task.sink.as_mut() {
+            Some(sink) => sink.claim(&task.shared, &claimed, task.id)?,
+            None => Vec::new(),
+        };
         Ok((task, resume))
     }
 
@@ -196,14 +202,9 @@ impl Task {
     /// Counts a committed batch (an exactly-once sink is written first); at-least-once: hands
     /// its offsets to the consumer thread.
     fn committed(&mut self, batch: &[InputRecord], stats: CycleStats) -> BatchEnd {
-        if self.sink_is_exactly_once() {
-            let interrupt = self.interrupt.clone();
-            let deadline = Deadline::interruptible(Instant::now() + self.shared.cfg.task_timeout, &interrupt);
-            if let Err(end) = self.write_exactly_once(batch.len(), deadline) {
+        if let Some(sink) = self.sink.as_mut() {
+            if let Err(end) = sink.committed(&self.shared, batch, &self.interrupt, self.id) {
                 return end;
-            }
-            for tp in batch.iter().map(|r| (r.topic.clone(), r.partition)) {
-                self.unanchored.remove(&tp);
             }
         }
         let s = self.shared.shutdown.stats();
@@ -250,6 +251,19 @@ impl Task {
                 }
             }
         }
+    }
+
+    /// Claims `partitions` in the sink, if any, retrying ([`TaskSink::claim_retrying`]).
+    fn claim_retrying(&mut self, partitions: &[TopicPartition]) -> Result<Resume> {
+        match self.sink.as_mut() {
+            Some(sink) => sink.claim_retrying(&self.shared, partitions, &self.interrupt, self.id),
+            None => Ok(Vec::new()),
+        }
+    }
+
+    /// Whether the sink owns the offsets (and is written after the Kafka commit).
+    fn sink_is_exactly_once(&self) -> bool {
+        self.sink.as_ref().is_some_and(TaskSink::is_exactly_once)
     }
 
     fn stop(&mut self, e: Error) {

@@ -36,8 +36,7 @@ use std::time::{Duration, Instant};
 use rdkafka::consumer::ConsumerGroupMetadata;
 use rdkafka::TopicPartitionList;
 
-use super::sink::sink_step;
-use super::types::{BatchEnd, Next};
+use super::end::{BatchEnd, Next};
 use super::Task;
 use crate::error::{Error, ErrorClass};
 use crate::observe::{Outcome, Reconciliation, TransactionEvent};
@@ -459,9 +458,12 @@ impl Batch {
             Some(Attempt::Open { started, processed, stats }) => (Some(started), processed, Some(stats)),
             None => (None, 0, None),
         };
-        let Task { producer, processing, sink, shared, unanchored, .. } = task;
+        let Task { producer, processing, sink, shared, .. } = task;
         let producer = producer.as_mut().expect("checked by the caller");
-        let sink = sink_step(sink.as_deref_mut(), unanchored, &self.records, &shared.rt);
+        let sink = match sink.as_mut() {
+            Some(sink) => sink.step(&self.records, &shared.rt),
+            None => SinkStep::None,
+        };
         let work = if stats.is_some() { processing.continued_work() } else { processing.work() };
         let steps = Steps { producer, work, deadline };
         (steps.run(&self.records, processed, stats, to, sink), started)

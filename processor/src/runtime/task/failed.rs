@@ -5,7 +5,8 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use super::types::{BatchEnd, Next};
+use super::end::{BatchEnd, Next};
+use super::sink::sink_error;
 use super::Task;
 use crate::error::Error;
 use crate::observe::{Interruption, Outcome};
@@ -15,6 +16,8 @@ use crate::record::InputRecord;
 use crate::runtime::interrupt::{Deadline, ABORT_GRACE};
 use crate::runtime::protocol::Control;
 use crate::runtime::reconcile::{self, Verdict};
+use crate::sink::erased::SinkFailure;
+use crate::sink::SinkErrorClass;
 use crate::txn::{CycleError, CycleStats, StepError};
 
 impl Task {
@@ -240,6 +243,44 @@ fn dropped(because: Interruption, reason: String) -> (Outcome, Next) {
 }
 
 impl Task {
+    /// The sink failed inside the cycle (before the offsets): the transaction is aborted,
+    /// then by the failure's class the partitions are given up (fenced), the pipeline stops
+    /// (refused, fatal), or the batch is replayed after [`Sink::recover`] with backoff until
+    /// the task timeout (the sink deduplicates or overwrites what it already applied).
+    ///
+    /// [`Sink::recover`]: crate::sink::Sink::recover
+    pub(super) fn sink_failed(
+        &mut self,
+        batch: &[InputRecord],
+        failure: SinkFailure,
+        deadline: Deadline<'_>,
+        task_deadline: Instant,
+        backoff: &mut Duration,
+    ) -> (Outcome, Next) {
+        let reason = failure.to_string();
+        if let Err(end) = self.abort_for_replay(batch, deadline, &reason) {
+            return end;
+        }
+        let outcome = Outcome::Aborted { class: None, reason: reason.clone() };
+        match failure.class {
+            SinkErrorClass::Fenced => return (outcome, Next::End(BatchEnd::SinkFenced(reason))),
+            SinkErrorClass::Rejected | SinkErrorClass::Fatal => {
+                return (outcome, Next::End(BatchEnd::Stop(sink_error("write", failure))))
+            }
+            SinkErrorClass::Retriable | SinkErrorClass::OutcomeUnknown => {}
+        }
+        if Instant::now() + *backoff >= task_deadline {
+            return (outcome, Next::End(BatchEnd::Stop(sink_error("write", failure))));
+        }
+        tracing::warn!(task = self.id, error = %reason, "sink write failed; transaction aborted, replaying the batch");
+        let pause = *backoff;
+        *backoff = (*backoff * 2).min(Duration::from_secs(5));
+        if let Some(sink) = self.sink.as_mut() {
+            sink.recover(&self.shared, deadline.remaining(), self.id);
+        }
+        (outcome, Next::Replay(pause))
+    }
+
     /// Replaces the given-up producer in place, if `e` allows: when it failed on its own (an
     /// unknown outcome not reconciled, a fatal producer) rather than being replaced by
     /// someone else ([`reconcile::replaced`], then [`Control::Fenced`]), a fresh producer

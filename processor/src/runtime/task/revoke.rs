@@ -50,7 +50,6 @@ impl Task {
         self.forget_positions(Some(partitions));
         for tp in partitions {
             self.owned.remove(tp);
-            self.unanchored.remove(tp);
         }
         // Partition n's state and tables go with its last input (co-partitioned inputs
         // share them).
@@ -60,7 +59,9 @@ impl Task {
             self.processing.revoke(tp, !gone.contains(tp));
         }
         self.release_tables(&gone);
-        self.release(partitions);
+        if let Some(sink) = self.sink.as_mut() {
+            sink.release(&self.shared, partitions);
+        }
         // Before the reply: once it is sent the consumer thread may set the next
         // revocation's interrupt, which must not be cleared here.
         self.interrupt.clear_revocation();

@@ -1,21 +1,19 @@
-//! What a partition task is made of: the task and its fields, and how a batch ends
-//! ([`BatchEnd`]) or goes on after an attempt ([`Next`]).
+//! What a partition task is made of: the task and its fields.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::mpsc::Sender;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use super::rewind::Rewinds;
-use crate::error::Error;
+use super::sink::TaskSink;
 use crate::metrics::TaskMetrics;
-use crate::observe::Interruption;
 use crate::partition::TopicPartition;
 use crate::processing::Processing;
 use crate::runtime::interrupt::Interrupt;
 use crate::runtime::protocol::Control;
 use crate::runtime::Shared;
-use crate::txn::{StepError, TxnProducer};
+use crate::txn::TxnProducer;
 
 pub(crate) struct Task {
     pub(crate) id: u64,
@@ -37,10 +35,8 @@ pub(crate) struct Task {
     /// `worker-<k>`: the `partition` label of its metrics and spans.
     pub(super) label: String,
     pub(super) metrics: TaskMetrics,
-    /// The pipeline's sink, connected on this thread ([`crate::sink`]).
-    pub(super) sink: Option<Box<dyn crate::sink::erased::ErasedSink>>,
-    /// Partitions an exactly-once sink has no offset for yet (anchored at their next batch).
-    pub(super) unanchored: HashSet<TopicPartition>,
+    /// The pipeline's sink, if it has one, and where it has the partitions start.
+    pub(super) sink: Option<TaskSink>,
     /// The partitions whose records are dropped until the consumer rewinds them.
     pub(super) rewinds: Rewinds,
     /// When the previous cycle ended: the `idle` time of the next batch's
@@ -60,35 +56,4 @@ pub(crate) struct Task {
     /// Per-partition mode: counted by the transaction slots while the task lives (the bound
     /// is engaged only past as many tasks as slots: [`crate::runtime::slots`]).
     pub(super) _member: Option<crate::runtime::slots::Member>,
-}
-
-/// How a batch ended.
-pub(super) enum BatchEnd {
-    Committed,
-    /// The producer was fenced (or its unknown outcome could not be reconciled): it is
-    /// dropped, the batch with it, and the partitions go back to the group — or stay, for
-    /// a failure of its own, unless a reconcile found another owner (`replaced`).
-    GaveUp {
-        error: Box<StepError>,
-        replaced: bool,
-    },
-    /// The task was interrupted (see [`interrupt`](crate::runtime::interrupt)): the batch's
-    /// transaction is aborted and the batch dropped; the producer stays.
-    Dropped {
-        because: Interruption,
-        reason: String,
-    },
-    /// The pipeline must stop.
-    Stop(Error),
-    /// An exactly-once sink refused the batch for an owner that claimed the partitions
-    /// since: like a fenced producer, the partitions go back to the group.
-    SinkFenced(String),
-}
-
-/// What an attempt leads to.
-pub(super) enum Next {
-    /// The batch ended.
-    End(BatchEnd),
-    /// Replay the batch after this pause.
-    Replay(Duration),
 }

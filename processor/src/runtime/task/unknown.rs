@@ -3,8 +3,8 @@
 
 use std::time::{Duration, Instant};
 
+use super::end::Next;
 use super::failed::give_up;
-use super::types::Next;
 use super::Task;
 use crate::observe::{Interruption, Outcome, Reconciliation};
 use crate::record::InputRecord;
