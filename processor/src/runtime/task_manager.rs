@@ -63,35 +63,35 @@ pub(crate) struct TaskManager {
 
 /// What the manager holds behind its lock.
 #[derive(Default)]
-pub(crate) struct Registry {
+struct Registry {
     /// Which task owns each assigned partition.
-    pub(crate) routes: HashMap<TopicPartition, u64>,
-    pub(crate) tasks: HashMap<u64, TaskHandle>,
+    routes: HashMap<TopicPartition, u64>,
+    tasks: HashMap<u64, TaskHandle>,
     /// Records waiting for room in their task's queue, per partition.
-    pub(crate) pending: Pending,
+    pending: Pending,
     /// Assigned partitions whose task could not start (its producer failed to initialise),
     /// or that wait for room under the task bound: paused, routed nowhere, retried from the
     /// consumer thread's loop.
-    pub(crate) unstarted: HashMap<TopicPartition, Unstarted>,
+    unstarted: HashMap<TopicPartition, Unstarted>,
     /// Partitions paused because their pending queue grew past its bound (see [`Pending`]),
     /// or because they are unstarted.
-    pub(crate) paused: HashSet<TopicPartition>,
-    pub(crate) next: u64,
+    paused: HashSet<TopicPartition>,
+    next: u64,
 }
 
 impl Registry {
-    pub(crate) fn next_id(&mut self) -> u64 {
+    fn next_id(&mut self) -> u64 {
         self.next += 1;
         self.next
     }
 
-    pub(crate) fn owns_partitions(&self, task: u64) -> bool {
+    fn owns_partitions(&self, task: u64) -> bool {
         self.routes.values().any(|t| *t == task)
     }
 
     /// The task already owning a partition that `tp` shares its task with (co-partitioned
     /// inputs), if any.
-    pub(crate) fn task_sharing(&self, cfg: &PipelineConfig, tp: &TopicPartition) -> Option<u64> {
+    fn task_sharing(&self, cfg: &PipelineConfig, tp: &TopicPartition) -> Option<u64> {
         if !cfg.co_partitioned() {
             return None; // each partition is its own task: no scan of every route
         }
@@ -189,11 +189,11 @@ impl TaskManager {
         }
     }
 
-    pub(crate) fn registry(&self) -> MutexGuard<'_, Registry> {
+    fn registry(&self) -> MutexGuard<'_, Registry> {
         self.registry.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    pub(crate) fn set_fatal(&self, e: Error) {
+    fn set_fatal(&self, e: Error) {
         tracing::error!(error = %e, "stopping the pipeline");
         self.fatal.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e);
     }
@@ -205,9 +205,8 @@ impl TaskManager {
     /// Routes a record to its partition's task. When the task's queue is full the record
     /// waits in this partition's pending queue, and past that queue's bound the partition is
     /// paused (backpressure without blocking this thread, which must keep polling to run
-    /// rebalances; see [`Pending`]). A record is
-    /// dropped only when its partition has no task (revoked): never while a later record of
-    /// the same partition could still be committed.
+    /// rebalances; see [`Pending`]). A record is dropped only when its partition has no task
+    /// (revoked): never while a later record of the same partition could still be committed.
     pub(crate) fn dispatch<C: ConsumerContext>(&self, consumer: &BaseConsumer<C>, record: InputRecord) {
         let tp = (record.topic.clone(), record.partition); // a reference count: no allocation
         self.shared.shutdown.health_state().dispatched(&tp, record.offset);
@@ -288,24 +287,24 @@ impl TaskManager {
 
 /// How many task queues' worth of records a partition may hold here while the instance is
 /// under [`PENDING_BUDGET`].
-pub(crate) const PENDING_FACTOR: usize = 10;
+const PENDING_FACTOR: usize = 10;
 
 /// The bytes of pending records (keys, values, headers and a fixed overhead per record)
 /// under which partitions may hold more than one queue's worth: 64 MiB.
-pub(crate) const PENDING_BUDGET: usize = 64 << 20;
+const PENDING_BUDGET: usize = 64 << 20;
 
 /// Bytes a record holds besides its payload (the `InputRecord` and its queue slot).
 const RECORD_OVERHEAD: usize = std::mem::size_of::<InputRecord>();
 
 /// Records waiting for room in their task's queue, per partition, and their total size.
 #[derive(Default)]
-pub(crate) struct Pending {
+struct Pending {
     queues: HashMap<TopicPartition, VecDeque<InputRecord>>,
     bytes: usize,
 }
 
 /// What a send to a task did with a pending record.
-pub(crate) enum Sent {
+enum Sent {
     /// The task took it.
     Taken,
     /// The task's queue is full, or the partition has no task right now: the record stays
@@ -317,19 +316,19 @@ pub(crate) enum Sent {
 }
 
 impl Pending {
-    pub(crate) fn is_empty(&self) -> bool {
+    fn is_empty(&self) -> bool {
         self.queues.is_empty()
     }
 
     /// Whether records of `tp` wait here (a later record must then queue behind them).
-    pub(crate) fn contains(&self, tp: &TopicPartition) -> bool {
+    fn contains(&self, tp: &TopicPartition) -> bool {
         self.queues.contains_key(tp)
     }
 
     /// Queues `record` behind `tp`'s others; `true` if the partition should now be paused:
     /// it holds a task queue's worth (`capacity`) and either [`PENDING_FACTOR`] times that
     /// or the instance is over [`PENDING_BUDGET`].
-    pub(crate) fn push(&mut self, tp: &TopicPartition, record: InputRecord, capacity: usize) -> bool {
+    fn push(&mut self, tp: &TopicPartition, record: InputRecord, capacity: usize) -> bool {
         self.bytes += size(&record);
         let queue = self.queues.entry(tp.clone()).or_default();
         queue.push_back(record);
@@ -338,7 +337,7 @@ impl Pending {
     }
 
     /// Drops `tp`'s records (revoked, or moved back to the committed offset).
-    pub(crate) fn remove(&mut self, tp: &TopicPartition) {
+    fn remove(&mut self, tp: &TopicPartition) {
         if let Some(queue) = self.queues.remove(tp) {
             self.bytes -= queue.iter().map(size).sum::<usize>();
         }
@@ -346,7 +345,7 @@ impl Pending {
 
     /// Hands each partition's records to `send` in order, as long as it takes them; returns
     /// the partitions it emptied (no longer pending).
-    pub(crate) fn drain(&mut self, mut send: impl FnMut(&TopicPartition, InputRecord) -> Sent) -> Vec<TopicPartition> {
+    fn drain(&mut self, mut send: impl FnMut(&TopicPartition, InputRecord) -> Sent) -> Vec<TopicPartition> {
         let mut emptied = Vec::new();
         for (tp, queue) in self.queues.iter_mut() {
             while let Some(r) = queue.pop_front() {
