@@ -126,8 +126,32 @@ impl TaskMetrics {
         self.transaction_latency.record(total.as_secs_f64());
     }
 
+    /// Counts a committed batch's records per partition: its inputs (`partitions`, one
+    /// entry per record), the outputs each produced and the dead letters (by their origin).
+    pub(crate) fn batch_committed<'a>(
+        &mut self,
+        partitions: impl Iterator<Item = TopicPartition>,
+        outputs: &HashMap<TopicPartition, u64>,
+        dead_lettered: impl Iterator<Item = &'a str>,
+    ) {
+        let mut inputs: HashMap<TopicPartition, u64> = HashMap::new();
+        for tp in partitions {
+            *inputs.entry(tp).or_default() += 1;
+        }
+        let mut dead: HashMap<TopicPartition, u64> = HashMap::new();
+        for origin in dead_lettered {
+            if let Some((t, p, _)) = crate::record::parse_origin(origin.as_bytes()) {
+                *dead.entry((t.into(), p)).or_default() += 1;
+            }
+        }
+        for (tp, n) in &inputs {
+            let out = outputs.get(tp).copied().unwrap_or(0);
+            self.partition_records(tp, *n, out, dead.get(tp).copied().unwrap_or(0));
+        }
+    }
+
     /// Counts one partition's committed records.
-    pub(crate) fn partition_records(&mut self, tp: &TopicPartition, records_in: u64, records_out: u64, dead: u64) {
+    fn partition_records(&mut self, tp: &TopicPartition, records_in: u64, records_out: u64, dead: u64) {
         let pipeline = &self.pipeline;
         let (i, o, d) = self.per_partition.entry(tp.clone()).or_insert_with(|| {
             let l = partition_label(tp);

@@ -272,7 +272,7 @@ impl TxnProducer {
     /// failure but fencing leaves the outcome unknown to the task, which then fences this
     /// producer and reconciles.
     pub(crate) fn commit(&mut self, deadline: Deadline<'_>) -> Result<(), StepError> {
-        let deadline = deadline.with_grace(self.call_timeout * 2); // see watchdog::commit_bound
+        let deadline = deadline.with_grace(watchdog::commit_grace(self.call_timeout));
         let injected = self.fault.as_ref().and_then(|f| f.on_commit());
         if injected == Some(UnknownOutcome::TimedOutBeforeCommit) {
             tracing::warn!(transactional_id = ?self.transactional_id, "fault injection: commit not made, reported as timed out");

@@ -1,55 +1,42 @@
-//! The consumer thread: polls the consumer, routes records to tasks, and runs the rebalance
-//! protocol (incremental protocols touch only moved partitions, `Eager` everything). Assign:
-//! each new partition's producer is initialised, fencing the previous owner, before the
-//! committed offsets are fetched (as stable, KIP-447). Revoke: each task's [`Interrupt`](super::interrupt::Interrupt) is
-//! set, then the callback waits, bounded, for its commit; a task that does not answer is
-//! abandoned to fencing. A fenced producer makes the consumer rejoin the group; a producer
-//! that failed on its own is replaced in place, and a task that cannot start is retried
-//! ([`recovery`]).
+//! The consumer thread: one loop that acts on the tasks' reports, polls, and hands each
+//! record to the [`TaskManager`], which owns the tasks and the routes to them; librdkafka runs
+//! the rebalance callbacks inside `poll` ([`rebalance`]), which hand the partitions to the
+//! manager too. A fenced producer makes the consumer rejoin the group; a task's rewind or a
+//! failed start is the manager's. Shutting down, the tasks are interrupted, the group left
+//! (unless static) and the tasks stopped, all bounded by the shutdown timeout.
 
-use std::sync::mpsc::{Receiver, TrySendError};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::mpsc::Receiver;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::message::Message;
-use rdkafka::ClientContext;
 
 use crate::config::{Guarantee, PipelineConfig};
 use crate::error::{Error, Result};
-use crate::record::{InputRecord, Topic};
-use crate::runtime::pending::Sent;
-use crate::runtime::protocol::{Control, TaskMsg};
-use crate::runtime::registry::{
-    join_by, queue_capacity, send_bounded, spawn_task, to_tpl, wait_ready_unless, Registry, TaskHandle,
-};
-use crate::runtime::task::Resume;
+use crate::record::InputRecord;
+use crate::runtime::protocol::Control;
+use crate::runtime::task_manager::start::{spawn_task, wait_ready_unless};
+use crate::runtime::task_manager::{to_tpl, TaskManager};
+use crate::runtime::wake::FetchWaker;
 use crate::runtime::{Shared, POLL_INTERVAL};
 use crate::state::changelog::group_reader_config;
+use rebalance::Rebalancer;
 
 mod rebalance;
-mod recovery;
-mod wake;
 
 /// Runs the consumer thread until shutdown or a fatal error.
 pub(crate) fn run(shared: Arc<Shared>, control: Receiver<Control>) -> Result<()> {
     let cfg = shared.cfg.clone();
-    let handler = Rebalancer {
-        topics: cfg.input_topics.iter().map(Topic::new).collect(),
-        shared: shared.clone(),
-        resume: Mutex::new(Vec::new()),
-        registry: Mutex::new(Registry::default()),
-        fatal: Mutex::new(None),
-        shutdown_deadline: Mutex::new(None),
-        waker: OnceLock::new(),
-    };
+    let handler = Rebalancer::new(TaskManager::new(shared.clone()), &cfg);
     let consumer: BaseConsumer<Rebalancer> = cfg.consumer_config().create_with_context(handler).map_err(|e| {
         Error::Config(format!("consumer configuration rejected by librdkafka: {}", crate::config::client_error(&e)))
     })?;
     let consumer = Arc::new(consumer);
-    let waker = wake::FetchWaker::start(Arc::downgrade(&consumer))
+    let waker = FetchWaker::start(Arc::downgrade(&consumer))
         .map_err(|e| Error::Internal(format!("cannot start the fetch waker thread: {e}")))?;
-    let _ = consumer.context().waker.set(waker);
+    let tasks = &consumer.context().tasks;
+    tasks.set_waker(waker);
     let _ = shared.group.set(if cfg.guarantee == Guarantee::ExactlyOnce {
         // Per-partition mode: the group id alone, fenced by the transactional.id
         // (crate::txn's offsets module says why).
@@ -66,13 +53,12 @@ pub(crate) fn run(shared: Arc<Shared>, control: Receiver<Control>) -> Result<()>
     if cfg.guarantee != Guarantee::ExactlyOnce {
         // Long-lived workers (each with its own producer) that share the instance's
         // partitions, initialised in parallel and ready before joining.
-        let ctx = consumer.context();
         let deadline = Instant::now() + cfg.task_timeout;
         let mut starting = Vec::new();
         for k in 0..cfg.workers {
             let txn_id = (cfg.guarantee == Guarantee::ExactlyOncePerConsumer).then(|| cfg.worker_transactional_id(k));
             let label = if cfg.workers == 1 { "all".to_string() } else { format!("worker-{k}") };
-            let id = ctx.registry().next_id();
+            let id = tasks.next_id();
             starting.push((id, spawn_task(&shared, id, txn_id, Vec::new(), label)?));
         }
         for (id, (handle, ready)) in starting {
@@ -80,11 +66,11 @@ pub(crate) fn run(shared: Arc<Shared>, control: Receiver<Control>) -> Result<()>
             // A worker still starting is dropped; its start ends on its own thread.
             if wait_ready_unless(ready, deadline, || shared.shutdown.is_shutdown())?.is_none() {
                 drop(handle);
-                consumer.context().stop_all_tasks(Instant::now() + cfg.shutdown_timeout);
+                tasks.stop_all_tasks(Instant::now() + cfg.shutdown_timeout);
                 tracing::info!(application_id = %cfg.application_id, "pipeline stopped while starting");
                 return Ok(());
             }
-            ctx.registry().tasks.insert(id, handle);
+            tasks.add_worker(id, handle);
         }
     }
     let topics: Vec<&str> = cfg.input_topics.iter().map(String::as_str).collect();
@@ -102,7 +88,7 @@ pub(crate) fn run(shared: Arc<Shared>, control: Receiver<Control>) -> Result<()>
                     }
                 }
                 Control::Fenced { task, error } => {
-                    if consumer.context().registry().owns_partitions(task) {
+                    if tasks.owns_partitions(task) {
                         tracing::warn!(task, %error, "producer fenced: leaving the group so that it reassigns the partitions");
                         if let Err(e) = rejoin(&consumer, &cfg, &topics) {
                             fatal = Some(e);
@@ -111,7 +97,7 @@ pub(crate) fn run(shared: Arc<Shared>, control: Receiver<Control>) -> Result<()>
                     }
                 }
                 Control::Rewind { task, partitions, resume } => {
-                    if let Err(why) = consumer.context().rewind(&consumer, task, partitions, &resume) {
+                    if let Err(why) = tasks.rewind(&consumer, task, partitions, &resume) {
                         tracing::warn!(task, %why, "cannot rewind the partitions: leaving the group so that it reassigns them");
                         if let Err(e) = rejoin(&consumer, &cfg, &topics) {
                             fatal = Some(e);
@@ -125,17 +111,14 @@ pub(crate) fn run(shared: Arc<Shared>, control: Receiver<Control>) -> Result<()>
                 }
             }
         }
-        if let Some(e) = consumer.context().take_fatal() {
+        if let Some(e) = tasks.take_fatal() {
             fatal = Some(e);
             break;
         }
-        consumer.context().drain_pending(&consumer);
-        consumer.context().start_unstarted(&consumer);
+        tasks.drain_pending(&consumer);
+        tasks.start_unstarted(&consumer);
         match consumer.poll(POLL_INTERVAL) {
-            Some(Ok(m)) => {
-                let ctx = consumer.context();
-                ctx.dispatch(&consumer, InputRecord::from_message_in(&m, ctx.topic(m.topic())))
-            }
+            Some(Ok(m)) => tasks.dispatch(&consumer, InputRecord::from_message_in(&m, tasks.topic(m.topic()))),
             Some(Err(e)) => {
                 if let Some((code, reason)) = consumer.client().fatal_error() {
                     fatal = Some(consumer_failed(&cfg, code, reason));
@@ -155,11 +138,8 @@ pub(crate) fn run(shared: Arc<Shared>, control: Receiver<Control>) -> Result<()>
     // fenced by the partition's next owner, so nothing half-done becomes visible.
     shared.shutdown.shutdown();
     let deadline = Instant::now() + cfg.shutdown_timeout;
-    *consumer.context().shutdown_deadline.lock().unwrap_or_else(|p| p.into_inner()) = Some(deadline);
-    let task_deadline = consumer.context().task_deadline(deadline);
-    for task in consumer.context().registry().tasks.values() {
-        task.interrupt.shut_down(task_deadline);
-    }
+    tasks.shutting_down(deadline);
+    tasks.interrupt_all(tasks.task_deadline(deadline));
     // A static member on the classic protocol must not leave the group (KIP-345): its
     // restart, within the session timeout, takes its partitions back with no rebalance. So
     // no unsubscribe: the tasks commit what they collected as they stop, and closing the
@@ -168,10 +148,8 @@ pub(crate) fn run(shared: Arc<Shared>, control: Receiver<Control>) -> Result<()>
     if !stays_in_group {
         leave_group(&consumer, deadline);
     }
-    consumer.context().stop_all_tasks(deadline);
-    if let Some(waker) = consumer.context().waker.get() {
-        waker.stop(deadline.max(Instant::now() + Duration::from_millis(100)));
-    }
+    tasks.stop_all_tasks(deadline);
+    tasks.stop_waker(deadline.max(Instant::now() + Duration::from_millis(100)));
     // At-least-once, a static member: the offsets the workers acknowledged while stopping
     // (a member that left had them committed by its revocation, and can commit no more).
     let mut acked = Vec::new();
@@ -186,7 +164,7 @@ pub(crate) fn run(shared: Arc<Shared>, control: Receiver<Control>) -> Result<()>
         }
     }
     tracing::info!(application_id = %cfg.application_id, summary = ?shared.shutdown.summary(), "pipeline stopped");
-    match fatal.or_else(|| consumer.context().take_fatal()) {
+    match fatal.or_else(|| tasks.take_fatal()) {
         Some(e) => Err(e),
         None => Ok(()),
     }
@@ -228,11 +206,11 @@ fn rejoin(consumer: &BaseConsumer<Rebalancer>, cfg: &PipelineConfig, topics: &[&
 /// itself sends.
 fn leave_group(consumer: &BaseConsumer<Rebalancer>, deadline: Instant) {
     consumer.unsubscribe();
-    while consumer.context().registry().has_routes() && Instant::now() < deadline {
+    while consumer.context().tasks.has_routes() && Instant::now() < deadline {
         // Records still arriving belong to partitions being revoked: never routed again.
         let _ = consumer.poll(POLL_INTERVAL);
     }
-    if consumer.context().shared.cfg.rebalancing() == crate::Rebalancing::Consumer {
+    if consumer.context().rebalancing() == crate::Rebalancing::Consumer {
         return;
     }
     let left_by = deadline.min(Instant::now() + LEAVE_WAIT);
@@ -258,151 +236,5 @@ fn has_member_id<C: rdkafka::consumer::ConsumerContext>(consumer: &BaseConsumer<
         let set = *id != 0;
         rdkafka::bindings::rd_kafka_mem_free(rk, id.cast());
         set
-    }
-}
-
-/// The consumer's context: owns the task registry and runs the rebalance callbacks.
-struct Rebalancer {
-    /// Where assigned partitions start instead of their committed offset: the offsets an
-    /// exactly-once sink stores ([`crate::sink`]), set by `on_assign`, applied to the
-    /// assignment in [`ConsumerContext::rebalance`] before librdkafka fetches anything.
-    resume: Mutex<Resume>,
-    shared: Arc<Shared>,
-    /// The input topics' names, made once: every record and assigned partition of a topic
-    /// shares its name ([`topic`](Self::topic)), so that routing a record allocates none.
-    topics: Vec<Topic>,
-    registry: Mutex<Registry>,
-    fatal: Mutex<Option<Error>>,
-    /// Set when shutting down: bounds every wait from then on.
-    shutdown_deadline: Mutex<Option<Instant>>,
-    /// Set once the consumer exists ([`wake`]).
-    waker: OnceLock<wake::FetchWaker>,
-}
-
-impl Rebalancer {
-    /// Wakes the fetchers of `partitions`, just resumed ([`wake`]).
-    fn wake(&self, partitions: impl IntoIterator<Item = crate::partition::TopicPartition>) {
-        if let Some(w) = self.waker.get() {
-            w.wake(partitions);
-        }
-    }
-
-    /// The shared name of input topic `name` (a reference count; a topic the pipeline does
-    /// not list, which the consumer does not deliver, is allocated).
-    fn topic(&self, name: &str) -> Topic {
-        match self.topics.iter().find(|t| t.as_str() == name) {
-            Some(t) => t.clone(),
-            None => Topic::new(name),
-        }
-    }
-
-    fn registry(&self) -> MutexGuard<'_, Registry> {
-        self.registry.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn set_fatal(&self, e: Error) {
-        tracing::error!(error = %e, "stopping the pipeline");
-        self.fatal.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e);
-    }
-
-    fn take_fatal(&self) -> Option<Error> {
-        self.fatal.lock().unwrap_or_else(|p| p.into_inner()).take()
-    }
-
-    /// Routes a record to its partition's task. When the task's queue is full the record
-    /// waits in this partition's pending queue, and past that queue's bound the partition is
-    /// paused (backpressure without blocking this thread, which must keep polling to run
-    /// rebalances; see [`pending`](super::pending)). A record is
-    /// dropped only when its partition has no task (revoked): never while a later record of
-    /// the same partition could still be committed.
-    fn dispatch(&self, consumer: &BaseConsumer<Self>, record: InputRecord) {
-        let tp = (record.topic.clone(), record.partition); // a reference count: no allocation
-        self.shared.shutdown.health_state().dispatched(&tp, record.offset);
-        let mut reg = self.registry();
-        let Some(tx) = reg.routes.get(&tp).and_then(|id| reg.tasks.get(id)).map(|t| t.tx.clone()) else {
-            tracing::trace!(record = %record.origin(), "no task for this partition (revoked): not routed");
-            return;
-        };
-        // Behind the partition's waiting records if it has any; else straight to the task.
-        let record = if reg.pending.contains(&tp) {
-            record
-        } else {
-            match tx.try_send(TaskMsg::Record(record)) {
-                Ok(()) => return,
-                Err(TrySendError::Full(TaskMsg::Record(r))) => r,
-                Err(_) => {
-                    drop(reg);
-                    self.set_fatal(Error::Internal("a partition task exited while its partition was assigned".into()));
-                    return;
-                }
-            }
-        };
-        // Pausing makes librdkafka drop what it prefetched and fetch it again on resume, so
-        // the bound is generous (see `pending`).
-        if reg.pending.push(&tp, record, queue_capacity(&self.shared.cfg)) && reg.paused.insert(tp.clone()) {
-            drop(reg);
-            tracing::debug!(partition = ?tp, "task queue full: partition paused");
-            if let Err(e) = consumer.pause(&to_tpl(&[(tp, 0)])) {
-                tracing::warn!(error = %e, "pausing a partition failed; its records wait in memory");
-            }
-        }
-    }
-
-    /// Moves pending records into their tasks' queues as room appears; resumes a partition
-    /// once its pending queue is empty.
-    fn drain_pending(&self, consumer: &BaseConsumer<Self>) {
-        let mut reg = self.registry();
-        if reg.pending.is_empty() {
-            return;
-        }
-        let Registry { pending, routes, tasks, .. } = &mut *reg;
-        let emptied = pending.drain(|tp, r| {
-            let Some(task) = routes.get(tp).and_then(|id| tasks.get(id)) else { return Sent::Full(r) };
-            match task.tx.try_send(TaskMsg::Record(r)) {
-                Ok(()) => Sent::Taken,
-                Err(TrySendError::Full(TaskMsg::Record(r))) => Sent::Full(r),
-                Err(_) => Sent::Gone,
-            }
-        });
-        let mut resumed: Vec<(crate::partition::TopicPartition, i64)> = emptied.into_iter().map(|tp| (tp, 0)).collect();
-        resumed.retain(|(tp, _)| reg.paused.remove(tp));
-        drop(reg);
-        if !resumed.is_empty() {
-            tracing::debug!(partitions = ?resumed, "task queue drained: partitions resumed");
-            if let Err(e) = consumer.resume(&to_tpl(&resumed)) {
-                tracing::warn!(error = %e, "resuming partitions failed");
-            }
-            self.wake(resumed.into_iter().map(|(tp, _)| tp));
-        }
-    }
-
-    /// Shuts down every remaining task (the instance task, in the long-lived modes).
-    fn stop_all_tasks(&self, deadline: Instant) {
-        let tasks: Vec<(u64, TaskHandle)> = self.registry().tasks.drain().collect();
-        for (_, h) in &tasks {
-            let _ = send_bounded(&h.tx, TaskMsg::Shutdown, deadline);
-        }
-        for (id, h) in tasks {
-            if !join_by(h.join, deadline) {
-                tracing::warn!(
-                    task = id,
-                    "task still busy at the shutdown deadline: abandoned to the transaction timeout"
-                );
-            }
-        }
-    }
-}
-
-impl ClientContext for Rebalancer {
-    /// librdkafka statistics (when `statistics.interval.ms` is set): consumer lag.
-    fn stats(&self, stats: rdkafka::Statistics) {
-        let app = &self.shared.cfg.application_id;
-        for (topic, t) in &stats.topics {
-            for (p, s) in &t.partitions {
-                if *p >= 0 && s.consumer_lag >= 0 {
-                    crate::metrics::consumer_lag(app, topic, *p, s.consumer_lag);
-                }
-            }
-        }
     }
 }

@@ -2,14 +2,18 @@
 //! partition in [`ExactlyOnce`](crate::Guarantee::ExactlyOnce), else all of the instance's).
 //! Its loop collects records into a [`Batch`], which runs the batch's transaction from its
 //! first record to its end ([`batch`]); revocations are handled between records
-//! ([`revoke`]). Invariants: a failing batch ends by the consumer's [`Interrupt`] deadline,
-//! aborted and dropped ([`Outcome::Dropped`](crate::observe::Outcome::Dropped),
+//! ([`revoke`]). What a committed batch changes in the task (state, positions, counts) is
+//! here. Sub-states own their fields: the sink with the partitions it has no offset for yet
+//! ([`TaskSink`]), the partitions waiting for a rewind ([`rewind::Rewinds`]), the batch in
+//! its transaction cycle ([`Batch`]).
+//!
+//! Invariants: a failing batch ends by the consumer's [`Interrupt`] deadline, aborted and
+//! dropped ([`Outcome::Dropped`](crate::observe::Outcome::Dropped),
 //! [`interrupt`](super::interrupt)); a failed cycle goes where
 //! [`reconcile::verdict`](crate::runtime::reconcile::verdict) says (replay, or
 //! [`Task::fence_and_reconcile`], or give up); and the task never waits for the consumer
 //! thread, so the consumer may block on it, bounded, inside a rebalance callback.
-
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::Arc;
 use std::time::Instant;
@@ -19,12 +23,15 @@ use crate::error::{Error, Result};
 use crate::metrics::TaskMetrics;
 use crate::partition::TopicPartition;
 use crate::processing::Processing;
+use crate::record::InputRecord;
 use crate::runtime::interrupt::{Deadline, Interrupt};
 use crate::runtime::protocol::{Control, RevokeReply, TaskMsg};
 use crate::runtime::Shared;
-use crate::txn::TxnProducer;
+use crate::state::Tally;
+use crate::txn::{next_offset_per_partition, CycleStats, TxnProducer};
 
 mod batch;
+mod end;
 mod failed;
 mod positions;
 mod revoke;
@@ -34,6 +41,9 @@ mod state;
 mod types;
 mod unknown;
 use batch::Batch;
+use end::BatchEnd;
+use rewind::Rewinds;
+use sink::TaskSink;
 pub(crate) use types::Task;
 
 pub(crate) use crate::partition::Resume;
@@ -57,9 +67,7 @@ impl Task {
         let claimed = partitions.clone();
         let mut task = Task {
             sink: None,
-            unanchored: HashSet::new(),
-            rewinding: HashSet::new(),
-            dropped: Vec::new(),
+            rewinds: Rewinds::default(),
             last_cycle_end: Instant::now(),
             timer_attempts: 0,
             tables: None,
@@ -97,9 +105,12 @@ impl Task {
             task.ensure_producer()?;
         }
         task.interrupt.set_phase("connecting the sink");
-        task.connect_sink()?;
+        task.sink = TaskSink::connect(&task.shared)?;
         task.interrupt.set_phase("claiming its partitions in the sink");
-        let resume = task.claim(&claimed)?;
+        let resume = match task.sink.as_mut() {
+            Some(sink) => sink.claim(&task.shared, &claimed, task.id)?,
+            None => Vec::new(),
+        };
         Ok((task, resume))
     }
 
@@ -140,11 +151,7 @@ impl Task {
             match msg {
                 Ok(TaskMsg::Record(r)) => {
                     let tp = (r.topic.clone(), r.partition);
-                    if self.stopped
-                        || self.producer.is_none()
-                        || !self.owned.contains(&tp)
-                        || self.rewinding.contains(&tp)
-                    {
+                    if self.stopped || self.producer.is_none() || !self.owned.contains(&tp) || self.rewinds.holds(&tp) {
                         continue; // never committed: read again by the partition's next owner, or after the rewind
                     }
                     if self.needs_restore(r.partition) {
@@ -181,9 +188,7 @@ impl Task {
                     }
                 }
                 Ok(TaskMsg::Rewound { partitions }) => {
-                    for tp in &partitions {
-                        self.rewinding.remove(tp);
-                    }
+                    self.rewinds.rewound(&partitions);
                 }
                 Ok(TaskMsg::Shutdown) | Err(RecvTimeoutError::Disconnected) => {
                     batch.end(&mut self);
@@ -192,6 +197,73 @@ impl Task {
                 }
             }
         }
+    }
+
+    /// Counts a committed batch (an exactly-once sink is written first); at-least-once: hands
+    /// its offsets to the consumer thread.
+    fn committed(&mut self, batch: &[InputRecord], stats: CycleStats) -> BatchEnd {
+        if let Some(sink) = self.sink.as_mut() {
+            if let Err(end) = sink.committed(&self.shared, batch, &self.interrupt, self.id) {
+                return end;
+            }
+        }
+        let s = self.shared.shutdown.stats();
+        s.records_in.add(batch.len() as u64);
+        s.records_out.add(stats.outputs);
+        s.transactions_committed.inc();
+        s.dead_lettered.add(self.processing.dead_lettered().count() as u64);
+        let offsets: Vec<(TopicPartition, i64)> =
+            next_offset_per_partition(batch).into_iter().map(|((t, p), o)| ((t.clone(), p), o)).collect();
+        for (tp, next) in &offsets {
+            self.shared.shutdown.health_state().committed(tp, *next);
+        }
+        match self.producer.as_ref().map(|p| p.transactional_id().is_some()) {
+            Some(true) => self.positions.extend(offsets),
+            Some(false) => {
+                self.acked.extend(offsets.iter().cloned());
+                let _ = self.control.send(Control::CommitOffsets(offsets));
+            }
+            None => {}
+        }
+        BatchEnd::Committed
+    }
+
+    /// The transaction committed: every partition's state overlay becomes committed state,
+    /// checkpointed at the offsets its changelog records got (from the current producer's
+    /// delivery reports; after a reconciled unknown outcome the producer is a fresh one
+    /// that knows none, and the checkpoints stay behind, which is safe), and the
+    /// operators' tallies are counted.
+    fn commit_states(&mut self) {
+        let pipeline = &self.shared.cfg.application_id;
+        let stats = self.shared.shutdown.stats();
+        let ends = self.producer.as_ref().map(|p| p.changelog_ends()).unwrap_or_default();
+        for committed in self.processing.commit_states(&ends) {
+            for (store, n) in committed.changes {
+                crate::metrics::changelog_committed(pipeline, &store, n);
+                stats.changelog_records.add(n);
+            }
+            for ((tally, store), n) in committed.tallies {
+                crate::metrics::tally_committed(pipeline, tally, &store, n);
+                match tally {
+                    Tally::Duplicate => stats.duplicates_dropped.add(n),
+                    Tally::Late => stats.late_records.add(n),
+                    Tally::Correction => stats.window_corrections.add(n),
+                }
+            }
+        }
+    }
+
+    /// Claims `partitions` in the sink, if any, retrying ([`TaskSink::claim_retrying`]).
+    fn claim_retrying(&mut self, partitions: &[TopicPartition]) -> Result<Resume> {
+        match self.sink.as_mut() {
+            Some(sink) => sink.claim_retrying(&self.shared, partitions, &self.interrupt, self.id),
+            None => Ok(Vec::new()),
+        }
+    }
+
+    /// Whether the sink owns the offsets (and is written after the Kafka commit).
+    fn sink_is_exactly_once(&self) -> bool {
+        self.sink.as_ref().is_some_and(TaskSink::is_exactly_once)
     }
 
     fn stop(&mut self, e: Error) {

@@ -17,11 +17,16 @@ use super::delivery::DeliveryTracker;
 /// How long past its own timeout a call may take before it is abandoned.
 pub(crate) const GRACE: Duration = Duration::from_secs(5);
 
-/// The longest a commit step can hold its task past an interrupt: the commit is resumed for
-/// twice the call timeout (see the parent module's hazards), and its last call may overrun
-/// by [`GRACE`].
+/// How long a commit is resumed past an interrupt: twice the call timeout, so that a commit
+/// that timed out once is retried once more (see the parent module's hazards).
+pub(crate) fn commit_grace(call_timeout: Duration) -> Duration {
+    call_timeout * 2
+}
+
+/// The longest a commit step can hold its task past an interrupt: its [`commit_grace`], and
+/// its last call may overrun by [`GRACE`].
 pub(crate) fn commit_bound(cfg: &crate::config::PipelineConfig) -> Duration {
-    cfg.call_timeout() * 2 + GRACE
+    commit_grace(cfg.call_timeout()) + GRACE
 }
 
 /// The stack of a call's thread: the call only waits inside librdkafka.

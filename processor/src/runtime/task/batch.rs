@@ -10,10 +10,12 @@
 //!                              awaited -> [sink write, or an exactly-once sink's rows
 //!                              prepared] -> send_offsets_to_transaction (marked:
 //!                              txn/offsets.rs) -> commit_transaction
-//!  settle    Batch::attempts   committed: merge the state overlays, count the batch;
-//!                              failed: abort and replay, fence and reconcile, give the
-//!                              producer up, or drop the batch (failed.rs, unknown.rs,
-//!                              sink.rs; reconcile::verdict decides) until one ends it
+//!  settle    Batch::attempts   committed: the task merges the state overlays and counts
+//!                              the batch (Task::commit_states, Task::committed);
+//!                              failed (Task::attempt_failed): abort and replay, fence and
+//!                              reconcile, give the producer up, or drop the batch
+//!                              (failed.rs, unknown.rs, sink.rs; reconcile::verdict
+//!                              decides) until one ends it
 //!  report    Batch::report     every attempt: hooks, metrics, the transaction span
 //!  end       Batch::end        the batch ends (BatchEnd); uncommitted, Task::settle
 //!                              (failed.rs) acts on why; the batch is emptied
@@ -27,29 +29,23 @@
 //! At-least-once runs the same steps without the transaction calls; its offsets go to the
 //! consumer thread once the attempt succeeded. Where the sink goes and why: [`crate::sink`].
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::ConsumerGroupMetadata;
 use rdkafka::TopicPartitionList;
 
+use super::end::{BatchEnd, Next};
 use super::Task;
 use crate::error::{Error, ErrorClass};
-use crate::observe::{Interruption, Outcome};
+use crate::observe::{Outcome, Reconciliation, TransactionEvent};
 use crate::partition::{partition_ranges, TopicPartition};
 use crate::processing::{process_records, send_state_changes, BatchWork};
 use crate::record::InputRecord;
 use crate::runtime::interrupt::{Deadline, ABORT_GRACE};
-use crate::runtime::protocol::Control;
 use crate::runtime::slots::Slots;
-use crate::sink::{PartitionRange, SinkGuarantee};
-use crate::state::Tally;
-use crate::txn::{
-    next_offset_per_partition, next_offsets, CycleError, CycleStats, SinkStep, Step, StepError, TxnProducer, Work,
-};
-
-mod report;
+use crate::txn::{next_offsets, CycleError, CycleStats, SinkStep, Step, StepError, TxnProducer, Work};
 
 /// The records collected for one transaction, and its first attempt if it runs as they come.
 pub(super) struct Batch {
@@ -69,37 +65,6 @@ enum Attempt {
     Open { started: Instant, processed: usize, stats: CycleStats },
     /// Begun at `started`, it failed: the batch ends at once, with this as its first result.
     Failed { started: Instant, error: CycleError },
-}
-
-/// How a batch ended.
-pub(super) enum BatchEnd {
-    Committed,
-    /// The producer was fenced (or its unknown outcome could not be reconciled): it is
-    /// dropped, the batch with it, and the partitions go back to the group — or stay, for
-    /// a failure of its own, unless a reconcile found another owner (`replaced`).
-    GaveUp {
-        error: Box<StepError>,
-        replaced: bool,
-    },
-    /// The task was interrupted (see [`interrupt`](crate::runtime::interrupt)): the batch's
-    /// transaction is aborted and the batch dropped; the producer stays.
-    Dropped {
-        because: Interruption,
-        reason: String,
-    },
-    /// The pipeline must stop.
-    Stop(Error),
-    /// An exactly-once sink refused the batch for an owner that claimed the partitions
-    /// since: like a fenced producer, the partitions go back to the group.
-    SinkFenced(String),
-}
-
-/// What an attempt leads to.
-pub(super) enum Next {
-    /// The batch ended.
-    End(BatchEnd),
-    /// Replay the batch after this pause.
-    Replay(Duration),
 }
 
 /// Where an attempt's input offsets go.
@@ -451,28 +416,21 @@ impl Batch {
             let batch = &self.records[..];
             let (outcome, next) = match result {
                 Ok(stats) => {
-                    commit_states(task);
-                    (Outcome::Committed, Next::End(committed(task, batch, stats)))
+                    task.commit_states();
+                    (Outcome::Committed, Next::End(task.committed(batch, stats)))
                 }
-                Err(CycleError::Processor { index, error }) => {
-                    task.discard_states();
-                    last_error = Some(error.to_string());
-                    task.processor_failed(batch, index, error, deadline)
-                }
-                Err(CycleError::Kafka(e)) => {
-                    last_error = Some(e.to_string());
-                    stats.outputs = outputs_per_partition.values().sum();
-                    task.kafka_failed(batch, e, deadline, task_deadline, &mut backoff, stats)
-                }
-                Err(CycleError::Timer(error)) => {
-                    task.discard_states();
-                    last_error = Some(error.to_string());
-                    task.timer_failed(batch, error, deadline, task_deadline)
-                }
-                Err(CycleError::Sink(f)) => {
-                    task.discard_states();
-                    last_error = Some(f.to_string());
-                    task.sink_failed(batch, f, deadline, task_deadline, &mut backoff)
+                Err(error) => {
+                    let outputs = outputs_per_partition.values().sum();
+                    task.attempt_failed(
+                        batch,
+                        error,
+                        &mut last_error,
+                        outputs,
+                        &mut stats,
+                        deadline,
+                        task_deadline,
+                        &mut backoff,
+                    )
                 }
             };
             self.report(task, &outputs_per_partition, closing, elapsed, stats, &outcome);
@@ -500,19 +458,94 @@ impl Batch {
             Some(Attempt::Open { started, processed, stats }) => (Some(started), processed, Some(stats)),
             None => (None, 0, None),
         };
-        let Task { producer, processing, sink, shared, unanchored, .. } = task;
+        let Task { producer, processing, sink, shared, .. } = task;
         let producer = producer.as_mut().expect("checked by the caller");
-        let sink = match sink.as_deref_mut() {
+        let sink = match sink.as_mut() {
+            Some(sink) => sink.step(&self.records, &shared.rt),
             None => SinkStep::None,
-            Some(s) if s.guarantee() == SinkGuarantee::ExactlyOnce => {
-                let anchors = anchors(&self.records, unanchored);
-                SinkStep::AfterCommit { sink: s, rt: &shared.rt, anchors }
-            }
-            Some(s) => SinkStep::BeforeOffsets(s, &shared.rt),
         };
         let work = if stats.is_some() { processing.continued_work() } else { processing.work() };
         let steps = Steps { producer, work, deadline };
         (steps.run(&self.records, processed, stats, to, sink), started)
+    }
+
+    /// Tells the hooks, the metrics, the span and the debug log how an attempt went.
+    /// `closing`: when the batch's collection ended (the attempt's start, or its closing
+    /// steps' when it began while collecting); `total`: the transaction's wall time.
+    fn report(
+        &mut self,
+        task: &mut Task,
+        outputs_per_partition: &HashMap<TopicPartition, u64>,
+        closing: Instant,
+        total: Duration,
+        stats: CycleStats,
+        outcome: &Outcome,
+    ) {
+        let batch = &self.records;
+        let records = batch.len();
+        let span = tracing::Span::current();
+        span.record("duration_us", total.as_micros() as u64);
+        match outcome {
+            Outcome::Committed | Outcome::Reconciled { found: Reconciliation::Committed, .. } => {
+                span.record(
+                    "outcome",
+                    if *outcome == Outcome::Committed { "committed" } else { "reconciled: committed" },
+                );
+                task.metrics.committed(records, stats.process, stats.commit, total);
+                let inputs = batch.iter().map(|r| (r.topic.clone(), r.partition));
+                task.metrics.batch_committed(inputs, outputs_per_partition, task.processing.dead_lettered());
+                tracing::debug!(
+                    task = task.id,
+                    records,
+                    outputs = stats.outputs,
+                    commit_us = stats.commit.as_micros() as u64,
+                    "transaction committed"
+                );
+            }
+            Outcome::Aborted { class, .. } => {
+                span.record("outcome", "aborted");
+                task.metrics.aborted(*class);
+            }
+            Outcome::Reconciled { .. } => {
+                span.record("outcome", "reconciled: aborted");
+            }
+            Outcome::GaveUp { .. } => {
+                span.record("outcome", "gave_up");
+            }
+            Outcome::Dropped { .. } => {
+                span.record("outcome", "dropped");
+                task.metrics.interrupted();
+            }
+        }
+        if task.shared.hooks.is_empty() {
+            return;
+        }
+        // The batch's first attempt only: a replay collects nothing and follows its failure.
+        let (collect, idle) = match self.collect_started.take() {
+            Some(first) => {
+                (closing.saturating_duration_since(first), first.saturating_duration_since(task.last_cycle_end))
+            }
+            None => (Duration::ZERO, Duration::ZERO),
+        };
+        task.last_cycle_end = Instant::now();
+        let distinct: BTreeSet<(&str, i32)> = batch.iter().map(|r| (r.topic.as_str(), r.partition)).collect();
+        let partitions = distinct.into_iter().map(|(t, p)| (t.to_string(), p)).collect();
+        let event = TransactionEvent {
+            partitions,
+            collect,
+            idle,
+            transactional_id: task.transactional_id.clone(),
+            records,
+            outputs: stats.outputs,
+            process: stats.process,
+            await_acks: stats.await_acks,
+            commit: stats.commit,
+            total,
+            outcome: outcome.clone(),
+        };
+        for hook in &task.shared.hooks {
+            hook(&event);
+        }
     }
 }
 
@@ -528,65 +561,6 @@ fn streams(task: &Task) -> bool {
         && task.interrupt.expired().is_none()
 }
 
-/// Counts a committed batch (an exactly-once sink is written first); at-least-once: hands
-/// its offsets to the consumer thread.
-pub(super) fn committed(task: &mut Task, batch: &[InputRecord], stats: CycleStats) -> BatchEnd {
-    if task.sink_is_exactly_once() {
-        let interrupt = task.interrupt.clone();
-        let deadline = Deadline::interruptible(Instant::now() + task.shared.cfg.task_timeout, &interrupt);
-        if let Err(end) = task.write_exactly_once(batch.len(), deadline) {
-            return end;
-        }
-        for tp in batch.iter().map(|r| (r.topic.clone(), r.partition)) {
-            task.unanchored.remove(&tp);
-        }
-    }
-    let s = task.shared.shutdown.stats();
-    s.records_in.add(batch.len() as u64);
-    s.records_out.add(stats.outputs);
-    s.transactions_committed.inc();
-    s.dead_lettered.add(task.processing.dead_lettered().count() as u64);
-    let offsets: Vec<(TopicPartition, i64)> =
-        next_offset_per_partition(batch).into_iter().map(|((t, p), o)| ((t.clone(), p), o)).collect();
-    for (tp, next) in &offsets {
-        task.shared.shutdown.health_state().committed(tp, *next);
-    }
-    match task.producer.as_ref().map(|p| p.transactional_id().is_some()) {
-        Some(true) => task.positions.extend(offsets),
-        Some(false) => {
-            task.acked.extend(offsets.iter().cloned());
-            let _ = task.control.send(Control::CommitOffsets(offsets));
-        }
-        None => {}
-    }
-    BatchEnd::Committed
-}
-
-/// The transaction committed: every partition's state overlay becomes committed state,
-/// checkpointed at the offsets its changelog records got (from the current producer's
-/// delivery reports; after a reconciled unknown outcome the producer is a fresh one
-/// that knows none, and the checkpoints stay behind, which is safe), and the
-/// operators' tallies are counted.
-pub(super) fn commit_states(task: &mut Task) {
-    let pipeline = &task.shared.cfg.application_id;
-    let stats = task.shared.shutdown.stats();
-    let ends = task.producer.as_ref().map(|p| p.changelog_ends()).unwrap_or_default();
-    for committed in task.processing.commit_states(&ends) {
-        for (store, n) in committed.changes {
-            crate::metrics::changelog_committed(pipeline, &store, n);
-            stats.changelog_records.add(n);
-        }
-        for ((tally, store), n) in committed.tallies {
-            crate::metrics::tally_committed(pipeline, tally, &store, n);
-            match tally {
-                Tally::Duplicate => stats.duplicates_dropped.add(n),
-                Tally::Late => stats.late_records.add(n),
-                Tally::Correction => stats.window_corrections.add(n),
-            }
-        }
-    }
-}
-
 /// The error of a batch whose producer is gone before its attempt.
 fn given_up() -> StepError {
     StepError { step: Step::Create, class: ErrorClass::Fatal, err: rdkafka::error::KafkaError::Canceled }
@@ -597,17 +571,4 @@ fn lap(since: &mut Instant) -> Duration {
     let d = now - *since;
     *since = now;
     d
-}
-
-/// The partitions of `batch` an exactly-once sink has no offset for yet, each with its
-/// first offset in the batch as the resume point to store ([`SinkStep::AfterCommit`]).
-fn anchors(batch: &[InputRecord], unanchored: &HashSet<TopicPartition>) -> Vec<PartitionRange> {
-    if unanchored.is_empty() {
-        return Vec::new();
-    }
-    partition_ranges(batch)
-        .into_iter()
-        .filter(|r| unanchored.contains(&(r.topic.clone(), r.partition)))
-        .map(|r| PartitionRange { next_offset: r.first_offset, ..r })
-        .collect()
 }

@@ -5,7 +5,8 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use super::batch::{BatchEnd, Next};
+use super::end::{BatchEnd, Next};
+use super::sink::sink_error;
 use super::Task;
 use crate::error::Error;
 use crate::observe::{Interruption, Outcome};
@@ -15,9 +16,51 @@ use crate::record::InputRecord;
 use crate::runtime::interrupt::{Deadline, ABORT_GRACE};
 use crate::runtime::protocol::Control;
 use crate::runtime::reconcile::{self, Verdict};
-use crate::txn::{CycleStats, StepError};
+use crate::sink::erased::SinkFailure;
+use crate::sink::SinkErrorClass;
+use crate::txn::{CycleError, CycleStats, StepError};
 
 impl Task {
+    /// A failed attempt, by its error: the state overlays go (a Kafka error's once the
+    /// transaction is known aborted), and the failure leads to a replay or the batch's end.
+    /// `last_error` says why, for a drop after it; a Kafka error's report counts the outputs
+    /// the attempt produced (`outputs`).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn attempt_failed(
+        &mut self,
+        batch: &[InputRecord],
+        error: CycleError,
+        last_error: &mut Option<String>,
+        outputs: u64,
+        stats: &mut CycleStats,
+        deadline: Deadline<'_>,
+        task_deadline: Instant,
+        backoff: &mut Duration,
+    ) -> (Outcome, Next) {
+        match error {
+            CycleError::Processor { index, error } => {
+                *last_error = Some(error.to_string());
+                self.discard_states();
+                self.processor_failed(batch, index, error, deadline)
+            }
+            CycleError::Kafka(e) => {
+                *last_error = Some(e.to_string());
+                stats.outputs = outputs;
+                self.kafka_failed(batch, e, deadline, task_deadline, backoff, *stats)
+            }
+            CycleError::Timer(error) => {
+                *last_error = Some(error.to_string());
+                self.discard_states();
+                self.timer_failed(batch, error, deadline, task_deadline)
+            }
+            CycleError::Sink(f) => {
+                *last_error = Some(f.to_string());
+                self.discard_states();
+                self.sink_failed(batch, f, deadline, task_deadline, backoff)
+            }
+        }
+    }
+
     /// Aborts the open transaction after a failed cycle. Once the task is interrupted the
     /// abort still gets [`ABORT_GRACE`]: refused for lack of time, it would cost a reconcile
     /// (or a rebalance) for nothing. `Err` when the abort itself failed: the transaction's
@@ -162,10 +205,7 @@ impl Task {
             }
             BatchEnd::Dropped { because, reason } => {
                 let distinct: BTreeSet<TopicPartition> = batch.iter().map(|r| (r.topic.clone(), r.partition)).collect();
-                // The records after the batch are in the inbox already: committing one of
-                // them would commit past the dropped ones, losing them.
-                self.rewinding.extend(distinct.iter().cloned());
-                self.dropped = distinct.into_iter().collect();
+                self.rewinds.batch_dropped(distinct.into_iter().collect());
                 tracing::warn!(
                     task = self.id,
                     records = batch.len(),
@@ -200,4 +240,74 @@ pub(super) fn give_up(e: StepError, not_reconciled: Option<String>, replaced: bo
 /// An interrupted batch's end: its transaction is aborted, the batch is dropped.
 fn dropped(because: Interruption, reason: String) -> (Outcome, Next) {
     (Outcome::Dropped { because, reason: reason.clone() }, Next::End(BatchEnd::Dropped { because, reason }))
+}
+
+impl Task {
+    /// The sink failed inside the cycle (before the offsets): the transaction is aborted,
+    /// then by the failure's class the partitions are given up (fenced), the pipeline stops
+    /// (refused, fatal), or the batch is replayed after [`Sink::recover`] with backoff until
+    /// the task timeout (the sink deduplicates or overwrites what it already applied).
+    ///
+    /// [`Sink::recover`]: crate::sink::Sink::recover
+    pub(super) fn sink_failed(
+        &mut self,
+        batch: &[InputRecord],
+        failure: SinkFailure,
+        deadline: Deadline<'_>,
+        task_deadline: Instant,
+        backoff: &mut Duration,
+    ) -> (Outcome, Next) {
+        let reason = failure.to_string();
+        if let Err(end) = self.abort_for_replay(batch, deadline, &reason) {
+            return end;
+        }
+        let outcome = Outcome::Aborted { class: None, reason: reason.clone() };
+        match failure.class {
+            SinkErrorClass::Fenced => return (outcome, Next::End(BatchEnd::SinkFenced(reason))),
+            SinkErrorClass::Rejected | SinkErrorClass::Fatal => {
+                return (outcome, Next::End(BatchEnd::Stop(sink_error("write", failure))))
+            }
+            SinkErrorClass::Retriable | SinkErrorClass::OutcomeUnknown => {}
+        }
+        if Instant::now() + *backoff >= task_deadline {
+            return (outcome, Next::End(BatchEnd::Stop(sink_error("write", failure))));
+        }
+        tracing::warn!(task = self.id, error = %reason, "sink write failed; transaction aborted, replaying the batch");
+        let pause = *backoff;
+        *backoff = (*backoff * 2).min(Duration::from_secs(5));
+        if let Some(sink) = self.sink.as_mut() {
+            sink.recover(&self.shared, deadline.remaining(), self.id);
+        }
+        (outcome, Next::Replay(pause))
+    }
+
+    /// Replaces the given-up producer in place, if `e` allows: when it failed on its own (an
+    /// unknown outcome not reconciled, a fatal producer) rather than being replaced by
+    /// someone else ([`reconcile::replaced`], then [`Control::Fenced`]), a fresh producer
+    /// fences the old epoch, the partitions' state is dropped and the consumer seeks them
+    /// back to their committed offsets ([`Control::Rewind`]), with no rebalance. Not in
+    /// place: partitions already lost, an exactly-once sink, a fresh producer that fails too;
+    /// `false` when the partitions must go back to the group instead.
+    pub(super) fn recover_in_place(&mut self, e: &StepError) -> bool {
+        let lost = matches!(self.interrupt.current(), Some((Interruption::PartitionsLost, _)));
+        if reconcile::replaced(e) || lost || self.sink_is_exactly_once() || self.owned.is_empty() {
+            return false;
+        }
+        self.producer = None;
+        self.forget_partitions();
+        if let Err(init) = self.ensure_producer() {
+            tracing::warn!(task = self.id, error = %init, "a fresh producer cannot be initialised either");
+            return false;
+        }
+        let partitions: Vec<_> = self.owned.iter().cloned().collect();
+        tracing::warn!(
+            task = self.id,
+            error = %e,
+            ?partitions,
+            "producer replaced in place; its batch was dropped and its partitions resume from their committed offsets"
+        );
+        self.rewinds.wait_for(&partitions);
+        let _ = self.control.send(Control::Rewind { task: self.id, partitions, resume: Vec::new() });
+        true
+    }
 }

@@ -8,6 +8,7 @@
 use super::batch::Batch;
 use super::Task;
 use crate::partition::TopicPartition;
+use crate::runtime::protocol::Control;
 
 impl Task {
     /// Gives up `partitions`; returns the next offsets acknowledged for them (at-least-once:
@@ -44,13 +45,11 @@ impl Task {
         // are moved back once the revocation is answered ([`Task::rewind_dropped`]). Their
         // records are dropped as they come until then (they joined `rewinding` with the
         // drop), or the later ones would commit past the dropped ones.
-        self.dropped.retain(|tp| !partitions.contains(tp));
+        self.rewinds.revoked(partitions);
         let acked_offsets = partitions.iter().filter_map(|tp| self.acked.remove(tp).map(|o| (tp.clone(), o))).collect();
         self.forget_positions(Some(partitions));
         for tp in partitions {
             self.owned.remove(tp);
-            self.unanchored.remove(tp);
-            self.rewinding.remove(tp);
         }
         // Partition n's state and tables go with its last input (co-partitioned inputs
         // share them).
@@ -60,7 +59,9 @@ impl Task {
             self.processing.revoke(tp, !gone.contains(tp));
         }
         self.release_tables(&gone);
-        self.release(partitions);
+        if let Some(sink) = self.sink.as_mut() {
+            sink.release(&self.shared, partitions);
+        }
         // Before the reply: once it is sent the consumer thread may set the next
         // revocation's interrupt, which must not be cleared here.
         self.interrupt.clear_revocation();
@@ -90,5 +91,38 @@ impl Task {
     pub(super) fn handed_back(&self, records: usize) {
         self.shared.shutdown.stats().records_handed_back.add(records as u64);
         crate::metrics::handed_back(&self.shared.cfg.application_id, records);
+    }
+}
+
+impl Task {
+    /// Moves the partitions this task keeps of a batch dropped by an interruption back to
+    /// where they must resume: their committed offsets — or, with an exactly-once sink, the
+    /// offsets the sink stored, asked again by claiming them: the dropped batch's Kafka side
+    /// may have committed before its rows were written (the write is what the interruption
+    /// dropped), and the committed offset would skip those rows for good. Runs after the
+    /// revocation is answered: the sink may be down (its failure is what dropped the write),
+    /// so the claim is retried ([`Task::claim_retrying`]). Until then the kept partitions'
+    /// records are dropped as they come (`rewinding`). Interrupted again, the partitions
+    /// stay there, for their next owner to claim; if the sink never answers, the pipeline
+    /// stops.
+    pub(super) fn rewind_dropped(&mut self) {
+        let kept: Vec<TopicPartition> =
+            self.rewinds.take_dropped().into_iter().filter(|tp| self.owned.contains(tp)).collect();
+        if kept.is_empty() || self.producer.is_none() {
+            return;
+        }
+        if !self.sink_is_exactly_once() {
+            let _ = self.control.send(Control::Rewind { task: self.id, partitions: kept, resume: Vec::new() });
+            return;
+        }
+        match self.claim_retrying(&kept) {
+            Ok(resume) => {
+                let _ = self.control.send(Control::Rewind { task: self.id, partitions: kept, resume });
+            }
+            Err(e) if self.interrupt.expired().is_some() => {
+                tracing::warn!(task = self.id, error = %e, partitions = ?kept, "interrupted while asking the sink where the kept partitions of a dropped batch resume; their records stay dropped until they are revoked");
+            }
+            Err(e) => self.stop(e),
+        }
     }
 }

@@ -1,73 +1,60 @@
-//! A failed producer replaced in place ([`Task::recover_in_place`]): when it failed on its own
-//! (an unknown outcome not reconciled, a fatal producer) rather than being replaced by someone
-//! else ([`reconcile::replaced`], then [`Control::Fenced`]), a fresh producer fences the old
-//! epoch, the partitions' state is dropped and the consumer seeks them back to their committed
-//! offsets ([`Control::Rewind`]), with no rebalance. Until it answers
-//! [`TaskMsg::Rewound`](crate::runtime::protocol::TaskMsg::Rewound), inbox records of those partitions are dropped.
-//! Also serves a worker's batch dropped on a revocation ([`Task::rewind_dropped`]). Not in
-//! place: partitions already lost, an exactly-once sink, a fresh producer that fails too.
+//! A task's partitions that wait for a rewind ([`Rewinds`]): their records are dropped as
+//! they come until the consumer thread has moved them back and said so
+//! ([`TaskMsg::Rewound`](crate::runtime::protocol::TaskMsg::Rewound)). Two things lead
+//! here: a producer replaced in place (`failed.rs`, `Task::recover_in_place`) and a batch
+//! dropped by an interruption (`failed.rs`; its kept partitions are moved back after the
+//! revocation, `revoke.rs`, `Task::rewind_dropped`).
 
-use super::Task;
-use crate::observe::Interruption;
+use std::collections::HashSet;
+
 use crate::partition::TopicPartition;
-use crate::runtime::protocol::Control;
-use crate::runtime::reconcile;
-use crate::txn::StepError;
 
-impl Task {
-    /// Replaces the given-up producer in place, if `e` allows (see the [module docs](self));
-    /// `false` when the partitions must go back to the group instead.
-    pub(super) fn recover_in_place(&mut self, e: &StepError) -> bool {
-        let lost = matches!(self.interrupt.current(), Some((Interruption::PartitionsLost, _)));
-        if reconcile::replaced(e) || lost || self.sink_is_exactly_once() || self.owned.is_empty() {
-            return false;
-        }
-        self.producer = None;
-        self.forget_partitions();
-        if let Err(init) = self.ensure_producer() {
-            tracing::warn!(task = self.id, error = %init, "a fresh producer cannot be initialised either");
-            return false;
-        }
-        let partitions: Vec<_> = self.owned.iter().cloned().collect();
-        tracing::warn!(
-            task = self.id,
-            error = %e,
-            ?partitions,
-            "producer replaced in place; its batch was dropped and its partitions resume from their committed offsets"
-        );
-        self.rewinding.extend(partitions.iter().cloned());
-        let _ = self.control.send(Control::Rewind { task: self.id, partitions, resume: Vec::new() });
-        true
+/// The partitions whose records are dropped as they come, and why: waiting for
+/// [`TaskMsg::Rewound`](crate::runtime::protocol::TaskMsg::Rewound) after a producer was
+/// replaced in place (their records until then came before the rewind), or whose batch an
+/// interruption dropped (a later batch of theirs must never commit past it: revoked, the next
+/// owner reads them again from the committed offset; kept, the revocation rewinds them).
+#[derive(Default)]
+pub(super) struct Rewinds {
+    rewinding: HashSet<TopicPartition>,
+    /// The partitions of the last batch dropped by an interrupt, moved back once the
+    /// revocation is answered (`Task::rewind_dropped`).
+    dropped: Vec<TopicPartition>,
+}
+
+impl Rewinds {
+    /// Whether `tp`'s records are dropped as they come.
+    pub(super) fn holds(&self, tp: &TopicPartition) -> bool {
+        self.rewinding.contains(tp)
     }
 
-    /// Moves the partitions this task keeps of a batch dropped by an interruption back to
-    /// where they must resume: their committed offsets — or, with an exactly-once sink, the
-    /// offsets the sink stored, asked again by claiming them: the dropped batch's Kafka side
-    /// may have committed before its rows were written (the write is what the interruption
-    /// dropped), and the committed offset would skip those rows for good. Runs after the
-    /// revocation is answered: the sink may be down (its failure is what dropped the write),
-    /// so the claim is retried ([`Task::claim_retrying`]). Until then the kept partitions'
-    /// records are dropped as they come (`rewinding`). Interrupted again, the partitions
-    /// stay there, for their next owner to claim; if the sink never answers, the pipeline
-    /// stops.
-    pub(super) fn rewind_dropped(&mut self) {
-        let kept: Vec<TopicPartition> =
-            std::mem::take(&mut self.dropped).into_iter().filter(|tp| self.owned.contains(tp)).collect();
-        if kept.is_empty() || self.producer.is_none() {
-            return;
+    /// `partitions` wait for the consumer's rewind.
+    pub(super) fn wait_for(&mut self, partitions: &[TopicPartition]) {
+        self.rewinding.extend(partitions.iter().cloned());
+    }
+
+    /// A batch of `partitions` was dropped uncommitted: the records after it are in the
+    /// inbox already, and committing one of them would commit past the dropped ones.
+    pub(super) fn batch_dropped(&mut self, partitions: Vec<TopicPartition>) {
+        self.rewinding.extend(partitions.iter().cloned());
+        self.dropped = partitions;
+    }
+
+    /// The consumer moved `partitions` back: their records from here on follow the rewind.
+    pub(super) fn rewound(&mut self, partitions: &[TopicPartition]) {
+        for tp in partitions {
+            self.rewinding.remove(tp);
         }
-        if !self.sink_is_exactly_once() {
-            let _ = self.control.send(Control::Rewind { task: self.id, partitions: kept, resume: Vec::new() });
-            return;
-        }
-        match self.claim_retrying(&kept) {
-            Ok(resume) => {
-                let _ = self.control.send(Control::Rewind { task: self.id, partitions: kept, resume });
-            }
-            Err(e) if self.interrupt.expired().is_some() => {
-                tracing::warn!(task = self.id, error = %e, partitions = ?kept, "interrupted while asking the sink where the kept partitions of a dropped batch resume; their records stay dropped until they are revoked");
-            }
-            Err(e) => self.stop(e),
-        }
+    }
+
+    /// The partitions of the last dropped batch, to move back once a revocation is answered.
+    pub(super) fn take_dropped(&mut self) -> Vec<TopicPartition> {
+        std::mem::take(&mut self.dropped)
+    }
+
+    /// `partitions` were revoked: the next owner reads them from the committed offset.
+    pub(super) fn revoked(&mut self, partitions: &[TopicPartition]) {
+        self.dropped.retain(|tp| !partitions.contains(tp));
+        self.rewound(partitions);
     }
 }

@@ -5,6 +5,8 @@ use std::sync::mpsc::Sender;
 use std::sync::Arc;
 use std::time::Instant;
 
+use super::rewind::Rewinds;
+use super::sink::TaskSink;
 use crate::metrics::TaskMetrics;
 use crate::partition::TopicPartition;
 use crate::processing::Processing;
@@ -33,18 +35,10 @@ pub(crate) struct Task {
     /// `worker-<k>`: the `partition` label of its metrics and spans.
     pub(super) label: String,
     pub(super) metrics: TaskMetrics,
-    /// The pipeline's sink, connected on this thread ([`crate::sink`]).
-    pub(super) sink: Option<Box<dyn crate::sink::erased::ErasedSink>>,
-    /// Partitions an exactly-once sink has no offset for yet (anchored at their next batch).
-    pub(super) unanchored: HashSet<TopicPartition>,
-    /// The partitions of the last batch dropped by an interrupt (see the revocation).
-    pub(super) dropped: Vec<TopicPartition>,
-    /// Partitions whose records are dropped as they come: waiting for
-    /// [`TaskMsg::Rewound`](crate::runtime::protocol::TaskMsg::Rewound) after a producer was replaced in place (their records until then came before the
-    /// rewind), or whose batch an interruption dropped (a later batch of theirs must never
-    /// commit past it: revoked, the next owner reads them again from the committed offset;
-    /// kept, the revocation rewinds them).
-    pub(super) rewinding: HashSet<TopicPartition>,
+    /// The pipeline's sink, if it has one, and where it has the partitions start.
+    pub(super) sink: Option<TaskSink>,
+    /// The partitions whose records are dropped until the consumer rewinds them.
+    pub(super) rewinds: Rewinds,
     /// When the previous cycle ended: the `idle` time of the next batch's
     /// [`TransactionEvent`](crate::observe::TransactionEvent).
     pub(super) last_cycle_end: Instant,

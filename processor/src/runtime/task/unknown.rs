@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::batch::{commit_states, committed, Next};
+use super::end::Next;
 use super::failed::give_up;
 use super::Task;
 use crate::observe::{Interruption, Outcome, Reconciliation};
@@ -80,8 +80,8 @@ impl Task {
         let outcome = Outcome::Reconciled { found, reason: e.to_string() };
         match found {
             Reconciliation::Committed => {
-                commit_states(self);
-                (outcome, Next::End(committed(self, batch, stats)))
+                self.commit_states();
+                (outcome, Next::End(self.committed(batch, stats)))
             }
             Reconciliation::Aborted => {
                 self.discard_states();

@@ -1,92 +1,52 @@
-//! The task registry: which task owns each assigned partition, the tasks' threads and
-//! inboxes, and the records waiting for room in them. Owned by the consumer thread's
-//! [`Rebalancer`](super::consumer); tasks never touch it.
+//! Starting a task: its thread and inbox ([`TaskHandle`]), the wait for its producer to be
+//! ready ([`Ready`], always bounded), the partitions whose task could not start yet
+//! ([`Unstarted`]), and the bounded sends the consumer thread makes to a task. The
+//! consumer thread may wait for a task here because a task never waits for it.
 
-use std::collections::{HashMap, HashSet};
 use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use rdkafka::{Offset, TopicPartitionList};
-
 use crate::config::PipelineConfig;
 use crate::error::{Error, Result};
-use crate::partition::TopicPartition;
+use crate::partition::{Resume, TopicPartition};
 use crate::runtime::interrupt::Interrupt;
-use crate::runtime::pending::Pending;
 use crate::runtime::protocol::TaskMsg;
-use crate::runtime::task::{Resume, Task};
+use crate::runtime::task::Task;
 use crate::runtime::Shared;
 
-pub(super) fn to_tpl(offsets: &[(TopicPartition, i64)]) -> TopicPartitionList {
-    let mut tpl = TopicPartitionList::with_capacity(offsets.len());
-    for ((t, p), o) in offsets {
-        let _ = tpl.add_partition_offset(t, *p, Offset::Offset(*o));
-    }
-    tpl
-}
-
-pub(super) struct TaskHandle {
-    pub(super) tx: SyncSender<TaskMsg>,
-    pub(super) join: JoinHandle<()>,
+/// A running task, as the manager holds it.
+pub(crate) struct TaskHandle {
+    pub(crate) tx: SyncSender<TaskMsg>,
+    pub(crate) join: JoinHandle<()>,
     /// Set before a revocation or shutdown is sent, so that a task busy retrying a failing
-    /// batch notices at once (see [`interrupt`](super::interrupt)).
-    pub(super) interrupt: Arc<Interrupt>,
-}
-
-#[derive(Default)]
-pub(super) struct Registry {
-    /// Which task owns each assigned partition.
-    pub(super) routes: HashMap<TopicPartition, u64>,
-    pub(super) tasks: HashMap<u64, TaskHandle>,
-    /// Records waiting for room in their task's queue, per partition.
-    pub(super) pending: Pending,
-    /// Assigned partitions whose task could not start (its producer failed to initialise),
-    /// or that wait for room under the task bound: paused, routed nowhere, retried from the
-    /// consumer thread's loop.
-    pub(super) unstarted: HashMap<TopicPartition, Unstarted>,
-    /// Partitions paused because their pending queue grew past its bound (see
-    /// [`pending`](super::pending)), or because they are unstarted.
-    pub(super) paused: HashSet<TopicPartition>,
-    pub(super) next: u64,
-}
-
-impl Registry {
-    pub(super) fn next_id(&mut self) -> u64 {
-        self.next += 1;
-        self.next
-    }
-    pub(super) fn has_routes(&self) -> bool {
-        !self.routes.is_empty()
-    }
-    pub(super) fn owns_partitions(&self, task: u64) -> bool {
-        self.routes.values().any(|t| *t == task)
-    }
+    /// batch notices at once (see [`interrupt`](crate::runtime::interrupt)).
+    pub(crate) interrupt: Arc<Interrupt>,
 }
 
 /// An assigned partition whose task could not start yet: its start failed, or it waits
 /// for room under per-partition mode's task bound ([`Shared::max_tasks`]).
-pub(super) struct Unstarted {
+pub(crate) struct Unstarted {
     /// Waiting for room, not failed: started as soon as the bound allows, never timed out.
-    pub(super) waiting: bool,
+    pub(crate) waiting: bool,
     /// When its first attempt failed (or, waiting, when it began to wait): a failed one is
     /// given up on after the task timeout.
-    pub(super) since: Instant,
+    pub(crate) since: Instant,
     /// When to try again.
-    pub(super) next: Instant,
+    pub(crate) next: Instant,
     /// The pause before the try after that (doubling, at most 30 s).
-    pub(super) backoff: Duration,
+    pub(crate) backoff: Duration,
     /// Why the last attempt failed.
-    pub(super) last: String,
+    pub(crate) last: String,
     /// The thread of the last attempt, if it was given up on while still starting (timed
     /// out): it may still be initialising the same transactional id, and a start beside it
     /// would fence it and be fenced back. The next attempt waits for it to end.
-    pub(super) previous: Option<Arc<JoinHandle<()>>>,
+    pub(crate) previous: Option<Arc<JoinHandle<()>>>,
 }
 
 impl Unstarted {
-    pub(super) fn new(last: String) -> Unstarted {
+    pub(crate) fn new(last: String) -> Unstarted {
         let now = Instant::now();
         Unstarted {
             waiting: false,
@@ -99,20 +59,20 @@ impl Unstarted {
     }
 
     /// The same, with the thread of the attempt given up on (see [`Unstarted::previous`]).
-    pub(super) fn after(mut self, previous: Option<Arc<JoinHandle<()>>>) -> Unstarted {
+    pub(crate) fn after(mut self, previous: Option<Arc<JoinHandle<()>>>) -> Unstarted {
         self.previous = previous;
         self
     }
 
     /// Whether its next attempt may start now: room came (waiting) or its pause is over,
     /// and no earlier attempt's thread still runs.
-    pub(super) fn due(&self, now: Instant) -> bool {
+    pub(crate) fn due(&self, now: Instant) -> bool {
         let previous_running = self.previous.as_ref().is_some_and(|t| !t.is_finished());
         (self.waiting || self.next <= now) && !previous_running
     }
 
     /// A partition left without a task by the task bound.
-    pub(super) fn waiting(bound: usize) -> Unstarted {
+    pub(crate) fn waiting(bound: usize) -> Unstarted {
         let mut u = Unstarted::new(format!("waiting for room: {bound} partition tasks running (max_partition_tasks)"));
         u.waiting = true;
         u.next = u.since;
@@ -120,7 +80,7 @@ impl Unstarted {
     }
 
     /// Another failed attempt (a waiting partition's first: its task timeout starts now).
-    pub(super) fn failed_again(&mut self, last: String, previous: Option<Arc<JoinHandle<()>>>) {
+    pub(crate) fn failed_again(&mut self, last: String, previous: Option<Arc<JoinHandle<()>>>) {
         if std::mem::take(&mut self.waiting) {
             *self = Unstarted::new(last).after(previous);
             return;
@@ -135,34 +95,34 @@ impl Unstarted {
 /// Whether a task that could not start should be retried later rather than stop the
 /// pipeline: everything but a configuration or authorisation problem, which every
 /// partition would hit.
-pub(super) fn retry_later(e: &Error) -> bool {
+pub(crate) fn retry_later(e: &Error) -> bool {
     !matches!(e, Error::Config(_) | Error::Kafka { class: crate::ErrorClass::Fatal, .. })
 }
 
 /// Says when a starting task is ready (where its partitions resume) or why it failed; its
 /// interrupt tells what it is doing meanwhile.
-pub(super) struct Ready {
+pub(crate) struct Ready {
     rx: Receiver<Result<Resume>>,
     interrupt: Arc<Interrupt>,
 }
 
 impl Ready {
     /// A reply from `task` (its start, or its claim of an assignment).
-    pub(super) fn new(rx: Receiver<Result<Resume>>, task: &TaskHandle) -> Ready {
+    pub(crate) fn new(rx: Receiver<Result<Resume>>, task: &TaskHandle) -> Ready {
         Ready { rx, interrupt: task.interrupt.clone() }
     }
 }
 
 /// Records a task's queue holds: a transaction's worth, within reason. Past it, records wait
-/// in the consumer thread, up to the bound of [`pending`](super::pending).
-pub(super) fn queue_capacity(cfg: &PipelineConfig) -> usize {
+/// in the consumer thread, up to the bound of [`Pending`](super::Pending).
+pub(crate) fn queue_capacity(cfg: &PipelineConfig) -> usize {
     cfg.max_records_per_transaction.clamp(100, 10_000)
 }
 
 /// Starts the task of one input partition (per-partition mode) — or of partition *n* of
 /// every input topic of a [co-partitioned](crate::PipelineConfig::co_partitioned) pipeline,
 /// `tps` — with its own transactional.id, labelled `topic-partition`.
-pub(super) fn spawn_partition_task(
+pub(crate) fn spawn_partition_task(
     shared: &Arc<Shared>,
     id: u64,
     tps: &[TopicPartition],
@@ -175,7 +135,7 @@ pub(super) fn spawn_partition_task(
 
 /// `partitions` grouped by the per-partition task that owns them (see
 /// [`task_of`](crate::PipelineConfig::task_of)), in order.
-pub(super) fn by_task(cfg: &PipelineConfig, partitions: Vec<TopicPartition>) -> Vec<Vec<TopicPartition>> {
+pub(crate) fn by_task(cfg: &PipelineConfig, partitions: Vec<TopicPartition>) -> Vec<Vec<TopicPartition>> {
     let mut groups: std::collections::BTreeMap<(String, i32), Vec<TopicPartition>> = Default::default();
     for tp in partitions {
         groups.entry(cfg.task_of(&tp.0, tp.1)).or_default().push(tp);
@@ -183,21 +143,9 @@ pub(super) fn by_task(cfg: &PipelineConfig, partitions: Vec<TopicPartition>) -> 
     groups.into_values().collect()
 }
 
-impl Registry {
-    /// The task already owning a partition that `tp` shares its task with (co-partitioned
-    /// inputs), if any.
-    pub(super) fn task_sharing(&self, cfg: &PipelineConfig, tp: &TopicPartition) -> Option<u64> {
-        if !cfg.co_partitioned() {
-            return None; // each partition is its own task: no scan of every route
-        }
-        let key = cfg.task_of(&tp.0, tp.1);
-        self.routes.iter().find(|(other, _)| cfg.task_of(&other.0, other.1) == key).map(|(_, id)| *id)
-    }
-}
-
 /// Starts a task thread; its producer is initialised on that thread and `Ready` says when.
 /// `label` names it in metrics and spans (see [`Task`]'s field).
-pub(super) fn spawn_task(
+pub(crate) fn spawn_task(
     shared: &Arc<Shared>,
     id: u64,
     txn_id: Option<String>,
@@ -232,7 +180,7 @@ pub(super) fn spawn_task(
     Ok((TaskHandle { tx, join, interrupt }, ready))
 }
 
-pub(super) fn wait_ready(ready: Ready, deadline: Instant) -> Result<Resume> {
+pub(crate) fn wait_ready(ready: Ready, deadline: Instant) -> Result<Resume> {
     wait_ready_unless(ready, deadline, || false)?.ok_or_else(|| Error::Internal("a start given up unasked".into()))
 }
 
@@ -240,7 +188,7 @@ pub(super) fn wait_ready(ready: Ready, deadline: Instant) -> Result<Resume> {
 /// pipeline shut down while a task's start hangs (a sink that does not answer) stops at
 /// once; the hung start is left to end on its own thread, and the pipeline's
 /// [health](crate::ShutdownHandle::health) said what it was doing.
-pub(super) fn wait_ready_unless(ready: Ready, deadline: Instant, stop: impl Fn() -> bool) -> Result<Option<Resume>> {
+pub(crate) fn wait_ready_unless(ready: Ready, deadline: Instant, stop: impl Fn() -> bool) -> Result<Option<Resume>> {
     let started = Instant::now();
     loop {
         let wait = deadline.saturating_duration_since(Instant::now());
@@ -269,7 +217,7 @@ pub(super) fn wait_ready_unless(ready: Ready, deadline: Instant, stop: impl Fn()
 }
 
 /// Sends a command to a task, waiting while its queue is full, until `deadline`.
-pub(super) fn send_bounded(tx: &SyncSender<TaskMsg>, mut msg: TaskMsg, deadline: Instant) -> bool {
+pub(crate) fn send_bounded(tx: &SyncSender<TaskMsg>, mut msg: TaskMsg, deadline: Instant) -> bool {
     loop {
         match tx.try_send(msg) {
             Ok(()) => return true,
@@ -288,9 +236,9 @@ pub(super) fn send_bounded(tx: &SyncSender<TaskMsg>, mut msg: TaskMsg, deadline:
 /// Lets go of a task whose start failed or was given up on: told to stop at once (its
 /// partitions are no longer its), its thread kept for the next attempt to wait for
 /// ([`Unstarted::previous`]).
-pub(super) fn give_up_start(handle: TaskHandle) -> Option<Arc<JoinHandle<()>>> {
+pub(crate) fn give_up_start(handle: TaskHandle) -> Arc<JoinHandle<()>> {
     handle.interrupt.revoke(true, Instant::now());
-    Some(Arc::new(handle.join))
+    Arc::new(handle.join)
 }
 
 /// Joins `thread` if it ends by `deadline`; `false` (and the thread left running) if not.

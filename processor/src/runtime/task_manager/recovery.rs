@@ -1,34 +1,32 @@
 //! Failures kept local to their partitions: a task that replaced its producer in
-//! place gets its partitions rewound ([`Rebalancer::rewind`]); a partition whose task could
+//! place gets its partitions rewound ([`TaskManager::rewind`]); a partition whose task could
 //! not start on assignment, or that per-partition mode's task bound left waiting for room,
-//! is paused and its task retried ([`Rebalancer::start_unstarted`]).
+//! is paused and its task retried ([`TaskManager::start_unstarted`]).
 //! Both move partitions to where they resume (their committed offsets, or the offsets an
 //! exactly-once sink stored) from the consumer thread, with no poll between the seek and the
 //! routing that depends on it.
 
 use std::time::{Duration, Instant};
 
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::{Offset, TopicPartitionList};
 
-use super::Rebalancer;
+use super::start::{by_task, give_up_start, send_bounded, spawn_partition_task, wait_ready, Unstarted};
+use super::{to_tpl, Registry, TaskManager};
 use crate::error::Error;
 use crate::partition::TopicPartition;
 use crate::runtime::protocol::TaskMsg;
-use crate::runtime::registry::{
-    by_task, give_up_start, send_bounded, spawn_partition_task, to_tpl, wait_ready, Registry, Unstarted,
-};
 
-impl Rebalancer {
+impl TaskManager {
     /// Moves a task's partitions back to where `resume` says (an exactly-once sink's
-    /// offsets), the others to their committed offsets ([`Control::Rewind`]; see
+    /// offsets), the others to their committed offsets ([`Control::Rewind`](crate::runtime::protocol::Control::Rewind); see
     /// `task/rewind.rs`), then tells it so. The records waiting for room are dropped (they
     /// follow the old position); partitions no longer routed to the task are left alone
     /// (revoked meanwhile). `Err` if the offsets cannot be read or applied: the caller falls
     /// back to leaving the group.
-    pub(super) fn rewind(
+    pub(crate) fn rewind<C: ConsumerContext>(
         &self,
-        consumer: &BaseConsumer<Self>,
+        consumer: &BaseConsumer<C>,
         task: u64,
         partitions: Vec<TopicPartition>,
         resume: &[(TopicPartition, i64)],
@@ -64,7 +62,7 @@ impl Rebalancer {
 
     /// Pauses the assigned partitions whose task could not start, so that librdkafka stops
     /// fetching what nobody would process.
-    pub(super) fn pause_unstarted(&self, consumer: &BaseConsumer<Self>) {
+    pub(crate) fn pause_unstarted<C: ConsumerContext>(&self, consumer: &BaseConsumer<C>) {
         let mut reg = self.registry();
         let Registry { unstarted, paused, .. } = &mut *reg;
         let newly: Vec<_> =
@@ -90,7 +88,7 @@ impl Rebalancer {
     /// Under the task bound ([`Shared::max_tasks`](crate::runtime::Shared::max_tasks)) at
     /// most as many start as there is room for; a failed partition due while there is none
     /// waits for room like the others, its task timeout restarting at its next attempt.
-    pub(super) fn start_unstarted(&self, consumer: &BaseConsumer<Self>) {
+    pub(crate) fn start_unstarted<C: ConsumerContext>(&self, consumer: &BaseConsumer<C>) {
         let cfg = &self.shared.cfg;
         // Due partitions, with their co-partitioned siblings (one task starts for them all).
         let (due, mut room): (Vec<TopicPartition>, Option<usize>) = {
@@ -128,7 +126,7 @@ impl Rebalancer {
                 match wait_ready(ready, Instant::now() + cfg.task_timeout) {
                     Ok(resume) => Ok((handle, resume)),
                     Err(e) => {
-                        previous = give_up_start(handle);
+                        previous = Some(give_up_start(handle));
                         Err(e)
                     }
                 }
@@ -137,7 +135,7 @@ impl Rebalancer {
                 match seek_to_start(consumer, &group, &resume) {
                     Ok(()) => Ok(handle),
                     Err(e) => {
-                        previous = give_up_start(handle);
+                        previous = Some(give_up_start(handle));
                         Err(e)
                     }
                 }
@@ -209,8 +207,8 @@ impl Rebalancer {
 /// Moves `partitions` (assigned) to the offsets `resume` gives (an exactly-once sink's),
 /// the others to their committed offsets; no poll may come between this and the routing
 /// that depends on it. `Err` says why not.
-fn seek_to_start(
-    consumer: &BaseConsumer<Rebalancer>,
+fn seek_to_start<C: ConsumerContext>(
+    consumer: &BaseConsumer<C>,
     partitions: &[TopicPartition],
     resume: &[(TopicPartition, i64)],
 ) -> Result<(), String> {

@@ -17,7 +17,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 
 use crate::partition::TopicPartition;
 use crate::record::Topic;
-use crate::runtime::registry::join_by;
+use crate::runtime::task_manager::start::join_by;
 
 /// How long the leaders of the last metadata fetch are trusted.
 const LEADERS_TTL: Duration = Duration::from_secs(30);
