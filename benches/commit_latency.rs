@@ -153,7 +153,9 @@ fn run_ours(
 /// measured runs of `--broker-breakdown`, so that its first subject is not the slowest.
 fn warm_up(rt: &tokio::runtime::Runtime, input: &Input, n: usize) {
     let lat = Arc::new(Mutex::new(Latencies::new()));
-    if let Err(e) = run_ours(rt, input, &unique_name("lat-warm-up-out"), Guarantee::ExactlyOnce, n, &lat, false) {
+    if let Err(e) =
+        run_ours(rt, input, &unique_name("lat-warm-up-out"), Guarantee::ExactlyOncePerPartition, n, &lat, false)
+    {
         fail(&format!("warm-up: {e}"));
     }
 }
@@ -250,7 +252,8 @@ fn main() {
     // Quick (CI): enough to check that the breakdown still works, not to quote.
     let (breakdown_n, breakdown_txns) = (100, if args.quick { 200 } else { 1_000 });
     let reps = args.reps.unwrap_or(if args.quick { 1 } else { 2 });
-    let breakdown_subjects = [Who::Ours(Guarantee::ExactlyOnce), Who::Ours(Guarantee::ExactlyOncePerConsumer)];
+    let breakdown_subjects =
+        [Who::Ours(Guarantee::ExactlyOncePerPartition), Who::Ours(Guarantee::ExactlyOncePerConsumer)];
     if breakdown {
         if std::env::var_os("KAFKA_BOOTSTRAP").is_some() {
             fail("--broker-breakdown starts its own brokers and reads their logs: unset KAFKA_BOOTSTRAP");
@@ -280,7 +283,7 @@ fn main() {
     let subjects: &[Who] = if breakdown {
         &breakdown_subjects
     } else {
-        &[Who::Ours(Guarantee::ExactlyOnce), Who::Ours(Guarantee::ExactlyOncePerConsumer), Who::Naive]
+        &[Who::Ours(Guarantee::ExactlyOncePerPartition), Who::Ours(Guarantee::ExactlyOncePerConsumer), Who::Naive]
     };
     println!(
         "commit_latency ({} mode) on {bootstrap}: transaction sizes {:?}, values {:?} B",
@@ -434,7 +437,7 @@ fn summary(json: &[serde_json::Value]) {
             .and_then(|j| j[what][q].as_f64())
     };
     println!("\n100-record transactions, 100 B values (goal: commit p50 <= 5 ms, p99 <= 25 ms):");
-    for who in ["exactly-once", "exactly-once-per-consumer", "naive-rdkafka"] {
+    for who in ["exactly-once-per-partition", "exactly-once-per-consumer", "naive-rdkafka"] {
         println!(
             "  {who:<26} commit p50 {:>7} ms  p99 {:>7} ms   transaction p50 {:>7} ms",
             fmt_opt(get(who, 100, "commit_step_ms", "p50"), 2),

@@ -30,11 +30,13 @@ fn main() {
     let bootstrap = cluster.bootstrap_servers();
     let rt = runtime();
     let protocols = [Rebalancing::Eager, Rebalancing::Cooperative, Rebalancing::Consumer];
-    let all = [Guarantee::ExactlyOnce, Guarantee::ExactlyOncePerConsumer, Guarantee::AtLeastOnce];
+    let all = [Guarantee::ExactlyOncePerPartition, Guarantee::ExactlyOncePerConsumer, Guarantee::AtLeastOnce];
     let guarantees: Vec<Guarantee> = match (&args.subjects[..], args.quick) {
-        ([], true) => vec![Guarantee::ExactlyOnce],
+        ([], true) => vec![Guarantee::ExactlyOncePerPartition],
         ([], false) => all.to_vec(),
-        (names, _) => all.into_iter().filter(|g| names.iter().any(|n| n == g.as_str())).collect(),
+        (names, _) => {
+            all.into_iter().filter(|g| names.iter().any(|n| n.parse::<Guarantee>().ok() == Some(*g))).collect()
+        }
     };
     let reps = args.reps();
     println!("rebalance ({} mode): 2 instances on 16 partitions, a third joins; {reps} run(s) each", args.mode());

@@ -26,7 +26,8 @@ use kafka_eos_cli::scale::rolling::{self, RollingOptions};
 use kafka_eos_cli::scale::study::{run, PhaseReport, StudyOptions};
 use kafka_eos_testkit::broker::ClusterConfig;
 
-const GUARANTEES: [Guarantee; 3] = [Guarantee::ExactlyOnce, Guarantee::ExactlyOncePerConsumer, Guarantee::AtLeastOnce];
+const GUARANTEES: [Guarantee; 3] =
+    [Guarantee::ExactlyOncePerPartition, Guarantee::ExactlyOncePerConsumer, Guarantee::AtLeastOnce];
 
 fn main() {
     let args = Args::parse();
@@ -40,9 +41,11 @@ fn main() {
         (p, _) => p.to_vec(),
     };
     let guarantees: Vec<Guarantee> = match (&args.subjects[..], args.quick) {
-        ([], true) => vec![Guarantee::ExactlyOnce],
+        ([], true) => vec![Guarantee::ExactlyOncePerPartition],
         ([], false) => GUARANTEES.to_vec(),
-        (names, _) => GUARANTEES.into_iter().filter(|g| names.iter().any(|n| n == g.as_str())).collect(),
+        (names, _) => {
+            GUARANTEES.into_iter().filter(|g| names.iter().any(|n| n.parse::<Guarantee>().ok() == Some(*g))).collect()
+        }
     };
     let log_dir = std::env::temp_dir().join(kafka_eos_cli::bench::unique_name("scale-study"));
     println!("scale_study ({} mode): {nodes} broker(s); logs in {}", args.mode(), log_dir.display());

@@ -99,7 +99,7 @@ fn main() {
     let mut rows = Vec::new();
     let mut lines = Vec::new();
     let mut topics = vec![topic.clone()];
-    for g in [Guarantee::AtLeastOnce, Guarantee::ExactlyOnce, Guarantee::ExactlyOncePerConsumer] {
+    for g in [Guarantee::AtLeastOnce, Guarantee::ExactlyOncePerPartition, Guarantee::ExactlyOncePerConsumer] {
         let stages = Arc::new(Mutex::new(Stages::default()));
         let sink = stages.clone();
         let opts = CopyOptions {

@@ -77,7 +77,7 @@ pub(crate) fn changes(n: u64) -> Vec<(u32, Change)> {
 /// `tests/it/equivalence.rs` run this same definition with the test driver and on a real
 /// broker.
 pub fn pipeline(builder: PipelineBuilder, input: &str, table: &str) -> PipelineBuilder {
-    let mut builder = builder.input_topic(input).guarantee(Guarantee::ExactlyOnce);
+    let mut builder = builder.input_topic(input).guarantee(Guarantee::ExactlyOncePerPartition);
     // The last change applied per row id: typed once, here.
     let applied = builder.store::<u32, u64>(APPLIED_STORE);
     let out = builder.output_topic(table);

@@ -127,7 +127,7 @@ async fn run() -> Result<bool, Box<dyn std::error::Error>> {
     let builder = Pipeline::builder()
         .bootstrap_servers(&bootstrap)
         .application_id(format!("quickstart-{suffix}"))
-        .guarantee(Guarantee::ExactlyOnce)
+        .guarantee(Guarantee::ExactlyOncePerPartition)
         .commit_interval(Duration::from_millis(100))
         .handle_signals(true) // Ctrl-C stops it gracefully
         .ops_address(std::env::var("KAFKA_EOS_OPS_ADDR").unwrap_or_else(|_| "127.0.0.1:0".into()).parse()?);

@@ -122,7 +122,7 @@ fn main() {
 
     // The matrix, in the order each repetition runs it.
     let mut configs = Vec::new();
-    let ours = [Guarantee::AtLeastOnce, Guarantee::ExactlyOnce, Guarantee::ExactlyOncePerConsumer];
+    let ours = [Guarantee::AtLeastOnce, Guarantee::ExactlyOncePerPartition, Guarantee::ExactlyOncePerConsumer];
     for &p in &partition_counts {
         if tools.is_some() {
             configs.push(Config { partitions: p, subject: PRODUCER_PERF.into(), interval_ms: None });
@@ -143,7 +143,7 @@ fn main() {
         }
         if p == SWEEP_PARTITIONS && !args.quick {
             // The cost of state: the same copy writing one changelog record per input record.
-            for g in [Guarantee::AtLeastOnce, Guarantee::ExactlyOnce] {
+            for g in [Guarantee::AtLeastOnce, Guarantee::ExactlyOncePerPartition] {
                 let subject = Subject::Stateful(g).name().into();
                 configs.push(Config { partitions: p, subject, interval_ms: Some(BASE_INTERVAL_MS) });
             }

@@ -63,7 +63,7 @@ async fn each_injected_failure_costs_exactly_one_abort() {
     let outcomes = Arc::new(Outcomes::default());
     let (out, f, o) = (kafka_eos::Topic::new(&t.output), failed.clone(), outcomes.clone());
     let run = spawn(
-        t.pipeline(&app, Guarantee::ExactlyOnce)
+        t.pipeline(&app, Guarantee::ExactlyOncePerPartition)
             .max_records_per_transaction(BATCH)
             .on_processor_error(ProcessorErrorPolicy::retry(1).backoff(Duration::from_millis(1)))
             .on_transaction(move |e| o.record(e))

@@ -62,7 +62,7 @@ async fn verify_passes_a_copy_and_fails_a_partial_one() {
     const RECORDS: u64 = 2_000;
     let t = topics("cli-verify", 2, RECORDS, 50).await;
     let app = unique("cli-verify");
-    let run = spawn(t.pipeline(&app, Guarantee::ExactlyOnce));
+    let run = spawn(t.pipeline(&app, Guarantee::ExactlyOncePerPartition));
     t.wait_caught_up(&app, Duration::from_secs(120)).await;
     run.stop().await;
 
@@ -224,7 +224,7 @@ async fn lag_is_zero_for_a_group_that_read_a_transactional_topic_to_its_end() {
     .await
     .unwrap();
     let app = unique("cli-lag-txn");
-    let run = spawn(t.pipeline(&app, Guarantee::ExactlyOnce));
+    let run = spawn(t.pipeline(&app, Guarantee::ExactlyOncePerPartition));
     run.wait_records_in(10, Duration::from_secs(60)).await;
     run.stop().await;
     let out = kafka_eos(&["lag", "--group", &app, "--topic", &t.input, "--bootstrap", &t.bootstrap]).await;

@@ -36,7 +36,7 @@ fn reconciled_exactly(rec: &kafka_eos_cli::workloads::financial_close::Reconcili
 /// partition, and one pass restores them all).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restart_with_its_checkpoint_restores_only_the_tail() {
-    for guarantee in [Guarantee::ExactlyOnce, Guarantee::ExactlyOncePerConsumer] {
+    for guarantee in [Guarantee::ExactlyOncePerPartition, Guarantee::ExactlyOncePerConsumer] {
         tail_only(guarantee).await;
     }
 }
@@ -79,7 +79,8 @@ async fn tail_only(guarantee: Guarantee) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkills_mid_batch_on_the_same_state_directory_keep_totals_exact() {
     let payments = 24_000;
-    let c = Close::new("disk-kill", Generate { payments, ..Generate::default() }, Guarantee::ExactlyOnce).await;
+    let c =
+        Close::new("disk-kill", Generate { payments, ..Generate::default() }, Guarantee::ExactlyOncePerPartition).await;
     let dir = tempfile::tempdir().unwrap();
     // The group's lag; `None` before the group first committed.
     let lag = |c: &Close| {
@@ -88,7 +89,14 @@ async fn sigkills_mid_batch_on_the_same_state_directory_keep_totals_exact() {
     for kill in 0..3u64 {
         let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_kafka-eos"));
         cmd.args(["chaos", "instance", "--bootstrap", &c.bootstrap, "--app", &c.app])
-            .args(["--input", &c.topics.payments, "--output", &c.topics.revenue, "--guarantee", "exactly-once"])
+            .args([
+                "--input",
+                &c.topics.payments,
+                "--output",
+                &c.topics.revenue,
+                "--guarantee",
+                "exactly-once-per-partition",
+            ])
             .args(["--financial-close-payments", &payments.to_string(), "--state-dir"])
             .arg(dir.path())
             .stdout(std::process::Stdio::null())
@@ -142,8 +150,12 @@ async fn sigkills_mid_batch_on_the_same_state_directory_keep_totals_exact() {
 /// the intact partitions restore nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_corrupt_or_missing_local_store_is_rebuilt_from_the_changelog() {
-    let c =
-        Close::new("disk-damage", Generate { payments: 16_000, ..Generate::default() }, Guarantee::ExactlyOnce).await;
+    let c = Close::new(
+        "disk-damage",
+        Generate { payments: 16_000, ..Generate::default() },
+        Guarantee::ExactlyOncePerPartition,
+    )
+    .await;
     let dir = tempfile::tempdir().unwrap();
     c.produce(0..8_000).await;
     let first = run_to_end(&c, dir.path()).await;

@@ -34,7 +34,7 @@ async fn copy_all(guarantee: Guarantee) -> kafka_eos_testkit::verify::Report {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exactly_once_per_partition_copies_every_record_once() {
-    let report = copy_all(Guarantee::ExactlyOnce).await;
+    let report = copy_all(Guarantee::ExactlyOncePerPartition).await;
     assert!(report.is_exactly_once(), "{report:?}");
     assert_eq!(report.output_records, RECORDS);
 }
@@ -69,7 +69,7 @@ async fn a_batch_is_processed_as_it_is_collected() {
         let committed_at = Arc::new(Mutex::new(None::<Instant>));
         let (out, first, commit) = (Topic::new(&t.output), first_processed.clone(), committed_at.clone());
         let builder = t
-            .pipeline(&app, Guarantee::ExactlyOnce)
+            .pipeline(&app, Guarantee::ExactlyOncePerPartition)
             .commit_interval(interval)
             .transaction_timeout(Duration::from_secs(30))
             .process_while_collecting(streaming)

@@ -18,7 +18,7 @@ const RECORDS: u64 = 4_000;
 /// record exactly once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failed_transaction_outputs_are_never_visible_and_processing_resumes() {
-    for guarantee in [Guarantee::ExactlyOnce, Guarantee::ExactlyOncePerConsumer] {
+    for guarantee in [Guarantee::ExactlyOncePerPartition, Guarantee::ExactlyOncePerConsumer] {
         let t = topics("fail", 2, RECORDS, 100).await;
         let app = unique("fail");
         let calls = Arc::new(AtomicU32::new(0));
@@ -68,7 +68,7 @@ async fn poison_record_is_dead_lettered_and_the_rest_committed() {
     let app = unique("dlq");
     let out = kafka_eos::Topic::new(&t.output);
     let run = spawn(
-        t.pipeline(&app, Guarantee::ExactlyOnce)
+        t.pipeline(&app, Guarantee::ExactlyOncePerPartition)
             .on_processor_error(
                 ProcessorErrorPolicy::retry(1).backoff(Duration::from_millis(10)).then_dead_letter(&dlq),
             )
@@ -96,7 +96,7 @@ async fn stop_policy_stops_with_the_record_and_a_restart_resumes() {
     let app = unique("stop");
     let out = kafka_eos::Topic::new(&t.output);
     let run = spawn(
-        t.pipeline(&app, Guarantee::ExactlyOnce)
+        t.pipeline(&app, Guarantee::ExactlyOncePerPartition)
             .on_processor_error(ProcessorErrorPolicy::retry(1).backoff(Duration::from_millis(10)))
             .processor(
                 move |ctx, r| if r.offset == 2_500 { Err("bad record".into()) } else { emit_reversed(ctx, &out, r) },
@@ -116,7 +116,7 @@ async fn stop_policy_stops_with_the_record_and_a_restart_resumes() {
     assert!(partial.output_records < 2_501 && partial.duplicates == 0, "{partial:?}");
 
     let out = kafka_eos::Topic::new(&t.output);
-    let run = spawn(t.pipeline(&app, Guarantee::ExactlyOnce).processor(move |ctx, r| {
+    let run = spawn(t.pipeline(&app, Guarantee::ExactlyOncePerPartition).processor(move |ctx, r| {
         ctx.emit(OutputRecord::to(&out).value(r.value.clone().unwrap_or_default()).partition(r.partition));
         Ok(())
     }));
@@ -135,7 +135,7 @@ async fn stop_policy_stops_with_the_record_and_a_restart_resumes() {
 async fn a_partition_whose_producer_cannot_start_is_retried_while_the_others_run() {
     let t = topics("initfail", 4, RECORDS, 100).await;
     let app = unique("initfail");
-    let run = spawn(t.pipeline(&app, Guarantee::ExactlyOnce).inject_init_failures(2, 3));
+    let run = spawn(t.pipeline(&app, Guarantee::ExactlyOncePerPartition).inject_init_failures(2, 3));
     t.wait_caught_up(&app, Duration::from_secs(90)).await;
     let summary = run.stop().await;
     let report = t.verify().await;

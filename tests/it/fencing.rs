@@ -18,7 +18,7 @@ async fn a_stuck_instance_is_fenced_and_its_transaction_never_appears() {
     // (an incremental protocol would leave it with A, which owns it rightfully).
     let stuck = Stuck::default();
     let a = spawn(
-        t.pipeline(&app, Guarantee::ExactlyOnce)
+        t.pipeline(&app, Guarantee::ExactlyOncePerPartition)
             .rebalancing(Rebalancing::Eager)
             .task_timeout(Duration::from_secs(3))
             .max_records_per_transaction(200)
@@ -30,7 +30,7 @@ async fn a_stuck_instance_is_fenced_and_its_transaction_never_appears() {
     // the task timeout and is abandoned; whoever gets the partition (B, or A's next task)
     // re-initialises its transactional.id, which fences the stuck producer and aborts its
     // transaction.
-    let b = spawn(t.pipeline(&app, Guarantee::ExactlyOnce).rebalancing(Rebalancing::Eager));
+    let b = spawn(t.pipeline(&app, Guarantee::ExactlyOncePerPartition).rebalancing(Rebalancing::Eager));
     t.wait_caught_up(&app, Duration::from_secs(90)).await;
 
     // Wake the zombie: it finishes processing and tries to commit with a fenced producer.

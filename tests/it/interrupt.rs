@@ -28,7 +28,7 @@ impl Failing {
         let dropped: Arc<Mutex<Vec<Interruption>>> = Arc::default();
         let (out, f, d) = (kafka_eos::Topic::new(&t.output), failures.clone(), dropped.clone());
         let run = spawn(
-            t.pipeline(app, Guarantee::ExactlyOnce)
+            t.pipeline(app, Guarantee::ExactlyOncePerPartition)
                 .task_timeout(TASK_TIMEOUT)
                 .shutdown_timeout(shutdown_timeout)
                 .max_records_per_transaction(500)
@@ -88,7 +88,7 @@ async fn a_failing_batch_lets_go_on_revocation_long_before_the_task_timeout() {
     let a = Failing::start(&t, &app, Duration::from_secs(3)).await;
 
     let joined = Instant::now();
-    let b = spawn(t.pipeline(&app, Guarantee::ExactlyOnce));
+    let b = spawn(t.pipeline(&app, Guarantee::ExactlyOncePerPartition));
     while b.handle.summary().rebalances == 0 {
         let waited = joined.elapsed();
         assert!(
@@ -115,7 +115,7 @@ async fn a_failing_batch_lets_go_on_shutdown() {
     let a = Failing::start(&t, &app, Duration::from_secs(5)).await;
     let (first, stopped, dropped) = a.stop_within(Duration::from_secs(20)).await;
     assert_eq!(dropped, vec![Interruption::ShuttingDown]);
-    finish_exactly_once(&t, &app, spawn(t.pipeline(&app, Guarantee::ExactlyOnce)), first).await;
+    finish_exactly_once(&t, &app, spawn(t.pipeline(&app, Guarantee::ExactlyOncePerPartition)), first).await;
     println!("shutdown with a failing batch returned in {stopped:?}");
 }
 

@@ -265,8 +265,8 @@ async fn join_across_restarts_and_aborts(two_topics: Option<Rebalancing>) {
     assert!(if two_topics { want_late.is_empty() } else { want_late.len() > 100 });
 
     let guarantees: &[Guarantee] = match protocol {
-        Rebalancing::Consumer => &[Guarantee::ExactlyOnce],
-        _ => &[Guarantee::ExactlyOnce, Guarantee::ExactlyOncePerConsumer],
+        Rebalancing::Consumer => &[Guarantee::ExactlyOncePerPartition],
+        _ => &[Guarantee::ExactlyOncePerPartition, Guarantee::ExactlyOncePerConsumer],
     };
     for &guarantee in guarantees {
         let name = unique("join");

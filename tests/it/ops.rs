@@ -35,7 +35,7 @@ async fn metrics_and_health_agree_with_the_run() {
     const RECORDS: u64 = 20_000;
     let t = topics("ops", 4, RECORDS, 100).await;
     let app = unique("ops");
-    let run = spawn(t.pipeline(&app, Guarantee::ExactlyOnce).ops_address("127.0.0.1:0".parse().unwrap()));
+    let run = spawn(t.pipeline(&app, Guarantee::ExactlyOncePerPartition).ops_address("127.0.0.1:0".parse().unwrap()));
     t.wait_caught_up(&app, Duration::from_secs(60)).await;
     let addr = run.handle.ops_address().expect("the ops server is bound");
     let summary = run.handle.summary();

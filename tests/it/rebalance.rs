@@ -10,7 +10,7 @@ use crate::common::{spawn, topics, unique, Stuck};
 /// 0 missing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn instance_joining_and_leaving_mid_run_keeps_exactly_once() {
-    for guarantee in [Guarantee::ExactlyOnce, Guarantee::ExactlyOncePerConsumer] {
+    for guarantee in [Guarantee::ExactlyOncePerPartition, Guarantee::ExactlyOncePerConsumer] {
         let t = topics("rebal", 4, 0, 100).await;
         let app = unique("rebal");
         let mut produced = 0;
@@ -49,12 +49,12 @@ async fn instance_joining_and_leaving_mid_run_keeps_exactly_once() {
 async fn restart_resumes_from_committed_offsets() {
     let t = topics("restart", 4, 0, 100).await;
     let app = unique("restart");
-    let first = spawn(t.pipeline(&app, Guarantee::ExactlyOnce));
+    let first = spawn(t.pipeline(&app, Guarantee::ExactlyOncePerPartition));
     t.produce(20_000).await;
     first.wait_records_in(1_000, Duration::from_secs(60)).await;
     let s1 = first.stop().await;
     t.produce(20_000).await;
-    let second = spawn(t.pipeline(&app, Guarantee::ExactlyOnce));
+    let second = spawn(t.pipeline(&app, Guarantee::ExactlyOncePerPartition));
     t.wait_caught_up(&app, Duration::from_secs(90)).await;
     let s2 = second.stop().await;
     assert_eq!(s1.records_in + s2.records_in, 40_000, "nothing reprocessed, nothing skipped: {s1:?} {s2:?}");
@@ -73,7 +73,7 @@ async fn graceful_shutdown_is_bounded_and_a_restart_loses_nothing() {
     let app = unique("shutdown");
     let stuck = Stuck::default();
     let run = spawn(
-        t.pipeline(&app, Guarantee::ExactlyOnce)
+        t.pipeline(&app, Guarantee::ExactlyOncePerPartition)
             .shutdown_timeout(Duration::from_secs(2))
             .max_records_per_transaction(500)
             .processor(stuck.processor(&t.output, 0, 1_000)),
@@ -85,7 +85,7 @@ async fn graceful_shutdown_is_bounded_and_a_restart_loses_nothing() {
     let took = asked.elapsed();
     assert!(took < Duration::from_secs(15), "shutdown took {took:?} with a 2 s shutdown timeout");
 
-    let second = spawn(t.pipeline(&app, Guarantee::ExactlyOnce));
+    let second = spawn(t.pipeline(&app, Guarantee::ExactlyOncePerPartition));
     t.wait_caught_up(&app, Duration::from_secs(90)).await;
     let second = second.stop().await;
     stuck.release();

@@ -34,8 +34,8 @@ fn record_committed(seen: &Seen) -> impl Fn(&TransactionEvent) + Send + Sync + '
 #[ignore = "long (about two minutes, four protocol and guarantee pairs): `.ci/long tests` runs it"]
 async fn a_joining_instance_leaves_unmoved_partitions_committing() {
     for (rebalancing, guarantee) in [
-        (Rebalancing::Cooperative, Guarantee::ExactlyOnce),
-        (Rebalancing::Consumer, Guarantee::ExactlyOnce),
+        (Rebalancing::Cooperative, Guarantee::ExactlyOncePerPartition),
+        (Rebalancing::Consumer, Guarantee::ExactlyOncePerPartition),
         (Rebalancing::Cooperative, Guarantee::ExactlyOncePerConsumer),
         (Rebalancing::Cooperative, Guarantee::AtLeastOnce),
     ] {
@@ -50,7 +50,7 @@ async fn a_joining_instance_leaves_unmoved_partitions_committing() {
             "{what}: an unmoved partition stopped committing for {:?} (limit {limit:?})",
             r.longest_unmoved_gap
         );
-        if guarantee == Guarantee::ExactlyOnce {
+        if guarantee == Guarantee::ExactlyOncePerPartition {
             // Per-partition offsets carry the group id alone (fenced by the transactional.id):
             // no generation change refuses them, so nothing aborts. Per-consumer offsets carry
             // the generation, and a transaction racing its change is refused and replayed.
@@ -80,7 +80,7 @@ async fn a_static_member_restarted_in_time_gets_its_partitions_back_without_a_re
     let app = unique("static");
     let member = |id: &str, seen: &Seen| {
         spawn(
-            t.pipeline(&app, Guarantee::ExactlyOnce)
+            t.pipeline(&app, Guarantee::ExactlyOncePerPartition)
                 .instance_id(id)
                 .static_membership(true)
                 .consumer_property("session.timeout.ms", "30000")
@@ -137,7 +137,7 @@ async fn a_transaction_bound_lets_one_partition_commit_at_a_time() {
         let cycles: Arc<Mutex<Vec<(Instant, Instant)>>> = Arc::default();
         let seen = cycles.clone();
         let mut builder = t
-            .pipeline(&app, Guarantee::ExactlyOnce)
+            .pipeline(&app, Guarantee::ExactlyOncePerPartition)
             .commit_interval(Duration::from_millis(20))
             .max_records_per_transaction(50)
             .on_transaction(move |e: &TransactionEvent| {
@@ -189,7 +189,7 @@ async fn past_the_slot_bound_a_revocation_hands_uncommitted_batches_back() {
     let member = |id: &str| {
         let out = out.clone();
         spawn(
-            t.pipeline(&app, Guarantee::ExactlyOnce)
+            t.pipeline(&app, Guarantee::ExactlyOncePerPartition)
                 .instance_id(id)
                 .max_concurrent_transactions(1)
                 .commit_interval(Duration::from_millis(300))
@@ -243,7 +243,7 @@ async fn a_task_bound_leaves_the_partitions_past_it_unserved_until_room_frees() 
     let app = unique("task-bound");
     let member = |id: &str, seen: &Seen| {
         spawn(
-            t.pipeline(&app, Guarantee::ExactlyOnce)
+            t.pipeline(&app, Guarantee::ExactlyOncePerPartition)
                 .instance_id(id)
                 .max_partition_tasks(2)
                 .on_transaction(record_committed(seen)),

@@ -88,7 +88,7 @@ async fn pipeline_over_sasl_scram_is_exactly_once() {
         .bootstrap_servers(&bootstrap)
         .application_id(&app)
         .input_topic(&input)
-        .guarantee(Guarantee::ExactlyOnce)
+        .guarantee(Guarantee::ExactlyOncePerPartition)
         .handle_signals(false)
         .startup_timeout(Duration::from_secs(20))
         .processor(move |ctx, r| emit_reversed(ctx, &out, r));

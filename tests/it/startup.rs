@@ -33,8 +33,8 @@ async fn unknown_input_topic_is_named() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_output_topic_stops_the_pipeline_naming_it() {
     use kafka_eos::{Guarantee, OutputRecord};
-    let runs =
-        [Guarantee::ExactlyOnce, Guarantee::ExactlyOncePerConsumer, Guarantee::AtLeastOnce].map(|g| async move {
+    let runs = [Guarantee::ExactlyOncePerPartition, Guarantee::ExactlyOncePerConsumer, Guarantee::AtLeastOnce].map(
+        |g| async move {
             let t = crate::common::topics(&format!("no-output-{}", g.as_str()), 1, 10, 10).await;
             let missing = unique("no-such-output");
             let out = missing.clone();
@@ -52,7 +52,8 @@ async fn a_missing_output_topic_stops_the_pipeline_naming_it() {
             }
             assert!(err.to_string().contains("create them"), "{err}");
             (g, started.elapsed())
-        });
+        },
+    );
     for (g, elapsed) in futures::future::join_all(runs).await {
         println!("{}: stopped naming the missing output topic after {:.1} s", g.as_str(), elapsed.as_secs_f64());
         assert!(elapsed < Duration::from_secs(90), "{}: took {elapsed:?}", g.as_str());

@@ -103,7 +103,9 @@ fn assert_tallies(summaries: &[Summary], f: impl Fn(&Summary) -> u64, actual: u6
 /// batch recomputation to the cent, emitted once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn state_moves_with_its_partition_and_totals_match_the_batch_recomputation() {
-    let c = Close::new("fc-move", Generate { payments: 24_000, ..Generate::default() }, Guarantee::ExactlyOnce).await;
+    let c =
+        Close::new("fc-move", Generate { payments: 24_000, ..Generate::default() }, Guarantee::ExactlyOncePerPartition)
+            .await;
     let a = spawn(c.pipeline());
     let mut dups = c.produce(0..8_000).await.duplicates;
     a.wait_records_in(4_000, Duration::from_secs(60)).await;
@@ -137,7 +139,7 @@ async fn state_moves_with_its_partition_and_totals_match_the_batch_recomputation
 /// per-consumer mode restores all of an instance's partitions in one pass).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dedup_counts_each_id_once_and_windows_close_once_across_restarts() {
-    for guarantee in [Guarantee::ExactlyOnce, Guarantee::ExactlyOncePerConsumer] {
+    for guarantee in [Guarantee::ExactlyOncePerPartition, Guarantee::ExactlyOncePerConsumer] {
         restarts(guarantee).await;
     }
 }
@@ -196,7 +198,9 @@ async fn changelog_with_the_wrong_partition_count_is_refused() {
 /// window reliably). Both must start and share the work exactly once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn instances_starting_together_both_accept_the_new_changelogs() {
-    let c = Close::new("fc-race", Generate { payments: 4_000, ..Generate::default() }, Guarantee::ExactlyOnce).await;
+    let c =
+        Close::new("fc-race", Generate { payments: 4_000, ..Generate::default() }, Guarantee::ExactlyOncePerPartition)
+            .await;
     let written = c.produce(0..4_000).await.records;
     let (a, b) = (spawn(c.pipeline()), spawn(c.pipeline()));
     c.wait_caught_up().await;

@@ -207,7 +207,7 @@ async fn joins_see_the_committed_table_across_restarts_updates_and_replays(guara
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn table_joins_per_partition_exactly_once() {
-    joins_see_the_committed_table_across_restarts_updates_and_replays(Guarantee::ExactlyOnce).await;
+    joins_see_the_committed_table_across_restarts_updates_and_replays(Guarantee::ExactlyOncePerPartition).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -144,7 +144,7 @@ impl Setup {
 /// on with the wall clock once it is idle for 2 s. Both exactly-once modes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn event_time_timers_close_every_minute_once_across_restarts_and_idle_partitions_close_the_last() {
-    for guarantee in [Guarantee::ExactlyOnce, Guarantee::ExactlyOncePerConsumer] {
+    for guarantee in [Guarantee::ExactlyOncePerPartition, Guarantee::ExactlyOncePerConsumer] {
         let s = Setup::new("timers-minutes", 2).await;
         let now = now_ms();
         let base = (now - 2 * 3_600_000) / MINUTE * MINUTE;
@@ -178,7 +178,7 @@ async fn event_time_timers_close_every_minute_once_across_restarts_and_idle_part
 async fn without_idle_advance_the_last_minute_waits_for_a_later_record() {
     let s = Setup::new("timers-noidle", 1).await;
     let base = (now_ms() - 3_600_000) / MINUTE * MINUTE;
-    let run = spawn(s.pipeline(Guarantee::ExactlyOnce, None));
+    let run = spawn(s.pipeline(Guarantee::ExactlyOncePerPartition, None));
     s.produce((0..120).map(|i| (0, base + i * 1_000)).collect()).await;
     s.wait_for_outputs(1, Duration::from_secs(60)).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -227,7 +227,7 @@ fn alarm_pipeline(s: &Setup, guarantee: Guarantee) -> PipelineBuilder {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wall_clock_timer_fires_without_a_record_in_a_transaction_of_its_own() {
     let s = Setup::new("timers-wall", 1).await;
-    let run = spawn(alarm_pipeline(&s, Guarantee::ExactlyOnce));
+    let run = spawn(alarm_pipeline(&s, Guarantee::ExactlyOncePerPartition));
     s.produce(vec![(0, now_ms())]).await;
     let out = s.wait_for_outputs(1, Duration::from_secs(60)).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -246,7 +246,7 @@ async fn a_wall_clock_timer_fires_without_a_record_in_a_transaction_of_its_own()
 /// committed would delete the timer with its output lost. Both exactly-once modes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_timer_only_transaction_with_an_unknown_outcome_is_reconciled_from_its_offsets() {
-    for guarantee in [Guarantee::ExactlyOnce, Guarantee::ExactlyOncePerConsumer] {
+    for guarantee in [Guarantee::ExactlyOncePerPartition, Guarantee::ExactlyOncePerConsumer] {
         let mode = guarantee.as_str();
         let s = Setup::new("timers-unknown", 1).await;
         let found: Arc<Mutex<Vec<Outcome>>> = Arc::default();

@@ -74,7 +74,7 @@ async fn run_with(fault: UnknownOutcome, guarantee: Guarantee, expected: Reconci
 /// find it committed and must not replay it (a replay would duplicate the batch).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_commit_that_committed_while_its_outcome_was_unknown_is_counted_not_replayed() {
-    for guarantee in [Guarantee::ExactlyOnce, Guarantee::ExactlyOncePerConsumer] {
+    for guarantee in [Guarantee::ExactlyOncePerPartition, Guarantee::ExactlyOncePerConsumer] {
         run_with(UnknownOutcome::CommittedButTimedOut, guarantee, Reconciliation::Committed).await;
     }
 }
@@ -85,7 +85,7 @@ async fn a_commit_that_committed_while_its_outcome_was_unknown_is_counted_not_re
 /// the task reconciles with a fresh producer instead of holding its partition for good.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_commit_call_that_never_returns_is_abandoned_and_reconciled() {
-    run_with(UnknownOutcome::CommittedThenHung, Guarantee::ExactlyOnce, Reconciliation::Committed).await;
+    run_with(UnknownOutcome::CommittedThenHung, Guarantee::ExactlyOncePerPartition, Reconciliation::Committed).await;
 }
 
 /// The offsets are in the transaction but the commit is never made, and the task is told it
@@ -94,7 +94,7 @@ async fn a_commit_call_that_never_returns_is_abandoned_and_reconciled() {
 /// aborted attempt's outputs stay in the log, invisible to read_committed readers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_commit_that_never_committed_while_its_outcome_was_unknown_is_replayed() {
-    for guarantee in [Guarantee::ExactlyOnce, Guarantee::ExactlyOncePerConsumer] {
+    for guarantee in [Guarantee::ExactlyOncePerPartition, Guarantee::ExactlyOncePerConsumer] {
         run_with(UnknownOutcome::TimedOutBeforeCommit, guarantee, Reconciliation::Aborted).await;
     }
 }
@@ -108,8 +108,8 @@ async fn a_commit_that_never_committed_while_its_outcome_was_unknown_is_replayed
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_producer_given_up_for_its_own_failure_is_replaced_without_a_rebalance() {
     for (fault, guarantee) in [
-        (UnknownOutcome::CommittedButTimedOut, Guarantee::ExactlyOnce),
-        (UnknownOutcome::TimedOutBeforeCommit, Guarantee::ExactlyOnce),
+        (UnknownOutcome::CommittedButTimedOut, Guarantee::ExactlyOncePerPartition),
+        (UnknownOutcome::TimedOutBeforeCommit, Guarantee::ExactlyOncePerPartition),
         (UnknownOutcome::CommittedButTimedOut, Guarantee::ExactlyOncePerConsumer),
     ] {
         let what = format!("{fault:?} / {}", guarantee.as_str());

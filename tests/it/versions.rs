@@ -56,7 +56,7 @@ async fn copy_on(kafka_version: &str, transaction_version: u8) {
 
     let app = unique("versions");
     let started = Instant::now();
-    let run = spawn(t.pipeline(&app, Guarantee::ExactlyOnce).commit_interval(Duration::from_millis(50)));
+    let run = spawn(t.pipeline(&app, Guarantee::ExactlyOncePerPartition).commit_interval(Duration::from_millis(50)));
     t.wait_caught_up(&app, Duration::from_secs(120)).await;
     let summary = run.stop().await;
     let report = t.verify().await;

@@ -101,7 +101,7 @@ struct Windowed {
 
 impl Windowed {
     fn pipeline(&self) -> PipelineBuilder {
-        let mut b = replaying(&self.bootstrap, &self.app, &self.input, Guarantee::ExactlyOnce, 300);
+        let mut b = replaying(&self.bootstrap, &self.app, &self.input, Guarantee::ExactlyOncePerPartition, 300);
         let (size, advance) = (Duration::from_millis(HOP_SIZE_MS as u64), Duration::from_millis(HOP_ADVANCE_MS as u64));
         let hop =
             HoppingWindows::<u64, u64>::new(&mut b, "hop", size, advance, &self.late).unwrap().retention(RETENTION);

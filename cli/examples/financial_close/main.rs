@@ -86,7 +86,7 @@ async fn run() -> Result<bool, Box<dyn std::error::Error>> {
     let pipeline = financial_close::pipeline(Pipeline::builder(), &topics)
         .bootstrap_servers(&bootstrap)
         .application_id(&app)
-        .guarantee(Guarantee::ExactlyOnce)
+        .guarantee(Guarantee::ExactlyOncePerPartition)
         .commit_interval(Duration::from_millis(100))
         .build()?;
     let started = Instant::now();

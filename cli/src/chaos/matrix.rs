@@ -54,7 +54,7 @@ pub const FAULTS: [Scenario; 15] = [
 
 /// The guarantees, in table order.
 pub const GUARANTEES: [Guarantee; 3] =
-    [Guarantee::ExactlyOnce, Guarantee::ExactlyOncePerConsumer, Guarantee::AtLeastOnce];
+    [Guarantee::ExactlyOncePerPartition, Guarantee::ExactlyOncePerConsumer, Guarantee::AtLeastOnce];
 
 /// Where a cell that applies runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -100,7 +100,7 @@ impl Cell {
     /// exactly-once (or the preset's own workload): names its log directory and topics.
     pub fn label(&self) -> String {
         let plain = self.fault.preset().map_or(self.workload == Workload::Copy, |own| own == self.workload);
-        if plain && self.guarantee == Guarantee::ExactlyOnce {
+        if plain && self.guarantee == Guarantee::ExactlyOncePerPartition {
             self.fault.name().to_string()
         } else {
             format!("{}-{}-{}", self.workload, short(self.guarantee), self.fault)
@@ -121,7 +121,7 @@ impl Cell {
 /// A guarantee's short name, for labels.
 fn short(g: Guarantee) -> &'static str {
     match g {
-        Guarantee::ExactlyOnce => "eos",
+        Guarantee::ExactlyOncePerPartition => "eos",
         Guarantee::ExactlyOncePerConsumer => "eopc",
         _ => "alo",
     }
@@ -131,9 +131,9 @@ fn short(g: Guarantee) -> &'static str {
 /// of timers alone, under crashes and coordinator kills, and the exactly-once sink under
 /// crashes of its instances and its server.
 const CI: [(Workload, Guarantee, Scenario); 3] = [
-    (Workload::Timers, Guarantee::ExactlyOnce, Scenario::ProcessKill),
-    (Workload::Timers, Guarantee::ExactlyOnce, Scenario::CoordinatorKill),
-    (Workload::Postgres, Guarantee::ExactlyOnce, Scenario::SinkKill),
+    (Workload::Timers, Guarantee::ExactlyOncePerPartition, Scenario::ProcessKill),
+    (Workload::Timers, Guarantee::ExactlyOncePerPartition, Scenario::CoordinatorKill),
+    (Workload::Postgres, Guarantee::ExactlyOncePerPartition, Scenario::SinkKill),
 ];
 
 /// Whether the cell (`workload`, `guarantee`, `fault`) runs, and where, or why not.
@@ -255,7 +255,10 @@ mod tests {
         assert_eq!(ci.len(), CI.len());
         assert!(ci.iter().all(|c| long.contains(c)));
         for preset in [Scenario::FinancialClose, Scenario::PostgresSink, Scenario::RedisSink, Scenario::RedisNoDedup] {
-            assert!(matches!(verdict(Workload::Copy, Guarantee::ExactlyOnce, preset), Verdict::Inapplicable(_)));
+            assert!(matches!(
+                verdict(Workload::Copy, Guarantee::ExactlyOncePerPartition, preset),
+                Verdict::Inapplicable(_)
+            ));
         }
     }
 
@@ -263,7 +266,7 @@ mod tests {
     fn the_review_holes_each_have_a_cell_that_runs() {
         // Hole 1 and 2: timers alone in a transaction, in both modes, under the faults that
         // leave a commit's outcome unknown or a member a zombie.
-        for g in [Guarantee::ExactlyOnce, Guarantee::ExactlyOncePerConsumer] {
+        for g in [Guarantee::ExactlyOncePerPartition, Guarantee::ExactlyOncePerConsumer] {
             for f in [Scenario::CoordinatorKill, Scenario::CoordinatorCut, Scenario::Stall, Scenario::MemberCut] {
                 assert!(matches!(verdict(Workload::Timers, g, f), Verdict::Runs(_)), "{g:?} {f}");
             }

@@ -24,7 +24,7 @@ pub(crate) struct Scope<'a> {
     pub input: &'a str,
     pub output: &'a str,
     pub partitions: i32,
-    /// Per-partition transactional ids (`Guarantee::ExactlyOnce`); per-consumer mode's
+    /// Per-partition transactional ids (`Guarantee::ExactlyOncePerPartition`); per-consumer mode's
     /// ids carry random instance ids the suite does not know.
     pub per_partition: bool,
 }

@@ -281,7 +281,11 @@ mod tests {
 
     #[test]
     fn any_class_fails_the_run() {
-        let cell = Cell { workload: Workload::Copy, guarantee: Guarantee::ExactlyOnce, fault: Scenario::SlowBroker };
+        let cell = Cell {
+            workload: Workload::Copy,
+            guarantee: Guarantee::ExactlyOncePerPartition,
+            fault: Scenario::SlowBroker,
+        };
         let mut r = ScenarioResult::new(cell);
         assert!(r.passed());
         for i in 0..7 {
@@ -325,7 +329,7 @@ mod tests {
             "{}",
             report.summary_line()
         );
-        r.cell.guarantee = Guarantee::ExactlyOnce;
+        r.cell.guarantee = Guarantee::ExactlyOncePerPartition;
         assert_eq!(r.violations(), 11);
     }
 }

@@ -139,12 +139,14 @@ mod tests {
         let eopc = Guarantee::ExactlyOncePerConsumer;
         for s in [Subject::JavaTxn, Subject::KafkaStreams] {
             assert_eq!(s.refuses(&cell(Workload::Copy, eopc, Scenario::CoordinatorKill)), None);
-            assert!(s.refuses(&cell(Workload::Copy, Guarantee::ExactlyOnce, Scenario::CoordinatorKill)).is_some());
+            assert!(s
+                .refuses(&cell(Workload::Copy, Guarantee::ExactlyOncePerPartition, Scenario::CoordinatorKill))
+                .is_some());
             assert!(s.refuses(&cell(Workload::Timers, eopc, Scenario::CoordinatorKill)).is_some());
             assert!(s.refuses(&cell(Workload::Copy, eopc, Scenario::Stall)).is_some());
         }
         for w in [Workload::Copy, Workload::Timers] {
-            assert_eq!(Subject::KafkaEos.refuses(&cell(w, Guarantee::ExactlyOnce, Scenario::Stall)), None);
+            assert_eq!(Subject::KafkaEos.refuses(&cell(w, Guarantee::ExactlyOncePerPartition, Scenario::Stall)), None);
         }
     }
 }

@@ -133,7 +133,7 @@ impl SuiteConfig {
             seed: Rng::seed_from_entropy(),
             bootstrap: None,
             replication: None,
-            guarantee: Guarantee::ExactlyOnce,
+            guarantee: Guarantee::ExactlyOncePerPartition,
             rebalancing: None,
             instance_exe,
             log_dir: None,

@@ -92,7 +92,7 @@ impl RollingOptions {
             partitions,
             replication: 1,
             instances: 4,
-            guarantee: Guarantee::ExactlyOnce,
+            guarantee: Guarantee::ExactlyOncePerPartition,
             static_membership,
             preload: 200_000,
             rate: 2_000,

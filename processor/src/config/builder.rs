@@ -71,7 +71,7 @@ impl Pipeline {
 impl PipelineBuilder {
     /// Declares the pipeline's sink, a system outside Kafka its rows are written to
     /// ([`crate::sink`]): `connect` makes one connected instance per task, on the task's
-    /// thread (a connection per input partition under [`Guarantee::ExactlyOnce`], one per
+    /// thread (a connection per input partition under [`Guarantee::ExactlyOncePerPartition`], one per
     /// instance otherwise). Processors write rows with the returned handle and
     /// [`Context::sink`]. At most one per pipeline. Default: none.
     pub fn sink<S, F, Fut>(&mut self, connect: F) -> SinkHandle<S::Row>
@@ -262,7 +262,7 @@ impl PipelineBuilder {
         self
     }
 
-    /// The delivery guarantee. Default [`Guarantee::ExactlyOnce`].
+    /// The delivery guarantee. Default [`Guarantee::ExactlyOncePerPartition`].
     pub fn guarantee(mut self, g: Guarantee) -> Self {
         self.guarantee = g;
         self
@@ -394,13 +394,13 @@ impl PipelineBuilder {
     /// more partitions at once and confine an abort's replay to one worker's partitions;
     /// each costs a producer (its librdkafka threads and a connection per broker) and,
     /// under exactly-once, a transaction per commit interval. Not used by
-    /// [`Guarantee::ExactlyOnce`], which runs a task per partition.
+    /// [`Guarantee::ExactlyOncePerPartition`], which runs a task per partition.
     pub fn workers(mut self, n: usize) -> Self {
         self.workers = Some(n);
         self
     }
 
-    /// [`Guarantee::ExactlyOnce`] only: at most `n` partitions run a transaction cycle at
+    /// [`Guarantee::ExactlyOncePerPartition`] only: at most `n` partitions run a transaction cycle at
     /// once; the others wait, with their collected batch, for a free slot, first come first
     /// served. Default 32. The bound is *engaged* only while the instance runs more than
     /// `n` partition tasks: below that nobody ever waits, and batches are still
@@ -424,7 +424,7 @@ impl PipelineBuilder {
         self
     }
 
-    /// [`Guarantee::ExactlyOnce`] only: at most `n` partition tasks (each a producer, its
+    /// [`Guarantee::ExactlyOncePerPartition`] only: at most `n` partition tasks (each a producer, its
     /// librdkafka threads and a connection per broker) run in this instance at once. The
     /// partitions assigned past the bound stay assigned but *unserved*: paused, listed in
     /// [`HealthReport::unserved`](crate::health::HealthReport::unserved), and started as soon as a

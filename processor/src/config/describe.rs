@@ -162,10 +162,12 @@ impl fmt::Display for TopologyDescription {
         let row = |f: &mut fmt::Formatter<'_>, what: &str, value: &str| writeln!(f, "  {what:<12}{value}");
         let ids = self.transactional_ids.join(", ");
         let guarantee = match self.guarantee {
-            Guarantee::ExactlyOnce if self.co_partitioned => {
-                format!("exactly-once; transactional.id per input partition number (all inputs' partition n): {ids}")
+            Guarantee::ExactlyOncePerPartition if self.co_partitioned => {
+                format!("exactly-once-per-partition; transactional.id per input partition number (all inputs' partition n): {ids}")
             }
-            Guarantee::ExactlyOnce => format!("exactly-once; transactional.id per input partition: {ids}"),
+            Guarantee::ExactlyOncePerPartition => {
+                format!("exactly-once-per-partition; transactional.id per input partition: {ids}")
+            }
             Guarantee::ExactlyOncePerConsumer => {
                 format!("exactly-once-per-consumer; transactional.id per worker of each instance: {ids}")
             }
@@ -210,7 +212,7 @@ fn transactional_ids(cfg: &PipelineConfig) -> Vec<String> {
         None => id,
     };
     match cfg.guarantee {
-        Guarantee::ExactlyOnce => {
+        Guarantee::ExactlyOncePerPartition => {
             let mut ids: Vec<String> = Vec::new();
             for topic in &cfg.input_topics {
                 let (task, _) = cfg.task_of(topic, 0);

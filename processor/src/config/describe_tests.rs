@@ -90,7 +90,7 @@ fn a_full_pipeline_lists_every_part_as_text() {
         text,
         "\
 application close (group.id, transactional.id prefix)
-  guarantee   exactly-once; transactional.id per input partition: close:payments:<partition>
+  guarantee   exactly-once-per-partition; transactional.id per input partition: close:payments:<partition>
   rebalancing cooperative
   input       payments
   processor   closure
@@ -112,7 +112,7 @@ fn a_full_pipeline_draws_every_part_in_mermaid() {
         full().mermaid(),
         "\
 flowchart LR
-    subgraph application [\"close (exactly-once)\"]
+    subgraph application [\"close (exactly-once-per-partition)\"]
         processor[\"processor: closure<br/>transactional.id close:payments:#lt;partition#gt;\"]
         store0[(\"seen<br/>dedup, memory\")]
         processor <--> store0

@@ -11,7 +11,7 @@ use crate::error::{Error, Result};
 ///
 /// Whatever the protocol, a partition is only given to its next owner after its current
 /// owner committed (or dropped) its batch, and under
-/// [`ExactlyOnce`](crate::Guarantee::ExactlyOnce) the next owner's `init_transactions`
+/// [`ExactlyOnce`](crate::Guarantee::ExactlyOncePerPartition) the next owner's `init_transactions`
 /// fences the previous one first: the choice costs pauses, never correctness.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
@@ -42,7 +42,7 @@ pub enum Rebalancing {
     /// costly (large stores to restore, many partitions).
     ///
     /// Stop-the-world, on the classic protocol (`range,roundrobin`): every rebalance revokes
-    /// every partition of every instance, and under `ExactlyOnce` re-creates every
+    /// every partition of every instance, and under `ExactlyOncePerPartition` re-creates every
     /// partition's producer and restores every store. Simplest to reason about; every join,
     /// leave or crash pauses the whole group.
     Eager,

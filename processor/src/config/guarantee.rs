@@ -17,7 +17,7 @@ pub enum Guarantee {
     /// per partition (one partition's abort does not touch the others); costs one
     /// librdkafka producer (threads, sockets, buffers) per partition. The default.
     #[default]
-    ExactlyOnce,
+    ExactlyOncePerPartition,
     /// One transactional producer per instance, committing all its partitions' offsets in
     /// one transaction and fenced by consumer-group generation (KIP-447,
     /// `transactional.id = <application-id>:<instance-id>`). Fewer producers and
@@ -30,15 +30,20 @@ pub enum Guarantee {
 }
 
 impl Guarantee {
+    /// The per-partition guarantee's former name.
+    #[deprecated(note = "renamed `Guarantee::ExactlyOncePerPartition`")]
+    #[allow(non_upper_case_globals)]
+    pub const ExactlyOnce: Guarantee = Guarantee::ExactlyOncePerPartition;
+
     /// Whether this guarantee uses Kafka transactions.
     pub fn is_transactional(self) -> bool {
         !matches!(self, Guarantee::AtLeastOnce)
     }
 
-    /// `exactly-once`, `exactly-once-per-consumer` or `at-least-once`.
+    /// `exactly-once-per-partition`, `exactly-once-per-consumer` or `at-least-once`.
     pub fn as_str(self) -> &'static str {
         match self {
-            Guarantee::ExactlyOnce => "exactly-once",
+            Guarantee::ExactlyOncePerPartition => "exactly-once-per-partition",
             Guarantee::ExactlyOncePerConsumer => "exactly-once-per-consumer",
             Guarantee::AtLeastOnce => "at-least-once",
         }
@@ -49,12 +54,36 @@ impl std::str::FromStr for Guarantee {
     type Err = Error;
     fn from_str(s: &str) -> Result<Self> {
         match s {
-            "exactly-once" | "eos" => Ok(Guarantee::ExactlyOnce),
+            "exactly-once-per-partition" | "exactly-once" | "eos" => Ok(Guarantee::ExactlyOncePerPartition),
             "exactly-once-per-consumer" | "eos-per-consumer" => Ok(Guarantee::ExactlyOncePerConsumer),
             "at-least-once" | "alo" => Ok(Guarantee::AtLeastOnce),
             _ => Err(Error::Config(format!(
-                "unknown guarantee {s:?}; use exactly-once, exactly-once-per-consumer or at-least-once"
+                "unknown guarantee {s:?}; use exactly-once-per-partition (or exactly-once), exactly-once-per-consumer or at-least-once"
             ))),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Guarantee;
+
+    const ALL: [Guarantee; 3] =
+        [Guarantee::ExactlyOncePerPartition, Guarantee::ExactlyOncePerConsumer, Guarantee::AtLeastOnce];
+
+    #[test]
+    fn every_guarantee_reads_back_from_its_name() {
+        for g in ALL {
+            assert_eq!(g.as_str().parse::<Guarantee>().unwrap(), g);
+        }
+        assert!("exactly-twice".parse::<Guarantee>().is_err());
+    }
+
+    #[test]
+    #[allow(deprecated)]
+    fn the_former_name_still_means_per_partition_in_code_and_text() {
+        assert_eq!(Guarantee::ExactlyOnce, Guarantee::ExactlyOncePerPartition);
+        assert!(matches!(Guarantee::default(), Guarantee::ExactlyOnce));
+        assert_eq!("exactly-once".parse::<Guarantee>().unwrap(), Guarantee::ExactlyOncePerPartition);
     }
 }

@@ -9,7 +9,7 @@
 //!     .bootstrap_servers("127.0.0.1:9092")
 //!     .application_id("uppercase")
 //!     .input_topic("words")
-//!     .guarantee(Guarantee::ExactlyOnce)
+//!     .guarantee(Guarantee::ExactlyOncePerPartition)
 //!     .commit_interval(Duration::from_millis(100))
 //!     .on_processor_error(ProcessorErrorPolicy::retry(2).then_dead_letter("words-dlq"));
 //! let upper = builder.output_topic("words-upper");

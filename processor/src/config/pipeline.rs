@@ -50,10 +50,10 @@ pub struct PipelineConfig {
     /// Worker tasks sharing the instance's partitions under
     /// [`Guarantee::ExactlyOncePerConsumer`] and [`Guarantee::AtLeastOnce`].
     pub workers: usize,
-    /// [`Guarantee::ExactlyOnce`]: at most this many partitions run a transaction at once,
+    /// [`Guarantee::ExactlyOncePerPartition`]: at most this many partitions run a transaction at once,
     /// once more partition tasks than this run. See [`PipelineBuilder::max_concurrent_transactions`](crate::PipelineBuilder::max_concurrent_transactions).
     pub max_concurrent_transactions: usize,
-    /// [`Guarantee::ExactlyOnce`]: at most this many partition tasks run at once (`None`: as
+    /// [`Guarantee::ExactlyOncePerPartition`]: at most this many partition tasks run at once (`None`: as
     /// many as the open-file limit holds). See [`PipelineBuilder::max_partition_tasks`](crate::PipelineBuilder::max_partition_tasks).
     pub max_partition_tasks: Option<usize>,
     /// Where `/metrics` and `/health` are served, if anywhere.
@@ -154,7 +154,7 @@ impl PipelineConfig {
         c
     }
 
-    /// The transactional.id of an input partition in [`Guarantee::ExactlyOnce`]:
+    /// The transactional.id of an input partition in [`Guarantee::ExactlyOncePerPartition`]:
     /// `<application-id>:<topic>:<partition>`.
     ///
     /// # Why `:`

@@ -37,7 +37,7 @@ pub(crate) fn run(shared: Arc<Shared>, control: Receiver<Control>) -> Result<()>
         .map_err(|e| Error::Internal(format!("cannot start the fetch waker thread: {e}")))?;
     let tasks = &consumer.context().tasks;
     tasks.set_waker(waker);
-    let _ = shared.group.set(if cfg.guarantee == Guarantee::ExactlyOnce {
+    let _ = shared.group.set(if cfg.guarantee == Guarantee::ExactlyOncePerPartition {
         // Per-partition mode: the group id alone, fenced by the transactional.id
         // (crate::txn's offsets module says why).
         let group = crate::txn::group_id_only(group_reader_config(&cfg))
@@ -50,7 +50,7 @@ pub(crate) fn run(shared: Arc<Shared>, control: Receiver<Control>) -> Result<()>
         let weak = Arc::downgrade(&consumer);
         Box::new(move || weak.upgrade().and_then(|c| c.group_metadata()).map(Arc::new))
     });
-    if cfg.guarantee != Guarantee::ExactlyOnce {
+    if cfg.guarantee != Guarantee::ExactlyOncePerPartition {
         // Long-lived workers (each with its own producer) that share the instance's
         // partitions, initialised in parallel and ready before joining.
         let deadline = Instant::now() + cfg.task_timeout;

@@ -1,5 +1,5 @@
 //! What per-partition mode costs the process, against what the process may open. In
-//! [`Guarantee::ExactlyOnce`] every partition's producer holds
+//! [`Guarantee::ExactlyOncePerPartition`] every partition's producer holds
 //! a few open files and a thread per broker; past the open-file limit every transaction times
 //! out (figures: `docs/scaling.md`). The library never raises the limit (a process-wide
 //! setting): it bounds the partition tasks
@@ -69,7 +69,7 @@ pub(crate) fn over_limit(partitions: usize, brokers: usize, limit: Option<u64>) 
 /// as the open-file limit holds (at least one); `None` in the other guarantees, or where
 /// no limit is known and none is configured.
 pub(crate) fn task_bound(cfg: &PipelineConfig, brokers: usize) -> Option<usize> {
-    if cfg.guarantee != Guarantee::ExactlyOnce {
+    if cfg.guarantee != Guarantee::ExactlyOncePerPartition {
         return None;
     }
     match cfg.max_partition_tasks {
@@ -102,7 +102,7 @@ pub(crate) fn unserved_message(unserved: usize, bound: usize, brokers: usize, co
 /// Start-up: warns if this instance, alone in its group, could not hold every input
 /// partition's producer.
 pub(crate) fn warn_at_start(cfg: &PipelineConfig, input_partitions: usize, brokers: usize) {
-    if cfg.guarantee != Guarantee::ExactlyOnce {
+    if cfg.guarantee != Guarantee::ExactlyOncePerPartition {
         return;
     }
     match task_bound(cfg, brokers) {

@@ -101,7 +101,7 @@ impl Pipeline {
             brokers: cluster.brokers,
             max_tasks: limits::task_bound(&self.cfg, cluster.brokers),
             slots: match self.cfg.guarantee {
-                crate::Guarantee::ExactlyOnce => {
+                crate::Guarantee::ExactlyOncePerPartition => {
                     Some(Arc::new(slots::Slots::new(self.cfg.max_concurrent_transactions)))
                 }
                 _ => None,

@@ -1,5 +1,5 @@
 //! A partition task: one OS thread that owns a producer and the batches of its partitions (one
-//! partition in [`ExactlyOnce`](crate::Guarantee::ExactlyOnce), else all of the instance's).
+//! partition in [`ExactlyOnce`](crate::Guarantee::ExactlyOncePerPartition), else all of the instance's).
 //! Its loop collects records into a [`Batch`], which runs the batch's transaction from its
 //! first record to its end ([`batch`]); revocations are handled between records
 //! ([`revoke`]). What a committed batch changes in the task (state, positions, counts) is
@@ -137,7 +137,7 @@ impl Task {
     /// The task loop; returns when revoked (per-partition tasks), shut down, or disconnected.
     pub(crate) fn run(mut self, inbox: Receiver<TaskMsg>) {
         let cfg = self.shared.cfg.clone();
-        let per_partition = cfg.guarantee == Guarantee::ExactlyOnce;
+        let per_partition = cfg.guarantee == Guarantee::ExactlyOncePerPartition;
         let mut batch = Batch::new();
         loop {
             let msg = if batch.is_empty() {

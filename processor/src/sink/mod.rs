@@ -36,7 +36,7 @@
 //! async worker and never inside a rebalance callback; every call is bounded by the task
 //! timeout. Each task makes its own sink instance with the factory given to
 //! [`PipelineBuilder::sink`](crate::PipelineBuilder::sink) (a connection per task: one per
-//! input partition under [`Guarantee::ExactlyOnce`](crate::Guarantee::ExactlyOnce), one per
+//! input partition under [`Guarantee::ExactlyOncePerPartition`](crate::Guarantee::ExactlyOncePerPartition), one per
 //! instance otherwise).
 //!
 //! The contract of each guarantee is in `docs/semantics.md`; the sinks and their figures in

@@ -34,7 +34,7 @@
 //!   transactions: every [`batch_size`](TestDriver::batch_size) records (default 1: each
 //!   record is its own transaction, as Kafka Streams' `TopologyTestDriver` does), or when
 //!   the test calls [`commit`](TestDriver::commit). Only committed outputs are readable
-//!   (`read_committed`). Under `ExactlyOnce` each input partition's records form their own
+//!   (`read_committed`). Under `ExactlyOncePerPartition` each input partition's records form their own
 //!   batch (one transaction per partition, as one task per partition does).
 //! - **Processor errors** abort the batch — its outputs and state changes disappear — and
 //!   replay it under the pipeline's [`ProcessorErrorPolicy`](kafka_eos::ProcessorErrorPolicy):
@@ -246,7 +246,7 @@ impl TestDriver {
         if pending.is_empty() {
             return Ok(());
         }
-        let batches: Vec<Vec<InputRecord>> = if self.config().guarantee == Guarantee::ExactlyOnce {
+        let batches: Vec<Vec<InputRecord>> = if self.config().guarantee == Guarantee::ExactlyOncePerPartition {
             let mut by_partition: BTreeMap<i32, Vec<InputRecord>> = BTreeMap::new();
             for r in pending {
                 by_partition.entry(r.partition).or_default().push(r);

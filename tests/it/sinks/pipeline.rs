@@ -168,7 +168,7 @@ async fn pg_a_partition_whose_task_starts_late_resumes_from_the_database() {
 
     let run = spawn(
         ledger_pipeline(&t, &app, &conn, &group, Arc::new(AtomicU64::new(0)))
-            .guarantee(Guarantee::ExactlyOnce)
+            .guarantee(Guarantee::ExactlyOncePerPartition)
             .inject_init_failures(0, 1),
     );
     let rows_of = |p: i32| {

@@ -75,8 +75,8 @@ pub struct Args {
     /// Replication factor of the topics [default: 3].
     #[arg(long)]
     replication: Option<i32>,
-    /// The guarantee under test: exactly-once, exactly-once-per-consumer or at-least-once
-    /// (whose duplicates are reported, not failures) [default: exactly-once; every one
+    /// The guarantee under test: exactly-once-per-partition (or exactly-once), exactly-once-per-consumer or at-least-once
+    /// (whose duplicates are reported, not failures) [default: exactly-once-per-partition; every one
     /// with --matrix].
     #[arg(long)]
     guarantee: Option<Guarantee>,
@@ -133,7 +133,7 @@ struct InstanceArgs {
     input: String,
     #[arg(long)]
     output: String,
-    #[arg(long, default_value = "exactly-once")]
+    #[arg(long, default_value = "exactly-once-per-partition")]
     guarantee: Guarantee,
     #[arg(long)]
     rebalancing: Option<Rebalancing>,
@@ -195,7 +195,7 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
     }
     cfg.bootstrap = args.bootstrap.filter(|b| !b.trim().is_empty());
     cfg.replication = args.replication;
-    cfg.guarantee = args.guarantee.unwrap_or(Guarantee::ExactlyOnce);
+    cfg.guarantee = args.guarantee.unwrap_or(Guarantee::ExactlyOncePerPartition);
     cfg.rebalancing = args.rebalancing;
     cfg.log_dir = args.log_dir;
     cfg.keep_data_on_failure = args.keep_data_on_failure;

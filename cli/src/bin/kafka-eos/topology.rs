@@ -34,8 +34,8 @@ pub struct Args {
     /// `<output>-late`).
     #[arg(long, default_value = "output")]
     output: String,
-    /// exactly-once, exactly-once-per-consumer or at-least-once.
-    #[arg(long, default_value = "exactly-once")]
+    /// exactly-once-per-partition (or exactly-once), exactly-once-per-consumer or at-least-once.
+    #[arg(long, default_value = "exactly-once-per-partition")]
     guarantee: Guarantee,
     /// cooperative, consumer or eager (default: the guarantee's).
     #[arg(long)]

@@ -82,7 +82,7 @@ impl Run<'_, '_> {
                     input: &self.input_topic,
                     output: &self.output_topic,
                     partitions: self.ctx.cfg.partitions,
-                    per_partition: self.cell.guarantee == Guarantee::ExactlyOnce,
+                    per_partition: self.cell.guarantee == Guarantee::ExactlyOncePerPartition,
                 };
                 let what = match action {
                     Action::KillCoordinatorMidCommit { timing } => {

@@ -29,7 +29,7 @@ impl TaskManager {
         tracing::info!(?partitions, "partitions assigned");
         shared.shutdown.health_state().assigned(&partitions);
         let deadline = Instant::now() + shared.cfg.task_timeout;
-        if shared.cfg.guarantee == Guarantee::ExactlyOnce {
+        if shared.cfg.guarantee == Guarantee::ExactlyOncePerPartition {
             let groups = by_task(&shared.cfg, partitions);
             // A producer per partition: say so before the process runs out of open files
             // (a bound above the limit, or none where the limit is unknown).

@@ -77,7 +77,7 @@ impl TaskManager {
             waiting.push((id, reply_rx));
         }
         let mut acked = Vec::new();
-        let per_partition = self.shared.cfg.guarantee == Guarantee::ExactlyOnce;
+        let per_partition = self.shared.cfg.guarantee == Guarantee::ExactlyOncePerPartition;
         // A per-partition task that is still busy past its interrupt deadline plus the
         // longest a commit may take ([`crate::txn::watchdog::commit_bound`]) is hung: librdkafka's
         // send_offsets_to_transaction can block forever once the group coordinator's broker
