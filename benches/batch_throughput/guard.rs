@@ -47,9 +47,9 @@ pub struct Comparison {
 }
 
 impl Comparison {
-    /// Whether no subject fell below its tolerance.
+    /// Whether every baseline subject was measured and none fell below its tolerance.
     pub fn passed(&self) -> bool {
-        !self.rows.iter().any(|r| r.3 == "REGRESSED")
+        !self.rows.iter().any(|r| r.3 == "REGRESSED" || r.3 == "MISSING")
     }
 
     /// For the results file.
@@ -120,7 +120,8 @@ pub fn compare(agg: &[Agg], records: u64) -> Comparison {
         })
         .collect();
     print!("{}", table(&["subject", "this run", "baseline", "verdict"], &cells));
-    // MISSING (a subject that failed to copy) is reported by the run itself; only a measured
-    // regression fails the guard.
+    // MISSING (a subject that failed to copy, or a row no longer named as the baseline
+    // names it) fails the guard as a regression does: a guard that measures nothing guards
+    // nothing.
     Comparison { reference: reference.into(), rows, measured, note }
 }

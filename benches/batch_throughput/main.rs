@@ -129,7 +129,11 @@ fn main() {
         }
         configs.push(Config { partitions: p, subject: Subject::Ceiling.name().into(), interval_ms: None });
         for g in ours {
-            configs.push(Config { partitions: p, subject: g.as_str().into(), interval_ms: Some(BASE_INTERVAL_MS) });
+            configs.push(Config {
+                partitions: p,
+                subject: Subject::Pipeline(g).name().into(),
+                interval_ms: Some(BASE_INTERVAL_MS),
+            });
         }
         if peers.is_some() {
             configs.push(Config { partitions: p, subject: STREAMS.into(), interval_ms: Some(BASE_INTERVAL_MS) });
@@ -149,7 +153,11 @@ fn main() {
             }
             for &ms in &sweep_intervals {
                 for g in ours {
-                    configs.push(Config { partitions: p, subject: g.as_str().into(), interval_ms: Some(ms) });
+                    configs.push(Config {
+                        partitions: p,
+                        subject: Subject::Pipeline(g).name().into(),
+                        interval_ms: Some(ms),
+                    });
                 }
                 if peers.is_some() {
                     configs.push(Config { partitions: p, subject: STREAMS.into(), interval_ms: Some(ms) });

@@ -146,7 +146,7 @@ pub struct TransactionEvent {
     pub records: usize,
     /// The input partitions `(topic, partition)` the batch holds records of, sorted: which
     /// partitions a committed event moved forward (under
-    /// [`ExactlyOnce`](crate::Guarantee::ExactlyOncePerPartition) always one).
+    /// [`ExactlyOncePerPartition`](crate::Guarantee::ExactlyOncePerPartition) always one).
     pub partitions: Vec<(String, i32)>,
     /// Outputs produced (0 if the cycle failed before the end).
     pub outputs: u64,

@@ -16,10 +16,13 @@ use kafka_eos_testkit::verify::{verify, Report, VerifyConfig};
 /// The bootstrap servers of the binary's shared cluster (started on first use). A test
 /// that cannot get a broker fails loudly: a skipped broker test would look green.
 pub fn bootstrap() -> String {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    use tracing_subscriber::Layer;
+    let printed = tracing_subscriber::fmt::layer()
         .with_test_writer()
-        .try_init();
+        .with_filter(tracing_subscriber::EnvFilter::from_default_env());
+    let _ = tracing_subscriber::registry().with(printed).with(WarningLog).try_init();
     static CLUSTER: OnceLock<Cluster> = OnceLock::new();
     CLUSTER
         .get_or_init(|| {
@@ -263,4 +266,37 @@ impl FailOnce {
         }
         Ok(())
     }
+}
+
+/// Every `warn` (and `error`) event of the binary's tests, as `message field=value ...`
+/// lines, whatever `RUST_LOG` prints: what [`warnings`] reads.
+struct WarningLog;
+
+static WARNINGS: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for WarningLog {
+    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+        if *event.metadata().level() > tracing::Level::WARN {
+            return;
+        }
+        struct Line(String);
+        impl tracing::field::Visit for Line {
+            fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+                use std::fmt::Write;
+                let _ = if field.name() == "message" {
+                    write!(self.0, "{value:?}")
+                } else {
+                    write!(self.0, " {}={value:?}", field.name())
+                };
+            }
+        }
+        let mut line = Line(String::new());
+        event.record(&mut line);
+        WARNINGS.lock().unwrap().push(line.0);
+    }
+}
+
+/// The warnings logged so far (by any test of the binary) that contain `needle`.
+pub fn warnings(needle: &str) -> Vec<String> {
+    WARNINGS.lock().unwrap().iter().filter(|w| w.contains(needle)).cloned().collect()
 }

@@ -1,5 +1,5 @@
 //! Operations endpoints during a real run: `/metrics` agrees with the run's own summary,
-//! `/health` reports the assignment.
+//! `/health` reports the assignment; a slow batch is logged with its timeline.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use kafka_eos::Guarantee;
 
-use crate::common::{spawn, topics, unique};
+use crate::common::{spawn, topics, unique, warnings};
 
 fn get(addr: SocketAddr, path: &str) -> (u16, String) {
     let mut s = TcpStream::connect(addr).expect("connect to the ops server");
@@ -62,4 +62,27 @@ async fn metrics_and_health_agree_with_the_run() {
 
     let final_summary = run.stop().await;
     assert_eq!(final_summary.records_in, RECORDS);
+}
+
+/// A batch whose end takes longer than `slow_commit_warning` is logged at `warn` with its
+/// timeline; one that ends within it is not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_slower_than_slow_commit_warning_is_logged_with_its_timeline() {
+    let t = topics("slow-commit", 2, 2_000, 100).await;
+    let (slow, quiet) = (unique("slow-commit"), unique("quiet-commit"));
+    for (app, threshold) in [(&slow, Duration::ZERO), (&quiet, Duration::from_secs(600))] {
+        let run = spawn(t.pipeline(app, Guarantee::ExactlyOncePerPartition).slow_commit_warning(threshold));
+        t.wait_caught_up(app, Duration::from_secs(120)).await;
+        assert_eq!(run.stop().await.records_in, 2_000);
+    }
+    let logged = warnings(&format!("pipeline={slow} "));
+    assert!(!logged.is_empty(), "no slow-batch warning for {slow}");
+    for line in &logged {
+        assert!(line.starts_with("a batch took longer than slow_commit_warning"), "{line}");
+        for field in ["records=", "collect_ms=", "await_acks_ms=", "send_offsets_ms=", "commit_transaction_ms="] {
+            assert!(line.contains(field), "{field} missing: {line}");
+        }
+    }
+    assert!(logged.iter().any(|l| l.contains("outcome=committed")), "{logged:#?}");
+    assert_eq!(warnings(&format!("pipeline={quiet} ")), Vec::<String>::new());
 }

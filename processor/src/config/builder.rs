@@ -32,6 +32,7 @@ pub struct PipelineBuilder {
     process_while_collecting: Option<bool>,
     transaction_timeout: Option<Duration>,
     task_timeout: Option<Duration>,
+    slow_commit_warning: Option<Duration>,
     startup_timeout: Option<Duration>,
     shutdown_timeout: Option<Duration>,
     policy: ProcessorErrorPolicy,
@@ -317,6 +318,16 @@ impl PipelineBuilder {
     /// Streams' `task.timeout.ms`): long enough to ride out a broker restart.
     pub fn task_timeout(mut self, d: Duration) -> Self {
         self.task_timeout = Some(d);
+        self
+    }
+
+    /// A batch whose end takes longer than `d` is logged at `warn`, with its timeline: how
+    /// long it collected, processed, waited for its acknowledgements, wrote its sink, sent
+    /// its offsets and committed, and how it ended. A batch's end is what its records wait
+    /// for after the commit interval: from the end of its collection to the end of its
+    /// commit (a replay: its whole attempt). Default 1 s; [`Duration::MAX`] turns it off.
+    pub fn slow_commit_warning(mut self, d: Duration) -> Self {
+        self.slow_commit_warning = Some(d);
         self
     }
 

@@ -11,7 +11,7 @@ use crate::error::{Error, Result};
 ///
 /// Whatever the protocol, a partition is only given to its next owner after its current
 /// owner committed (or dropped) its batch, and under
-/// [`ExactlyOnce`](crate::Guarantee::ExactlyOncePerPartition) the next owner's `init_transactions`
+/// [`ExactlyOncePerPartition`](crate::Guarantee::ExactlyOncePerPartition) the next owner's `init_transactions`
 /// fences the previous one first: the choice costs pauses, never correctness.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]

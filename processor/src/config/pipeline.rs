@@ -32,6 +32,9 @@ pub struct PipelineConfig {
     pub transaction_timeout: Duration,
     /// Longest time a batch may keep failing (or a revocation wait) before giving up.
     pub task_timeout: Duration,
+    /// A batch whose end takes longer than this is logged at `warn` with its timeline
+    /// ([`PipelineBuilder::slow_commit_warning`](crate::PipelineBuilder::slow_commit_warning)).
+    pub slow_commit_warning: Duration,
     /// Longest time the startup checks wait for the cluster.
     pub startup_timeout: Duration,
     /// Longest time a graceful shutdown waits for in-flight transactions.

@@ -171,6 +171,7 @@ impl PipelineBuilder {
                 process_while_collecting: self.process_while_collecting.unwrap_or(true),
                 transaction_timeout,
                 task_timeout: self.task_timeout.unwrap_or(Duration::from_secs(300)),
+                slow_commit_warning: self.slow_commit_warning.unwrap_or(Duration::from_secs(1)),
                 startup_timeout: self.startup_timeout.unwrap_or(Duration::from_secs(30)),
                 shutdown_timeout: self.shutdown_timeout.unwrap_or(Duration::from_secs(30)),
                 processor_error_policy: self.policy,

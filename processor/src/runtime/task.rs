@@ -1,5 +1,5 @@
 //! A partition task: one OS thread that owns a producer and the batches of its partitions (one
-//! partition in [`ExactlyOnce`](crate::Guarantee::ExactlyOncePerPartition), else all of the instance's).
+//! partition in [`ExactlyOncePerPartition`](crate::Guarantee::ExactlyOncePerPartition), else all of the instance's).
 //! Its loop collects records into a [`Batch`], which runs the batch's transaction from its
 //! first record to its end ([`batch`]); revocations are handled between records
 //! ([`revoke`]). What a committed batch changes in the task (state, positions, counts) is

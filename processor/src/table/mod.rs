@@ -59,7 +59,7 @@
 //!   a later good row for the key heals it. A row without a key is skipped with a warning.
 //!
 //! Each instance holds the tables of the partitions it owns; per partition task (under
-//! [`ExactlyOnce`](crate::Guarantee::ExactlyOncePerPartition)) that is one extra consumer per table,
+//! [`ExactlyOncePerPartition`](crate::Guarantee::ExactlyOncePerPartition)) that is one extra consumer per table,
 //! with librdkafka's threads (two plus one per broker).
 
 mod def;

@@ -69,6 +69,8 @@ pub(crate) struct CycleStats {
     pub await_acks: Duration,
     /// `send_offsets_to_transaction` + `commit_transaction` (zero for at-least-once).
     pub commit: Duration,
+    /// `send_offsets_to_transaction`, the first part of `commit`.
+    pub send_offsets: Duration,
     /// Writing the sink (an exactly-once sink's write is timed by the task).
     pub sink: Duration,
 }

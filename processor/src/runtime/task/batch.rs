@@ -161,9 +161,11 @@ impl Steps<'_> {
             }
         }
         if let CommitTo::Transaction { group, offsets } = to {
+            let started = phase;
             if offsets.count() > 0 {
                 producer.send_offsets(offsets, group, deadline)?;
             }
+            stats.send_offsets = started.elapsed();
             producer.commit(deadline)?;
             stats.commit = lap(&mut phase);
         }
@@ -517,6 +519,11 @@ impl Batch {
                 task.metrics.interrupted();
             }
         }
+        let end = closing.elapsed();
+        if end > task.shared.cfg.slow_commit_warning {
+            let collect = self.collect_started.map(|first| closing.saturating_duration_since(first));
+            warn_slow(task, records, end, collect, &stats, outcome);
+        }
         if task.shared.hooks.is_empty() {
             return;
         }
@@ -547,6 +554,43 @@ impl Batch {
             hook(&event);
         }
     }
+}
+
+/// Logs a batch whose end took longer than the pipeline's `slow_commit_warning`, with its
+/// timeline, so that an operator can tell which step held its records back.
+fn warn_slow(
+    task: &Task,
+    records: usize,
+    end: Duration,
+    collect: Option<Duration>,
+    stats: &CycleStats,
+    outcome: &Outcome,
+) {
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    let outcome = match outcome {
+        Outcome::Committed => "committed".to_string(),
+        Outcome::Aborted { reason, .. } => format!("aborted: {reason}"),
+        Outcome::GaveUp { reason } => format!("gave up: {reason}"),
+        Outcome::Dropped { because, reason } => format!("dropped ({because}): {reason}"),
+        Outcome::Reconciled { found, reason } => format!("reconciled as {found} after: {reason}"),
+    };
+    tracing::warn!(
+        pipeline = %task.shared.cfg.application_id,
+        partition = %task.label,
+        transactional_id = task.transactional_id.as_deref().unwrap_or("-"),
+        records,
+        outputs = stats.outputs,
+        end_ms = ms(end),
+        collect_ms = collect.map(ms),
+        process_ms = ms(stats.process),
+        await_acks_ms = ms(stats.await_acks),
+        sink_ms = ms(stats.sink),
+        send_offsets_ms = ms(stats.send_offsets),
+        commit_transaction_ms = ms(stats.commit.saturating_sub(stats.send_offsets)),
+        %outcome,
+        "a batch took longer than slow_commit_warning ({:?}) to end after its collection",
+        task.shared.cfg.slow_commit_warning,
+    );
 }
 
 /// Whether the next batch's first attempt runs as it is collected. Not once the task's
