@@ -22,7 +22,8 @@
 //!   waits until the step's deadline, and for twice the call timeout even when the task is
 //!   interrupted: by then a live coordinator has decided (it aborts a transaction still
 //!   open after the transaction timeout). A producer whose commit step still failed is
-//!   fenced and reconciled ([`crate::runtime::reconcile`]).
+//!   fenced and reconciled ([`crate::runtime::reconcile`]); one whose resumed commit
+//!   succeeded is replaced before its next transaction ([`TxnProducer::must_be_replaced`]).
 //! - **Stale delivery reports** of an aborted cycle are ignored by cycle number.
 //! - **Every wait ends by a [`Deadline`]**, brought forward by an interrupt
 //!   ([`crate::runtime::interrupt`]).
@@ -59,6 +60,10 @@ pub(crate) struct TxnProducer {
     inner: Arc<BaseProducer<DeliveryTracker>>,
     /// A transactional call was abandoned ([`watchdog`]) and may still run: no further call.
     wedged: bool,
+    /// A commit of this epoch was resumed: one of its `EndTxn` requests may still be on its
+    /// way, and would land in the next transaction of the epoch
+    /// ([`must_be_replaced`](Self::must_be_replaced)).
+    resumed_commit: bool,
     transactional_id: Option<String>,
     /// A topic known to exist (the first input): its metadata is the connection warm-up of
     /// [`init`](Self::init).
@@ -100,6 +105,7 @@ impl TxnProducer {
         Ok(TxnProducer {
             inner: Arc::new(inner),
             wedged: false,
+            resumed_commit: false,
             transactional_id,
             warm_up_topic: cfg.input_topics.first().cloned(),
             origin_header: cfg.origin_header,
@@ -297,6 +303,15 @@ impl TxnProducer {
         Ok(())
     }
 
+    /// Whether this producer must not begin another transaction: a commit of its epoch was
+    /// resumed after a call timed out, so an `EndTxn` of that call may still arrive, and a
+    /// late `EndTxn` commits the next transaction of the same epoch half-done (KAFKA-17754;
+    /// librdkafka speaks only the classic protocol, without KIP-890's epoch bump per
+    /// transaction). A fresh producer's `init_transactions` bumps the epoch, which fences it.
+    pub(crate) fn must_be_replaced(&self) -> bool {
+        self.resumed_commit
+    }
+
     /// Aborts the open transaction, if any. librdkafka's abort waits for every outstanding
     /// message's delivery report to be *served*, and nothing else polls this producer: so
     /// first serve the reports until nothing is outstanding (they belong to this cycle and
@@ -391,6 +406,7 @@ impl TxnProducer {
                     if once || err.class != ErrorClass::Retriable || backoff >= deadline.remaining() {
                         return Err(err);
                     }
+                    self.resumed_commit |= step == Step::Commit;
                     let what = if step == Step::Commit { "resuming the commit" } else { "retrying" };
                     tracing::warn!(transactional_id = ?self.transactional_id, error = %err, "{what}");
                     deadline.sleep(backoff);

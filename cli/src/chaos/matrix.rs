@@ -128,11 +128,13 @@ fn short(g: Guarantee) -> &'static str {
 }
 
 /// The merge gate's slice: the timers workload, whose outputs mostly commit in transactions
-/// of timers alone, under crashes and coordinator kills, and the exactly-once sink under
-/// crashes of its instances and its server.
-const CI: [(Workload, Guarantee, Scenario); 3] = [
+/// of timers alone, under crashes and coordinator kills; the copy under held `EndTxn`
+/// requests (a commit resumed, a late `EndTxn`); and the exactly-once sink under crashes of
+/// its instances and its server.
+const CI: [(Workload, Guarantee, Scenario); 4] = [
     (Workload::Timers, Guarantee::ExactlyOncePerPartition, Scenario::ProcessKill),
     (Workload::Timers, Guarantee::ExactlyOncePerPartition, Scenario::CoordinatorKill),
+    (Workload::Copy, Guarantee::ExactlyOncePerPartition, Scenario::EndTxnHeld),
     (Workload::Postgres, Guarantee::ExactlyOncePerPartition, Scenario::SinkKill),
 ];
 

@@ -177,7 +177,8 @@ fn commit_without_an_answer_is_reconciled_with_a_fresh_producer() {
 /// broker down, back later) is resumed, not given up, even when the task's partitions were
 /// lost meanwhile: librdkafka goes on with the same `EndTxn` in the background, and giving
 /// up would make the task fence the producer, whose fresh epoch can abort what the
-/// coordinator is committing.
+/// coordinator is committing. Once committed, the producer asks to be replaced: an `EndTxn`
+/// of the timed-out call may still arrive and would commit its next transaction.
 #[test]
 fn a_commit_that_times_out_is_resumed_until_its_answer_even_when_interrupted() {
     use crate::runtime::interrupt::Interrupt;
@@ -196,9 +197,12 @@ fn a_commit_that_times_out_is_resumed_until_its_answer_even_when_interrupted() {
     });
     std::thread::sleep(Duration::from_secs(7));
     mock.broker_up(1).expect("broker up");
-    let mut p = committing.join().unwrap().expect("resumed until the coordinator answered");
+    let p = committing.join().unwrap().expect("resumed until the coordinator answered");
     assert!(started.elapsed() >= Duration::from_secs(7), "the broker was down: {:?}", started.elapsed());
-    produce_one(&mut p).and_then(|()| p.commit(soon(30))).expect("the next transaction commits");
+    assert!(p.must_be_replaced(), "a resumed commit's producer begins no other transaction");
+    let (_mock, mut quick, _) = setup_with(|b| b);
+    produce_one(&mut quick).and_then(|()| quick.commit(soon(30))).expect("a commit answered at once");
+    assert!(!quick.must_be_replaced(), "a commit answered at once leaves the producer in use");
 }
 
 /// `send_offsets_to_transaction` without an answer (the broker is down) is made once and

@@ -272,7 +272,7 @@ impl Batch {
 
     fn commit(&mut self, task: &mut Task) {
         match self.attempts(task) {
-            BatchEnd::Committed => {}
+            BatchEnd::Committed => task.renew_producer_if_resumed(),
             end => task.settle(end, &self.records),
         }
         task.processing.batch_done();

@@ -310,4 +310,29 @@ impl Task {
         let _ = self.control.send(Control::Rewind { task: self.id, partitions, resume: Vec::new() });
         true
     }
+
+    /// After a committed batch: a producer whose commit was resumed may still have an
+    /// `EndTxn` on its way, which would commit the next transaction half-done
+    /// ([`TxnProducer::must_be_replaced`](crate::txn::TxnProducer::must_be_replaced)); it is
+    /// replaced, the fresh producer's epoch fencing that request, before anything else is
+    /// sent. No transaction is open, so nothing is replayed. If no fresh producer can be
+    /// initialised, the partitions go back to the group.
+    pub(super) fn renew_producer_if_resumed(&mut self) {
+        if !self.producer.as_ref().is_some_and(|p| p.must_be_replaced()) {
+            return;
+        }
+        self.producer = None;
+        match self.ensure_producer() {
+            Ok(()) => {
+                tracing::info!(task = self.id, "producer replaced after a resumed commit, fencing its late EndTxn")
+            }
+            Err(e) => {
+                tracing::warn!(task = self.id, error = %e, "no fresh producer after a resumed commit; the partitions go back to the group");
+                self.shared.shutdown.stats().producers_fenced.inc();
+                crate::metrics::producer_fenced(&self.shared.cfg.application_id);
+                self.forget_partitions();
+                let _ = self.control.send(Control::Fenced { task: self.id, error: e.to_string() });
+            }
+        }
+    }
 }
