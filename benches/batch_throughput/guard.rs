@@ -2,16 +2,16 @@
 //!
 //! Absolute records/s move with the machine and whatever else runs on it; a ratio of two
 //! subjects measured side by side in the same repetition moves much less. So the guard
-//! compares, per subject, the ratio to `ProducerPerformance` (the broker's own capacity,
-//! measured in the same repetition) — or to the ceiling, when the Java tools are not there
-//! — with the committed baseline. It takes each subject's **best** repetition, not the
-//! median: a regression of the code slows every repetition, while now and then one
-//! repetition runs at a third of the usual rate with several times the CPU, in
-//! librdkafka's producer threads (docs/benchmarks.md, "Slow repetitions"); two of three
-//! repetitions hit by that would fail a median-based guard for nothing. A ratio below `baseline × (1 − tolerance)` fails
-//! the run: that is a regression well outside run-to-run noise (the 100 ms commit floor
-//! coming back would halve exactly-once's). A ratio above `baseline × (1 + tolerance)` is
-//! reported, so the baseline gets refreshed when the code gets faster.
+//! compares, per subject, the ratio to the ceiling (the no-transaction copy of the same
+//! input, measured in the same repetition) with the committed baseline. It takes each
+//! subject's **best** repetition, not the median: a regression of the code slows every
+//! repetition, while now and then one repetition runs at a third of the usual rate with
+//! several times the CPU, in librdkafka's producer threads (docs/benchmarks.md, "Slow
+//! repetitions"); two of three repetitions hit by that would fail a median-based guard for
+//! nothing. A ratio below `baseline × (1 − tolerance)` fails the run: that is a regression
+//! well outside run-to-run noise (the 100 ms commit floor coming back would halve
+//! exactly-once's). A ratio above `baseline × (1 + tolerance)` is reported, so the baseline
+//! gets refreshed when the code gets faster.
 //!
 //! The baseline is a quick run's figures on a quiet machine of the CI's kind: copy the
 //! `guard.measured` ratios of `target/bench-results/batch_throughput-quick.json` into it,
@@ -22,13 +22,13 @@ use std::collections::BTreeMap;
 use kafka_eos_cli::bench::table;
 use serde::Deserialize;
 
-use crate::report::{find, Agg};
-use crate::{common::workspace_dir, BASE_INTERVAL_MS, PRODUCER_PERF, QUICK_PARTITIONS};
+use crate::report::Agg;
+use crate::{common::workspace_dir, BASE_INTERVAL_MS, QUICK_PARTITIONS};
 
 /// `benches/baseline.json`.
 #[derive(Debug, Deserialize)]
 struct Baseline {
-    /// What the figures are relative to: `producer-performance` or `ceiling`.
+    /// What the figures are relative to: `ceiling`.
     reference: String,
     /// Relative tolerance, e.g. 0.4 for ±40 %.
     tolerance: f64,
@@ -43,7 +43,6 @@ pub struct Comparison {
     reference: String,
     rows: Vec<(String, Option<f64>, f64, &'static str)>,
     measured: BTreeMap<String, f64>,
-    note: Option<String>,
 }
 
 impl Comparison {
@@ -60,7 +59,6 @@ impl Comparison {
             "rows": self.rows.iter().map(|(s, now, base, verdict)| serde_json::json!({
                 "subject": s, "ratio": now, "baseline": base, "verdict": verdict,
             })).collect::<Vec<_>>(),
-            "note": self.note,
         })
     }
 }
@@ -75,25 +73,19 @@ pub fn compare(agg: &[Agg], records: u64) -> Comparison {
         Ok(b) => b,
         Err(e) => panic!("cannot read the bench baseline {}: {e}", path.display()),
     };
-    let has_reference = find(agg, PRODUCER_PERF, QUICK_PARTITIONS, None).is_some();
-    let reference = if has_reference { PRODUCER_PERF } else { "ceiling" };
-    let ratio_of = |a: &Agg| if has_reference { a.best_of_reference } else { a.best_ratio };
+    let reference = "ceiling";
+    assert_eq!(baseline.reference, reference, "{}: the guard compares with the ceiling", path.display());
     let mut measured = BTreeMap::new();
     for a in agg.iter().filter(|a| a.config.partitions == QUICK_PARTITIONS) {
         if a.config.interval_ms.is_none() || a.config.interval_ms == Some(BASE_INTERVAL_MS) {
-            measured.insert(a.config.subject.clone(), ratio_of(a));
+            measured.insert(a.config.subject.clone(), a.best_ratio);
         }
     }
     measured.retain(|s, x| x.is_finite() && s != reference);
-    let mut note = None;
-    let mut rows = Vec::new();
-    if baseline.reference != reference {
-        note = Some(format!(
-            "the baseline is relative to {}, this run to {reference} (the Java tools are missing?): not compared",
-            baseline.reference
-        ));
-    } else {
-        for (subject, base) in &baseline.ratios {
+    let rows: Vec<_> = baseline
+        .ratios
+        .iter()
+        .map(|(subject, base)| {
             let now = measured.get(subject).copied();
             let verdict = match now {
                 None => "MISSING",
@@ -101,18 +93,15 @@ pub fn compare(agg: &[Agg], records: u64) -> Comparison {
                 Some(x) if x > base * (1.0 + baseline.tolerance) => "faster: refresh the baseline",
                 Some(_) => "ok",
             };
-            rows.push((subject.clone(), now, *base, verdict));
-        }
-    }
+            (subject.clone(), now, *base, verdict)
+        })
+        .collect();
     println!(
         "\nregression guard: {QUICK_PARTITIONS} partitions, {records} records, best repetition's ratio to {reference}, \
          tolerance ±{:.0} % (baseline: {})",
         100.0 * baseline.tolerance,
         baseline.measured
     );
-    if let Some(n) = &note {
-        println!("  {n}");
-    }
     let cells: Vec<Vec<String>> = rows
         .iter()
         .map(|(s, now, base, v)| {
@@ -123,5 +112,5 @@ pub fn compare(agg: &[Agg], records: u64) -> Comparison {
     // MISSING (a subject that failed to copy, or a row no longer named as the baseline
     // names it) fails the guard as a regression does: a guard that measures nothing guards
     // nothing.
-    Comparison { reference: reference.into(), rows, measured, note }
+    Comparison { reference: reference.into(), rows, measured }
 }

@@ -26,7 +26,7 @@
 //! - the peers (full mode, or `--peers`): Kafka Streams with `exactly_once_v2` — of the
 //!   broker's release (4.1.1) and of the newest (4.4.0), at the base interval — and Kafka's
 //!   `TransactionalMessageCopier` on the 1-partition input;
-//! - the physical reference, in every mode unless `--no-peers`: Kafka's `ProducerPerformance`
+//! - the physical reference, with the peers: Kafka's `ProducerPerformance`
 //!   writing as many records of the same size to as many partitions (acks=all,
 //!   `linger.ms=5`): what this broker accepts from one tuned producer. Every subject is also
 //!   given as a fraction of it.
@@ -97,9 +97,9 @@ fn main() {
     }
     records = args.records.unwrap_or(records);
     let sweep_intervals = [10u64, 1_000];
-    // Kafka's tools (ProducerPerformance) in every mode; the peers proper (Kafka Streams,
-    // the copier) in full mode or with --peers.
-    let tools = if args.no_peers {
+    // Kafka's tools (ProducerPerformance) and the peers proper (Kafka Streams, the copier)
+    // in full mode or with --peers: the guard of quick mode compares with the ceiling only.
+    let tools = if !args.with_peers() {
         None
     } else {
         match Peers::prepare() {

@@ -197,10 +197,7 @@ impl Task {
                 crate::metrics::producer_fenced(&self.shared.cfg.application_id);
                 if replaced || !self.recover_in_place(&e) {
                     tracing::warn!(task = self.id, error = %e, "producer given up; the partitions go back to the group");
-                    self.producer = None;
-                    // The group reassigns the partitions; whoever gets them restores their state.
-                    self.forget_partitions();
-                    let _ = self.control.send(Control::Fenced { task: self.id, error: e.to_string() });
+                    self.give_partitions_back(e.to_string());
                 }
             }
             BatchEnd::Dropped { because, reason } => {
@@ -217,11 +214,17 @@ impl Task {
             BatchEnd::Stop(e) => self.stop(e),
             BatchEnd::SinkFenced(reason) => {
                 tracing::warn!(task = self.id, %reason, "fenced by the sink; the partitions go back to the group");
-                self.producer = None;
-                self.forget_partitions();
-                let _ = self.control.send(Control::Fenced { task: self.id, error: reason });
+                self.give_partitions_back(reason);
             }
         }
+    }
+
+    /// Drops the producer and the partitions and tells the task manager, which hands them
+    /// back to the group; whoever gets them next restores their state from the changelogs.
+    fn give_partitions_back(&mut self, error: String) {
+        self.producer = None;
+        self.forget_partitions();
+        let _ = self.control.send(Control::Fenced { task: self.id, error });
     }
 }
 
@@ -330,8 +333,7 @@ impl Task {
                 tracing::warn!(task = self.id, error = %e, "no fresh producer after a resumed commit; the partitions go back to the group");
                 self.shared.shutdown.stats().producers_fenced.inc();
                 crate::metrics::producer_fenced(&self.shared.cfg.application_id);
-                self.forget_partitions();
-                let _ = self.control.send(Control::Fenced { task: self.id, error: e.to_string() });
+                self.give_partitions_back(e.to_string());
             }
         }
     }
