@@ -18,7 +18,8 @@ use crate::record::{InputRecord, OutputRecord, Topic, DEAD_LETTER_ATTEMPTS_HEADE
 use crate::sink::erased::AnyRow;
 use crate::sink::SinkRow;
 use crate::state::{ChangelogEnds, Committed, PartitionState};
-use crate::table::PartitionTables;
+use crate::table::global::GlobalView;
+use crate::table::{PartitionTables, TableViews};
 use crate::txn::{CycleError, StepError, Work};
 
 /// What the processor error policy says after a failed attempt (the batch is aborted).
@@ -44,6 +45,9 @@ pub(crate) struct Processing {
     /// The [tables](crate::table) per input partition, read before its first record and
     /// dropped when it is revoked.
     tables: HashMap<i32, PartitionTables>,
+    /// The version of the instance's global tables the attempt in flight looks rows up in
+    /// (see [`crate::table::global`]); `None` in a pipeline without global tables.
+    global: Option<Arc<GlobalView>>,
     /// Failed attempts per input record (by origin) in the current batch.
     failures: HashMap<String, u32>,
     /// Records to route to the dead-letter topic on the next attempt, with their error.
@@ -69,6 +73,7 @@ impl Processing {
             processors: Instances::new(factory),
             states: HashMap::new(),
             tables: HashMap::new(),
+            global: None,
             failures: HashMap::new(),
             dead: HashMap::new(),
             sink_rows: Vec::new(),
@@ -112,6 +117,7 @@ impl Processing {
             dead: &self.dead,
             states: &mut self.states,
             tables: &self.tables,
+            global: self.global.as_deref(),
             processors: &mut self.processors,
             outputs_per_partition: &mut self.outputs,
             now,
@@ -159,6 +165,17 @@ impl Processing {
     /// The tables of every partition, for their reader to fill.
     pub(crate) fn tables_mut(&mut self) -> &mut HashMap<i32, PartitionTables> {
         &mut self.tables
+    }
+
+    /// Makes the next attempts look global tables up in `view`: called as an attempt begins.
+    pub(crate) fn set_global(&mut self, view: Arc<GlobalView>) {
+        self.global = Some(view);
+    }
+
+    /// The global tables, for the test driver to fill (copied if an attempt still holds them).
+    pub(crate) fn global_mut(&mut self) -> &mut GlobalView {
+        let tables = self.cfg.global_tables.len();
+        Arc::make_mut(self.global.get_or_insert_with(|| Arc::new(GlobalView::new(tables))))
     }
 
     /// Adds restored partition states.
@@ -279,6 +296,7 @@ pub(crate) struct BatchWork<'a> {
     dead: &'a HashMap<String, (String, u32)>,
     states: &'a mut HashMap<i32, PartitionState>,
     tables: &'a HashMap<i32, PartitionTables>,
+    global: Option<&'a GlobalView>,
     processors: &'a mut Instances,
     /// See [`Processing::outputs`].
     outputs_per_partition: &'a mut HashMap<TopicPartition, u64>,
@@ -305,7 +323,7 @@ impl BatchWork<'_> {
                 return Ok(());
             }
             for timer in &due {
-                let tables = self.tables.get(&partition);
+                let tables = TableViews { partition: self.tables.get(&partition), global: self.global };
                 self.processors.on_timer(self.rt, topic, partition, Some(&mut *state), tables, timer)?;
             }
         }
@@ -324,7 +342,7 @@ impl Work for BatchWork<'_> {
                     self.rt,
                     r,
                     self.states.get_mut(&r.partition),
-                    self.tables.get(&r.partition),
+                    TableViews { partition: self.tables.get(&r.partition), global: self.global },
                 )?;
                 if let Some(timers) = &self.cfg.timers {
                     self.idle_since.insert(r.partition, (r.topic.clone(), self.now));

@@ -168,8 +168,16 @@ impl Engine {
     /// before the next batch: to the partition's tables if they are read already (else
     /// [`load_tables`](Self::load_tables) will read it). `false` if `topic` is no table of
     /// the pipeline.
+    ///
+    /// A global table's record is applied to the one copy every partition sees, whatever
+    /// its `partition`; it outlives a crash, as a restarted instance reads the same rows.
     pub fn table_update(&mut self, topic: &str, partition: i32, key: &[u8], value: Option<&[u8]>) -> bool {
         let cfg = self.processing.config();
+        if let Some(index) = cfg.global_tables.iter().position(|t| t.topic == topic) {
+            let def = cfg.global_tables[index].clone();
+            self.processing.global_mut().apply(&def, index, key, value);
+            return true;
+        }
         let Some(index) = cfg.tables.iter().position(|t| t.topic == topic) else { return false };
         let def = cfg.tables[index].clone();
         if let Some(tables) = self.processing.tables_mut().get_mut(&partition) {

@@ -12,6 +12,7 @@ mod eos;
 mod equivalence;
 mod failures;
 mod fencing;
+mod global_tables;
 mod interrupt;
 mod joins;
 mod ops;

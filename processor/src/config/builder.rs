@@ -60,6 +60,7 @@ pub struct PipelineBuilder {
     sinks: Vec<SinkFactory>,
     timers: Vec<crate::timers::Timers>,
     tables: Vec<crate::table::TableDef>,
+    global_tables: Vec<crate::table::TableDef>,
 }
 
 impl Pipeline {
@@ -203,8 +204,34 @@ impl PipelineBuilder {
         V: Send + Sync + 'static,
         C: crate::codec::Codec<V> + 'static,
     {
-        let (def, handle) = crate::table::declare(self.tables.len(), topic.into(), codec);
+        let (def, handle) = crate::table::declare(self.tables.len(), false, topic.into(), codec);
         self.tables.push(def);
+        handle
+    }
+
+    /// Declares a global table read from the compacted topic `topic`, its values decoded
+    /// with `codec`, and returns its handle, looked up as a co-partitioned table's is:
+    /// `ctx.table(&handle).get(key)`. Every instance reads every partition of the topic
+    /// (any partition count, any keys: no co-partitioning with the input), to its end before
+    /// the pipeline processes its first record, and keeps it current while it runs; one
+    /// copy per instance, shared by all its tasks. For lookups by a key the stream is not
+    /// partitioned by (merchant categories, currency rates). See [`crate::table`] for what
+    /// a lookup sees, what it means for a replay, and what it costs.
+    /// ```
+    /// # use kafka_eos::{codec::Json, Pipeline};
+    /// #[derive(serde::Serialize, serde::Deserialize)]
+    /// struct Rate { per_eur: f64 }
+    /// let mut builder = Pipeline::builder().application_id("convert").input_topic("payments");
+    /// let rates = builder.global_table::<Rate, _>("currency-rates", Json);
+    /// assert!(rates.is_global());
+    /// ```
+    pub fn global_table<V, C>(&mut self, topic: impl Into<String>, codec: C) -> crate::table::Table<V>
+    where
+        V: Send + Sync + 'static,
+        C: crate::codec::Codec<V> + 'static,
+    {
+        let (def, handle) = crate::table::declare(self.global_tables.len(), true, topic.into(), codec);
+        self.global_tables.push(def);
         handle
     }
 

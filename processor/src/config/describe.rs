@@ -46,7 +46,8 @@ pub struct TopologyDescription {
     co_partitioned: bool,
     processor: String,
     stores: Vec<StoreNode>,
-    tables: Vec<String>,
+    /// (topic, whether global).
+    tables: Vec<(String, bool)>,
     outputs: Vec<String>,
     /// (topic, the stores of the window operators that route late records to it).
     late: Vec<(String, Vec<String>)>,
@@ -94,7 +95,9 @@ impl TopologyDescription {
             co_partitioned: cfg.co_partitioned(),
             processor: short_type_name(processor),
             stores,
-            tables: cfg.tables.iter().map(|t| t.topic.clone()).collect(),
+            tables: (cfg.tables.iter().map(|t| (t.topic.clone(), false)))
+                .chain(cfg.global_tables.iter().map(|t| (t.topic.clone(), true)))
+                .collect(),
             outputs: cfg.output_topics.iter().filter(|t| !late.iter().any(|(l, _)| l == *t)).cloned().collect(),
             late,
             dead_letter: match &cfg.processor_error_policy.then {
@@ -134,8 +137,9 @@ impl TopologyDescription {
         for (i, t) in self.inputs.iter().enumerate() {
             line(format!("{} --> processor", topic(&format!("input{i}"), t)));
         }
-        for (i, t) in self.tables.iter().enumerate() {
-            line(format!("{} -. table .-> processor", topic(&format!("table{i}"), t)));
+        for (i, (t, global)) in self.tables.iter().enumerate() {
+            let edge = if *global { "global table" } else { "table" };
+            line(format!("{} -. {edge} .-> processor", topic(&format!("table{i}"), t)));
         }
         for (i, s) in self.stores.iter().enumerate() {
             line(format!("store{i} -. changelog .-> {}", topic(&format!("changelog{i}"), &s.changelog)));
@@ -184,8 +188,11 @@ impl fmt::Display for TopologyDescription {
         for s in &self.stores {
             row(f, "store", &format!("{} ({}, {}); changelog {}", s.name, s.role, s.backend, s.changelog))?;
         }
-        for t in &self.tables {
-            row(f, "table", &format!("{t} (co-partitioned with the input)"))?;
+        for (t, global) in &self.tables {
+            match global {
+                true => row(f, "table", &format!("{t} (global: every partition, read whole by every instance)"))?,
+                false => row(f, "table", &format!("{t} (co-partitioned with the input)"))?,
+            }
         }
         for t in &self.outputs {
             row(f, "output", t)?;

@@ -62,7 +62,7 @@ fn base(app: &str) -> PipelineBuilder {
     Pipeline::builder().bootstrap_servers("127.0.0.1:9092").application_id(app)
 }
 
-/// Stores of three kinds, a table, an output, a late-records and a dead-letter topic, a sink.
+/// Stores of three kinds, a co-partitioned and a global table, an output, a late-records and a dead-letter topic, a sink.
 fn full() -> TopologyDescription {
     let mut b = base("close")
         .input_topic("payments")
@@ -72,6 +72,7 @@ fn full() -> TopologyDescription {
     let shelf = Arc::new(|_: &str, _: i32| Box::new(Shelf::default()) as Box<dyn KeyValueBackend>);
     let _notes = b.store_spec(StoreSpec::<String, String>::new("notes").backend(shelf));
     let _merchants = b.table::<Vec<u8>, _>("merchants", Raw);
+    let _rates = b.global_table::<Vec<u8>, _>("rates", Raw);
     let _rows = b.sink(|| async { Ok::<_, Never>(Ledger) });
     let out = b.output_topic("revenue");
     b.processor(move |_ctx, _rec| {
@@ -98,6 +99,7 @@ application close (group.id, transactional.id prefix)
   store       daily (tumbling windows, memory); changelog close-daily-changelog
   store       notes (store, Shelf); changelog close-notes-changelog
   table       merchants (co-partitioned with the input)
+  table       rates (global: every partition, read whole by every instance)
   output      revenue
   late        late-payments (late records of daily)
   dead letter payments-dlq
@@ -123,6 +125,7 @@ flowchart LR
     end
     input0[/\"payments\"/] --> processor
     table0[/\"merchants\"/] -. table .-> processor
+    table1[/\"rates\"/] -. global table .-> processor
     store0 -. changelog .-> changelog0[/\"close-seen-changelog\"/]
     store1 -. changelog .-> changelog1[/\"close-daily-changelog\"/]
     store2 -. changelog .-> changelog2[/\"close-notes-changelog\"/]

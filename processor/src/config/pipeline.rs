@@ -95,6 +95,9 @@ pub struct PipelineConfig {
     /// The tables, in declaration order
     /// ([`PipelineBuilder::table`](crate::PipelineBuilder::table)).
     pub tables: Vec<crate::table::TableDef>,
+    /// The global tables, in declaration order
+    /// ([`PipelineBuilder::global_table`](crate::PipelineBuilder::global_table)).
+    pub global_tables: Vec<crate::table::TableDef>,
 }
 
 impl PipelineConfig {

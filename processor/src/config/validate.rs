@@ -134,7 +134,7 @@ impl PipelineBuilder {
             }
         }
         let mut table_topics = std::collections::HashSet::new();
-        for t in &self.tables {
+        for t in self.tables.iter().chain(&self.global_tables) {
             if self.input_topics.contains(&t.topic) {
                 return cfg_err(format!(
                     "{:?} is both an input topic and a table: a table is read beside the input, not consumed by the group",
@@ -204,6 +204,7 @@ impl PipelineBuilder {
                 sink: self.sinks.into_iter().next(),
                 timers: self.timers.into_iter().next(),
                 tables: self.tables,
+                global_tables: self.global_tables,
             },
             processor,
             self.hooks,

@@ -4,7 +4,7 @@ use crate::record::{InputRecord, OutputRecord, Topic};
 use crate::sink::erased::AnyRow;
 use crate::sink::SinkHandle;
 use crate::state::{PartitionState, Store, StoreMut, StoreRef, Tally};
-use crate::table::{PartitionTables, Table, TableRef};
+use crate::table::{Table, TableRef, TableViews};
 
 /// The context of one [`process`](super::Processor::process) call: the record's partition,
 /// its state stores, and the output buffer of the open transaction.
@@ -16,7 +16,7 @@ pub struct Context<'a> {
     pub(crate) topic: &'a str,
     pub(crate) partition: i32,
     pub(crate) state: Option<&'a mut PartitionState>,
-    pub(crate) tables: Option<&'a PartitionTables>,
+    pub(crate) tables: TableViews<'a>,
     pub(crate) out: &'a mut Vec<OutputRecord>,
     pub(crate) rows: &'a mut Vec<AnyRow>,
 }
@@ -62,9 +62,10 @@ impl<'a> Context<'a> {
         }
     }
 
-    /// The view of `table` for this record's partition: its rows as of the start of the
-    /// batch attempt (see [`crate::table`]). A table declared on another pipeline's builder
-    /// (or a pipeline without tables) finds nothing.
+    /// The view of `table`: a co-partitioned table's rows of this record's partition, or all
+    /// of a global table's rows, as of the start of the batch attempt (see [`crate::table`]).
+    /// A table declared on another pipeline's builder (or a pipeline without tables) finds
+    /// nothing.
     pub fn table<'c, V: 'static>(&'c self, table: &'c Table<V>) -> TableRef<'c, V> {
         TableRef::new(table, self.tables)
     }

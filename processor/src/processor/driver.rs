@@ -13,7 +13,7 @@ use super::{Context, HookContext, Processor, ProcessorPanic};
 use crate::error::BoxError;
 use crate::record::{InputRecord, OutputRecord};
 use crate::state::PartitionState;
-use crate::table::PartitionTables;
+use crate::table::TableViews;
 use crate::timers::Timer;
 
 /// A processor behind a vtable: each method drives the processor's own future to the end,
@@ -131,7 +131,7 @@ impl Instances {
         rt: &Handle,
         record: &InputRecord,
         mut state: Option<&mut PartitionState>,
-        tables: Option<&PartitionTables>,
+        tables: TableViews<'_>,
     ) -> Result<&[OutputRecord], BoxError> {
         self.out.clear();
         self.rows.clear();
@@ -156,7 +156,7 @@ impl Instances {
         topic: &str,
         partition: i32,
         mut state: Option<&mut PartitionState>,
-        tables: Option<&PartitionTables>,
+        tables: TableViews<'_>,
         timer: &Timer,
     ) -> Result<(), BoxError> {
         let i = self.instance(rt, topic, partition, state.as_deref_mut())?;
@@ -244,7 +244,14 @@ pub(crate) mod tests {
     pub(crate) fn context<'a>(state: &'a mut PartitionState, out: &'a mut Vec<OutputRecord>) -> Context<'a> {
         // Leaked: a test's few contexts outlive nothing that needs the memory back.
         let rows = Box::leak(Box::default());
-        Context { topic: "in", partition: state.partition(), state: Some(state), tables: None, out, rows }
+        Context {
+            topic: "in",
+            partition: state.partition(),
+            state: Some(state),
+            tables: TableViews::default(),
+            out,
+            rows,
+        }
     }
 
     fn rec(partition: i32, offset: i64) -> InputRecord {
@@ -263,9 +270,9 @@ pub(crate) mod tests {
             }
             Err::<(), ProcessError>(Box::new(Bad(r.offset)))
         })));
-        let err = inst.process(rt.handle(), &rec(0, 5), None, None).unwrap_err();
+        let err = inst.process(rt.handle(), &rec(0, 5), None, TableViews::default()).unwrap_err();
         assert_eq!(err.downcast_ref::<ProcessorPanic>().map(|p| p.message.as_str()), Some("boom at 5"));
-        let err = inst.process(rt.handle(), &rec(0, 6), None, None).unwrap_err();
+        let err = inst.process(rt.handle(), &rec(0, 6), None, TableViews::default()).unwrap_err();
         assert!(matches!(err.downcast_ref::<Bad>(), Some(Bad(6))), "{err:?}");
     }
 
@@ -304,21 +311,25 @@ pub(crate) mod tests {
         let proto = Counting { out: Some(Topic::new("out")), ..Counting::default() };
         let (inits, closes) = (proto.inits.clone(), proto.closes.clone());
         let mut inst = Instances::new(ProcessorFactory::new(proto));
-        assert_eq!(inst.process(rt.handle(), &rec(0, 0), None, None).unwrap().len(), 1);
+        assert_eq!(inst.process(rt.handle(), &rec(0, 0), None, TableViews::default()).unwrap().len(), 1);
         assert_eq!(
-            inst.process(rt.handle(), &rec(0, 1), None, None).unwrap().len(),
+            inst.process(rt.handle(), &rec(0, 1), None, TableViews::default()).unwrap().len(),
             2,
             "state of self is per instance"
         );
         assert_eq!(
-            inst.process(rt.handle(), &rec(1, 0), None, None).unwrap().len(),
+            inst.process(rt.handle(), &rec(1, 0), None, TableViews::default()).unwrap().len(),
             1,
             "another partition, another instance"
         );
         assert_eq!(inits.load(Ordering::SeqCst), 2);
         inst.close("t", 0, None);
         assert_eq!(closes.load(Ordering::SeqCst), 1);
-        assert_eq!(inst.process(rt.handle(), &rec(0, 2), None, None).unwrap().len(), 1, "a fresh instance after close");
+        assert_eq!(
+            inst.process(rt.handle(), &rec(0, 2), None, TableViews::default()).unwrap().len(),
+            1,
+            "a fresh instance after close"
+        );
         inst.close_all(&Default::default());
         assert_eq!((inits.load(Ordering::SeqCst), closes.load(Ordering::SeqCst)), (3, 3));
     }
@@ -334,7 +345,7 @@ pub(crate) mod tests {
                 Ok(())
             },
         )));
-        let outputs = inst.process(rt.handle(), &rec(0, 0), None, None).unwrap();
+        let outputs = inst.process(rt.handle(), &rec(0, 0), None, TableViews::default()).unwrap();
         assert_eq!(outputs[0].topic, "out");
     }
 }

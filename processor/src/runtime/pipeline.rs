@@ -89,6 +89,27 @@ impl Pipeline {
         };
         #[cfg(not(feature = "ops-server"))]
         let ops: Option<tokio::task::JoinHandle<()>> = None;
+        // The global tables are read whole before the group is joined: no partition is
+        // held while its records cannot be processed yet.
+        let global = match self.cfg.global_tables.is_empty() {
+            true => Ok(Some(None)),
+            false => {
+                let handle = self.handle.clone();
+                let stopping = Box::new(move || handle.is_shutdown());
+                crate::table::global_reader::start(self.cfg.clone(), stopping).await.map(|g| g.map(Some))
+            }
+        };
+        let global = match global {
+            Ok(Some(global)) => global,
+            // Shut down while reading them (`None`), or failed.
+            ended => {
+                if let Some(task) = ops {
+                    task.abort();
+                }
+                return ended.map(|_| self.handle.summary());
+            }
+        };
+        let _stop_reader = StopReader(global.clone());
         let (control_tx, control_rx) = std::sync::mpsc::channel();
         let shared = Arc::new(Shared {
             cfg: self.cfg.clone(),
@@ -106,6 +127,7 @@ impl Pipeline {
                 }
                 _ => None,
             },
+            global,
         });
         let (done_tx, done_rx) = tokio::sync::oneshot::channel();
         let thread_shared = shared.clone();
@@ -134,6 +156,17 @@ struct StopOnDrop(ShutdownHandle);
 impl Drop for StopOnDrop {
     fn drop(&mut self) {
         self.0.shutdown();
+    }
+}
+
+/// Stops the global tables' reader when dropped: with [`Pipeline::run`]'s future.
+struct StopReader(Option<Arc<crate::table::global::GlobalTables>>);
+
+impl Drop for StopReader {
+    fn drop(&mut self) {
+        if let Some(global) = &self.0 {
+            global.stop();
+        }
     }
 }
 

@@ -95,7 +95,7 @@ pub(crate) fn preflight(cfg: &PipelineConfig) -> Result<Cluster> {
     // missing output would otherwise surface only as produce timeouts in the first batch.
     let mut wanted = cfg.input_topics.clone();
     wanted.extend(cfg.output_topics.iter().cloned());
-    wanted.extend(cfg.tables.iter().map(|t| t.topic.clone()));
+    wanted.extend(cfg.tables.iter().chain(&cfg.global_tables).map(|t| t.topic.clone()));
     if let Exhausted::DeadLetter(t) = &cfg.processor_error_policy.then {
         wanted.push(t.clone());
     }

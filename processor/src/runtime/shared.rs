@@ -41,6 +41,9 @@ pub(crate) struct Shared {
     /// ([`PipelineConfig::max_partition_tasks`], or what the open-file limit holds);
     /// `None`: unbounded, and always in the other guarantees.
     pub max_tasks: Option<usize>,
+    /// The instance's one copy of the global tables ([`crate::table::global`]), read to its
+    /// end before the consumer starts; `None` without global tables.
+    pub global: Option<Arc<crate::table::global::GlobalTables>>,
 }
 
 impl Shared {

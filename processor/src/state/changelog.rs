@@ -298,7 +298,7 @@ fn resume_point(
 
 /// The consumer's position in `topic` [`partition`]: after an end-of-partition event, the
 /// offset the next read would start at.
-fn position<C: rdkafka::consumer::ConsumerContext>(
+pub(crate) fn position<C: rdkafka::consumer::ConsumerContext>(
     consumer: &BaseConsumer<C>,
     topic: &str,
     partition: i32,
@@ -389,7 +389,7 @@ pub(crate) fn is_definite(e: &KafkaError) -> bool {
 }
 
 /// Calls `f` until it succeeds, fails definitely, or `deadline` passes.
-fn retrying<T>(
+pub(crate) fn retrying<T>(
     deadline: Instant,
     mut f: impl FnMut() -> rdkafka::error::KafkaResult<T>,
 ) -> rdkafka::error::KafkaResult<T> {

@@ -1,5 +1,5 @@
 //! Tables: a compacted topic read into memory beside the stream, for stream–table joins
-//! (payments enriched from a merchant table).
+//! (payments enriched from a merchant table): co-partitioned with the stream, or global.
 //!
 //! A table is declared once on the builder with the topic that holds it and the codec of
 //! its values; the builder returns its typed handle. The processor looks records up through
@@ -61,15 +61,42 @@
 //! Each instance holds the tables of the partitions it owns; per partition task (under
 //! [`ExactlyOncePerPartition`](crate::Guarantee::ExactlyOncePerPartition)) that is one extra consumer per table,
 //! with librdkafka's threads (two plus one per broker).
+//!
+//! # Global tables
+//! A table declared with [`global_table`](crate::PipelineBuilder::global_table) is read
+//! whole by every instance: every partition of its topic, any partition count, any keys,
+//! so a record looks up any key whatever its own partition. One copy per instance is shared
+//! by all its tasks (`table::global`), read by one consumer on a thread of its own
+//! (`table::global_reader`).
+//!
+//! ```text
+//!   start            -> every partition read to the high watermark seen at the start,
+//!                       read_committed, before the group is joined
+//!   while running    -> updates applied by the reader, published as a new version at
+//!                       most every 20 ms
+//!   every batch attempt -> the latest version taken; the attempt's lookups all see it
+//! ```
+//! - **What a lookup sees.** The table as of the batch attempt's begin: never a change in
+//!   the middle of an attempt. Tombstones delete; bad rows fail their key's lookup with
+//!   [`TableError::Decode`], as in a co-partitioned table.
+//! - **Replay.** A replayed batch takes the version current at its own begin, which may be
+//!   newer than the aborted attempt's: its outputs may differ. Each input record's committed
+//!   effect is still one attempt's (exactly-once is about what is committed). Kafka
+//!   Streams' `GlobalKTable` has the same caveat.
+//! - Partitions added to the table topic while the pipeline runs are read at its next start.
 
 mod def;
+mod entry;
+pub(crate) mod global;
+pub(crate) mod global_reader;
 pub(crate) mod reader;
 mod rows;
 
 pub(crate) use def::declare;
 pub use def::{Table, TableDef};
-pub(crate) use rows::PartitionTables;
-pub use rows::{TableError, TableRef};
+pub use entry::TableError;
+pub use rows::TableRef;
+pub(crate) use rows::{PartitionTables, TableViews};
 
 /// Reads the tables of input `partitions` from their topics exactly as an assignment
 /// would, then drops them, and returns the number of table records read: what a table read
@@ -98,13 +125,13 @@ mod tests {
 
     #[test]
     fn rows_are_upserted_deleted_and_bad_rows_fail_only_their_key() {
-        let (def, handle) = declare::<Merchant, _>(0, "merchants".into(), Json);
+        let (def, handle) = declare::<Merchant, _>(0, false, "merchants".into(), Json);
         let mut t = PartitionTables::new(1);
         t.apply(&def, 0, b"m1", Some(br#"{"country":"DE"}"#));
         t.apply(&def, 0, b"m2", Some(br#"{"country":"FR"}"#));
         t.apply(&def, 0, b"m1", Some(br#"{"country":"AT"}"#));
         t.apply(&def, 0, b"m3", Some(b"not json"));
-        let view = TableRef::new(&handle, Some(&t));
+        let view = TableRef::new(&handle, TableViews { partition: Some(&t), global: None });
         assert_eq!(view.get("m1").unwrap().unwrap().country, "AT", "the latest row wins");
         assert_eq!(view.get(b"m2").unwrap().unwrap().country, "FR");
         assert!(view.get("m9").unwrap().is_none());
@@ -114,7 +141,7 @@ mod tests {
 
         t.apply(&def, 0, b"m1", None);
         t.apply(&def, 0, b"m3", Some(br#"{"country":"IT"}"#));
-        let view = TableRef::new(&handle, Some(&t));
+        let view = TableRef::new(&handle, TableViews { partition: Some(&t), global: None });
         assert!(view.get("m1").unwrap().is_none(), "a tombstone deletes the row");
         assert_eq!(view.get("m3").unwrap().unwrap().country, "IT", "a good row heals a bad one");
         assert_eq!(t.sizes(), vec![2]);
@@ -122,8 +149,8 @@ mod tests {
 
     #[test]
     fn a_partition_without_its_table_yet_finds_nothing() {
-        let (_, handle) = declare::<Merchant, _>(0, "merchants".into(), Json);
-        let view = TableRef::new(&handle, None);
+        let (_, handle) = declare::<Merchant, _>(0, false, "merchants".into(), Json);
+        let view = TableRef::new(&handle, TableViews::default());
         assert!(view.get("m1").unwrap().is_none());
         assert!(view.is_empty());
     }

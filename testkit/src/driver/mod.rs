@@ -219,8 +219,9 @@ impl TestDriver {
 
     /// Writes a record to table `topic` ([`kafka_eos::table`]): `input`'s partition, key
     /// and value (no value: a tombstone deleting the key). Records piped before it are
-    /// committed first; the next batch of its partition sees the row, as the runtime's
-    /// table reader makes it seen before the next batch. `Err` if `topic` is not a table of
+    /// committed first; the next batch of its partition (of a global table: of every
+    /// partition) sees the row, as the runtime's table reader makes it seen before the next
+    /// batch. `Err` if `topic` is not a table of
     /// the pipeline, or `input` has no key.
     pub fn pipe_table(&mut self, topic: impl AsRef<str>, input: TestInput) -> Result<(), Error> {
         let topic = topic.as_ref();

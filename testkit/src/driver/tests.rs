@@ -415,6 +415,37 @@ fn a_table_join_sees_rows_written_before_the_batch_and_survives_a_crash() -> Res
     Ok(())
 }
 
+/// Payments keyed by card, value `<id>:<merchant>`, joined with a global merchant table:
+/// output `id -> country` or `none`.
+fn enriching_globally(builder: PipelineBuilder) -> PipelineBuilder {
+    let mut b = builder.input_topic("payments");
+    let merchants = b.global_table::<String, _>("merchants", Json);
+    let out = b.output_topic("enriched");
+    b.processor(move |ctx, rec| {
+        let value = String::from_utf8_lossy(rec.value.as_deref().unwrap_or_default()).into_owned();
+        let (id, merchant) = value.split_once(':').unwrap_or((&value, ""));
+        let country = ctx.table(&merchants).get(merchant)?.cloned();
+        ctx.emit(OutputRecord::to(&out).key(id).value(country.unwrap_or("none".into())));
+        Ok(())
+    })
+}
+
+#[test]
+fn a_global_table_is_seen_whole_from_every_partition() -> Result<(), Box<dyn std::error::Error>> {
+    let mut d = TestDriver::new(enriching_globally(Pipeline::builder()))?;
+    let row = |p: i32, m: &str, c: &str| TestInput::new().partition(p).key(m).encode_value(&Json, &c.to_string());
+    d.pipe_table("merchants", row(2, "m1", "DE")?)?;
+    d.pipe_table("merchants", row(0, "m2", "FR")?)?;
+    d.pipe(input(0, "card1", "p1:m1"))?; // m1's row is in table partition 2
+    d.pipe(input(1, "card2", "p2:m2"))?;
+    d.pipe_table("merchants", TestInput::new().partition(2).key("m1"))?; // deleted
+    d.pipe(input(1, "card3", "p3:m1"))?;
+    d.crash_and_restore()?;
+    d.pipe(input(0, "card4", "p4:m2"))?;
+    assert_eq!(values(&d, "enriched"), ["DE", "FR", "none", "FR"]);
+    Ok(())
+}
+
 /// Orders (`o:<id>`) and shipments (`s:<id>`) on one topic, keyed by order id, with the
 /// event time as the record timestamp; output `order/shipment` per pair within 10 s.
 fn shipping(builder: PipelineBuilder) -> PipelineBuilder {

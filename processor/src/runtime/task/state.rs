@@ -56,8 +56,12 @@ impl Task {
         Ok(())
     }
 
-    /// Applies the table updates fetched since the last batch attempt.
+    /// Applies the table updates fetched since the last batch attempt, and takes the latest
+    /// version of the global tables: what the attempt about to begin looks rows up in.
     pub(super) fn refresh_tables(&mut self) -> Result<(), Error> {
+        if let Some(global) = &self.shared.global {
+            self.processing.set_global(global.view()?);
+        }
         match &self.tables {
             Some(reader) => reader.refresh(&self.shared.cfg, self.processing.tables_mut()),
             None => Ok(()),
