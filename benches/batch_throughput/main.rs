@@ -218,7 +218,10 @@ fn main() {
                 ),
             );
             let tools = if c.subject == STREAMS_NEWEST { newest.as_ref() } else { tools.as_ref() };
+            let began = Instant::now();
             if let Some(r) = run_one(&rt, &inputs[&c.partitions], c, tools) {
+                // What the run spent outside its measured window (start, drain, verification).
+                eprintln!("    {:.1} s, of which the window {:.1} s", began.elapsed().as_secs_f64(), r.window.seconds);
                 runs.push((rep, c.clone(), r));
             }
             bar.inc(1);

@@ -339,7 +339,11 @@ pub(crate) fn decode_change(
 /// (KIP-447).
 pub(crate) fn group_reader_config(cfg: &PipelineConfig) -> ClientConfig {
     let mut cc = ClientConfig::new();
-    cc.set("bootstrap.servers", &cfg.bootstrap_servers);
+    cc.set("bootstrap.servers", &cfg.bootstrap_servers)
+        // librdkafka stops fetching for `fetch.queue.backoff.ms` (default 1 s) whenever its
+        // queue holds `queued.min.messages` or `queued.max.messages.kbytes`: a restore that
+        // drains the queue at once would spend most of each second waiting.
+        .set("fetch.queue.backoff.ms", "10");
     cfg.consumer_properties.set_on(&mut cc);
     cc.set("group.id", &cfg.application_id)
         .set("enable.auto.commit", "false")
