@@ -119,9 +119,9 @@ pub fn produce(
     plan: Schedule,
     epoch: Epoch,
 ) -> Result<JoinHandle<Result<Sent, String>>, String> {
-    // linger.ms 5, the default of librdkafka and of Kafka's Java producer: every system's
-    // records wait up to 5 ms in the input alike. Without linger each record is a request
-    // of its own, and at 10,000 records/s those requests are the single broker's limit.
+    // The clients' default linger (librdkafka's and Java's): every system's records wait
+    // in the input alike. Without it each record is a request of its own, and at high
+    // rates those requests, not the system measured, are the broker's limit.
     let acks =
         Acks { epoch, failed: AtomicU64::new(0), worst_by_second: Mutex::new(vec![0; plan.seconds.max(1) as usize]) };
     let producer: BaseProducer<Acks> = ClientConfig::new()

@@ -34,8 +34,8 @@ pub fn read_to_end(
         .set("isolation.level", "read_committed")
         .set("enable.partition.eof", "true")
         // librdkafka stops fetching for `fetch.queue.backoff.ms` (default 1 s) whenever its
-        // queue holds `queued.min.messages` (100,000): a reader that drains the queue at once
-        // would wait most of that second, at about 150,000 records/s.
+        // queue is full: a reader that drains the queue at once would wait most of that
+        // second.
         .set("fetch.queue.backoff.ms", "10");
     // The client's properties last: they may override the defaults above (a test reading
     // `read_uncommitted` to see aborted records, for one).
