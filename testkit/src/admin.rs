@@ -44,14 +44,14 @@ const EXACT_LAG: i64 = 1_000;
 /// [`partition`] between offsets `from` and `high`.
 fn records_between(client: &Client, topic: &str, partition: i32, from: i64, high: i64) -> Result<i64> {
     let timeout = Duration::from_secs(10);
-    let consumer: BaseConsumer = client
+    let consumer: BaseConsumer<QuietEof> = client
         .config()
         .set("group.id", "kafka-eos-lag")
         .set("enable.auto.commit", "false")
         .set("isolation.level", "read_committed")
         .set("enable.partition.eof", "true")
         .set("auto.offset.reset", "earliest")
-        .create()
+        .create_with_context(QuietEof)
         .map_err(|e| Error::Config(client_error(&e)))?;
     let mut tpl = TopicPartitionList::new();
     tpl.add_partition_offset(topic, partition, rdkafka::Offset::Offset(from))

@@ -1,6 +1,6 @@
 //! Shared fixtures: the broker, unique names, running pipelines in the background.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -11,7 +11,8 @@ use kafka_eos::{
 };
 use kafka_eos_testkit::admin;
 use kafka_eos_testkit::broker::{Cluster, ClusterConfig};
-use kafka_eos_testkit::verify::{verify, Report, VerifyConfig};
+use kafka_eos_testkit::verify::{read_to_end, verify, Report, VerifyConfig};
+use rdkafka::Message;
 
 /// The bootstrap servers of the binary's shared cluster (started on first use). A test
 /// that cannot get a broker fails loudly: a skipped broker test would look green.
@@ -299,4 +300,30 @@ impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for WarningLog {
 /// The warnings logged so far (by any test of the binary) that contain `needle`.
 pub fn warnings(needle: &str) -> Vec<String> {
     WARNINGS.lock().unwrap().iter().filter(|w| w.contains(needle)).cloned().collect()
+}
+
+/// Waits until `group` has committed everything in `topic` (two minutes at most).
+pub async fn caught_up(bootstrap: &str, group: &str, topic: &str) {
+    let (b, g, t) = (bootstrap.to_string(), group.to_string(), vec![topic.to_string()]);
+    tokio::task::spawn_blocking(move || admin::wait_for_catch_up(&b, &g, &t, Duration::from_secs(120)))
+        .await
+        .unwrap()
+        .expect("caught up");
+}
+
+/// Every committed record of `output` (a pipeline's from `input`): key -> values, in order.
+pub async fn committed_by_key(bootstrap: &str, input: &str, output: &str) -> BTreeMap<String, Vec<String>> {
+    let cfg = VerifyConfig::new(bootstrap, input, output);
+    let topic = output.to_string();
+    tokio::task::spawn_blocking(move || {
+        let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        read_to_end(&cfg, &topic, Instant::now() + Duration::from_secs(60), |m| {
+            let text = |b: Option<&[u8]>| String::from_utf8_lossy(b.unwrap_or_default()).into_owned();
+            out.entry(text(m.key())).or_default().push(text(m.payload()));
+        })
+        .map(|()| out)
+    })
+    .await
+    .unwrap()
+    .expect("read")
 }

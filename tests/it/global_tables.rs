@@ -6,17 +6,15 @@
 //! duplicate a payment.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use kafka_eos::codec::Json;
 use kafka_eos::{Guarantee, OutputRecord, PipelineBuilder, Summary};
 use kafka_eos_testkit::admin;
-use kafka_eos_testkit::verify::{read_to_end, VerifyConfig};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::ClientConfig;
-use rdkafka::Message;
 
-use crate::common::{bootstrap, replaying, spawn, unique, FailOnce};
+use crate::common::{bootstrap, caught_up, committed_by_key, replaying, spawn, unique, FailOnce};
 
 const CARD_PARTITIONS: i32 = 4;
 const TABLE_PARTITIONS: i32 = 3;
@@ -129,28 +127,12 @@ impl Enrich {
     }
 
     async fn caught_up(&self) {
-        let (b, g, t) = (self.bootstrap.clone(), self.app.clone(), vec![self.payments.clone()]);
-        tokio::task::spawn_blocking(move || admin::wait_for_catch_up(&b, &g, &t, Duration::from_secs(120)))
-            .await
-            .unwrap()
-            .expect("caught up");
+        caught_up(&self.bootstrap, &self.app, &self.payments).await
     }
 
     /// Every committed output: payment id -> countries it was enriched with.
     async fn outputs(&self) -> BTreeMap<String, Vec<String>> {
-        let cfg = VerifyConfig::new(&self.bootstrap, &self.payments, &self.output);
-        let topic = self.output.clone();
-        tokio::task::spawn_blocking(move || {
-            let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
-            read_to_end(&cfg, &topic, Instant::now() + Duration::from_secs(60), |m| {
-                let text = |b: Option<&[u8]>| String::from_utf8_lossy(b.unwrap_or_default()).into_owned();
-                out.entry(text(m.key())).or_default().push(text(m.payload()));
-            })
-            .map(|()| out)
-        })
-        .await
-        .unwrap()
-        .expect("read")
+        committed_by_key(&self.bootstrap, &self.payments, &self.output).await
     }
 }
 
