@@ -80,6 +80,15 @@ pub struct Args {
     /// latency: the first seconds of input, not counted (the pipeline's warm-up).
     #[arg(long)]
     pub warmup_secs: Option<u64>,
+    /// latency: seconds of unreported load on a new broker before the systems run (default
+    /// 60, 0 with `--quick`): the broker's first minutes under load are slower for every
+    /// system, so without it the first system pays for them alone.
+    #[arg(long)]
+    pub broker_warmup_secs: Option<u64>,
+    /// latency: every system on a broker of its own, started for it (with
+    /// `--broker-warmup-secs 0`: how each system fares on a young broker).
+    #[arg(long)]
+    pub fresh_broker: bool,
     /// latency: a linear y axis on the plot instead of a logarithmic one.
     #[arg(long)]
     pub linear_y: bool,

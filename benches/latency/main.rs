@@ -4,13 +4,15 @@
 //!
 //! `cargo bench --bench latency [-- --quick] [--partitions 4] [--rate 1000]
 //! [--duration-secs 60] [--warmup-secs 5] [--subjects exactly-once,kafka-streams-eos-v2]
-//! [--intervals 100] [--linear-y] [--plots DIR]`; docs/benchmarks.md ("End-to-end
-//! latency") says what it reports.
+//! [--intervals 100] [--broker-warmup-secs 60] [--fresh-broker] [--linear-y] [--plots DIR]`;
+//! docs/benchmarks.md ("End-to-end latency") says what it reports.
 //!
 //! # How
 //! The systems run one after another on the same broker, each on fresh input and output
-//! topics: a 1:1 copy written as the README writes a pipeline (the default commit interval,
-//! per guarantee), and `cli/java/CopyApp.java` (Kafka Streams, exactly_once_v2, its
+//! topics, after an unreported warm-up load on the new broker (its first minute under load
+//! is slower for everyone, so the first system would pay for it alone); `--fresh-broker`
+//! gives each system a broker of its own instead. A system is a 1:1 copy written as the
+//! README writes a pipeline (the default commit interval, per guarantee), or `cli/java/CopyApp.java` (Kafka Streams, exactly_once_v2, its
 //! default 100 ms commit interval). Once a system has its partitions, a reader of the
 //! output starts, then a paced producer (`load.rs`) writes `rate` records/s for the run's
 //! length without ever waiting for the system — an open loop, so a stall shows as latency
@@ -64,6 +66,10 @@ pub struct Plan {
     pub systems: Vec<String>,
     /// `target/latency/<name>.csv` and `.svg`.
     pub name: String,
+    /// Seconds of unreported exactly-once load on each new broker before a system runs.
+    pub broker_warmup: u64,
+    /// Each system on a broker of its own.
+    pub fresh_broker: bool,
 }
 
 impl Plan {
@@ -86,9 +92,23 @@ impl Plan {
             eprintln!("unknown system {bad}; the systems are {}", SYSTEMS.join(", "));
             std::process::exit(2);
         }
+        let broker_warmup = args.broker_warmup_secs.unwrap_or(if args.quick { 0 } else { 60 });
         let interval = commit_ms.map_or(String::new(), |ms| format!("-{ms}ms"));
-        let name = format!("{}p{partitions}-{rate}rps-{seconds}s{interval}", if args.quick { "quick-" } else { "" });
-        Plan { schedule: Schedule { rate, seconds, partitions }, warmup, commit_ms, systems, name }
+        let fresh = if args.fresh_broker { "-fresh" } else { "" };
+        let cold = if broker_warmup == 0 && !args.quick { "-cold" } else { "" };
+        let name = format!(
+            "{}p{partitions}-{rate}rps-{seconds}s{interval}{fresh}{cold}",
+            if args.quick { "quick-" } else { "" }
+        );
+        Plan {
+            schedule: Schedule { rate, seconds, partitions },
+            warmup,
+            commit_ms,
+            systems,
+            name,
+            broker_warmup,
+            fresh_broker: args.fresh_broker,
+        }
     }
 }
 
@@ -101,13 +121,11 @@ fn main() {
     } else {
         None
     };
-    let cluster = broker();
-    let bootstrap = cluster.bootstrap_servers();
     let rt = runtime();
     let s = plan.schedule;
     println!(
-        "latency ({} mode) on {bootstrap}: {} records/s for {} s per system ({} records), {} partitions, \
-         the first {} s not counted, commit interval {} ms; systems: {}",
+        "latency ({} mode): {} records/s for {} s per system ({} records), {} partitions, the first {} s not \
+         counted, commit interval {} ms; {}, warmed by {} s of unreported load; systems: {}",
         args.mode(),
         s.rate,
         s.seconds,
@@ -115,15 +133,23 @@ fn main() {
         s.partitions,
         plan.warmup,
         plan.commit_ms.unwrap_or(DEFAULT_COMMIT_MS),
+        if plan.fresh_broker { "a new broker per system" } else { "one broker" },
+        plan.broker_warmup,
         plan.systems.join(", ")
     );
+    let mut shared = None;
     let mut runs = Vec::new();
     let mut failures = Vec::new();
     for system in &plan.systems {
         if system == STREAMS && peers.is_none() {
             continue;
         }
-        println!("\n== {system}");
+        if plan.fresh_broker {
+            shared = None; // stops the previous system's broker
+        }
+        let cluster = shared.get_or_insert_with(|| warmed_broker(&rt, &plan));
+        let bootstrap = cluster.bootstrap_servers();
+        println!("\n== {system} (on {bootstrap})");
         match run_system(&rt, &bootstrap, peers.as_ref(), system, &plan) {
             Ok(run) => {
                 report::print_run(&run, &plan);
@@ -135,12 +161,30 @@ fn main() {
             }
         }
     }
+    let bootstrap = shared.as_ref().map(|c| c.bootstrap_servers()).unwrap_or_default();
     report::finish(&runs, &plan, &args, &bootstrap);
-    drop(cluster);
+    drop(shared);
     if !failures.is_empty() {
         eprintln!("latency: {} system(s) failed:\n  {}", failures.len(), failures.join("\n  "));
         std::process::exit(1);
     }
+}
+
+/// A new broker, after `plan.broker_warmup` seconds of exactly-once per partition (the mode
+/// with the most coordinator traffic) at the run's rate on it, reported but not counted.
+fn warmed_broker(rt: &tokio::runtime::Runtime, plan: &Plan) -> kafka_eos_testkit::broker::Cluster {
+    let cluster = broker();
+    if plan.broker_warmup > 0 {
+        let warm =
+            Plan { schedule: Schedule { seconds: plan.broker_warmup, ..plan.schedule }, warmup: 0, ..plan.clone() };
+        let bootstrap = cluster.bootstrap_servers();
+        println!("\n== broker warm-up on {bootstrap}: {} s of exactly-once, not counted", warm.schedule.seconds);
+        match run_system(rt, &bootstrap, None, "exactly-once", &warm) {
+            Ok(run) => report::print_run(&run, &warm),
+            Err(e) => println!("the warm-up failed: {e}"),
+        }
+    }
+    cluster
 }
 
 /// One system's run on fresh topics: start it, load it, drain, stop it.
