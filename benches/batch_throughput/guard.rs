@@ -9,8 +9,8 @@
 //! several times the CPU, in librdkafka's producer threads (docs/benchmarks.md, "Slow
 //! repetitions"); two of three repetitions hit by that would fail a median-based guard for
 //! nothing. A ratio below `baseline × (1 − tolerance)` fails the run: that is a regression
-//! well outside run-to-run noise. A ratio above `baseline × (1 + tolerance)` is reported, so the baseline
-//! gets refreshed when the code gets faster.
+//! well outside run-to-run noise. A ratio above `baseline × (1 + tolerance)` is reported,
+//! so the baseline gets refreshed when the code gets faster.
 //!
 //! The baseline is a quick run's figures on a quiet machine of the CI's kind: copy the
 //! `guard.measured` ratios of `target/bench-results/batch_throughput-quick.json` into it,

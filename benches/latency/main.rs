@@ -12,8 +12,9 @@
 //! topics, after an unreported warm-up load on the new broker (its first minute under load
 //! is slower for everyone, so the first system would pay for it alone); `--fresh-broker`
 //! gives each system a broker of its own instead. A system is a 1:1 copy written as the
-//! README writes a pipeline (the default commit interval, per guarantee), or `cli/java/CopyApp.java` (Kafka Streams, exactly_once_v2, its
-//! default 100 ms commit interval). Once a system has its partitions, a reader of the
+//! README writes a pipeline (the default commit interval, per guarantee), or
+//! `cli/java/CopyApp.java` (Kafka Streams, exactly_once_v2, its default 100 ms commit
+//! interval). Once a system has its partitions, a reader of the
 //! output starts, then a paced producer (`load.rs`) writes `rate` records/s for the run's
 //! length without ever waiting for the system — an open loop, so a stall shows as latency
 //! instead of slowing the input down. When every record is visible (or the drain time is
