@@ -169,6 +169,20 @@ impl Health {
         }
     }
 
+    /// Whether `partition` of `topic` is assigned to this instance (with a task or not).
+    pub(crate) fn holds(&self, topic: &str, partition: i32) -> bool {
+        let map = self.partitions.read().unwrap_or_else(|e| e.into_inner());
+        map.keys().any(|(t, p)| *p == partition && t.as_str() == topic)
+    }
+
+    /// The partitions of `topic` assigned to this instance, in order.
+    pub(crate) fn assigned_partitions(&self, topic: &str) -> Vec<i32> {
+        let map = self.partitions.read().unwrap_or_else(|e| e.into_inner());
+        let mut partitions: Vec<i32> = map.keys().filter(|(t, _)| t.as_str() == topic).map(|(_, p)| *p).collect();
+        partitions.sort_unstable();
+        partitions
+    }
+
     fn with(&self, tp: &TopicPartition, f: impl FnOnce(&Progress)) {
         if let Some(p) = self.partitions.read().unwrap_or_else(|p| p.into_inner()).get(tp) {
             f(p);
@@ -263,6 +277,18 @@ mod tests {
         health.started(7);
         let report = health.report();
         assert!(report.healthy && report.starting.is_empty(), "{report:?}");
+    }
+
+    #[test]
+    fn the_assignment_is_told_per_topic() {
+        let health = Health::new(Duration::from_secs(1));
+        assert!(!health.holds("in", 0));
+        assert_eq!(health.assigned_partitions("in"), Vec::<i32>::new());
+        health.assigned(&[("in".into(), 3), ("in".into(), 1), ("other".into(), 0)]);
+        assert!(health.holds("in", 3) && !health.holds("in", 0) && health.holds("other", 0));
+        assert_eq!(health.assigned_partitions("in"), vec![1, 3]);
+        health.revoked(&[("in".into(), 3)]);
+        assert_eq!(health.assigned_partitions("in"), vec![1]);
     }
 
     #[test]

@@ -56,6 +56,7 @@
 //! | `txn` (private) | the transaction cycle, top to bottom, and its hazards |
 //! | `runtime` (private) | the consumer thread, rebalance callbacks, partition tasks |
 //! | [`state`] | state stores with changelog topics, restored on assignment |
+//! | [`query`] | queryable state: a store's committed value by key from outside the processor, the owner of a key, `/state` over HTTP |
 //! | [`table`] | a compacted topic read beside the stream, for stream–table joins |
 //! | [`sink`] | sinks outside Kafka (PostgreSQL, Redis): the trait, its guarantees, where the cycle writes them |
 //! | [`timers`] | callbacks at an event time or a wall-clock time, per partition, exactly once |
@@ -74,7 +75,7 @@
 //! | feature | default | brings |
 //! |---|---|---|
 //! | `json` | on | `codec::Json` (`serde_json`) |
-//! | `ops-server` | off | `PipelineBuilder::ops_address`: Prometheus `/metrics` and `/health` over HTTP (`axum`, `metrics-exporter-prometheus`) |
+//! | `ops-server` | off | `PipelineBuilder::ops_address`: Prometheus `/metrics` and `/health` over HTTP (`axum`, `metrics-exporter-prometheus`); `PipelineBuilder::serve_store`: `/state/<store>/<key>` |
 //! | `logging` | off | `ops::init_tracing`: a `tracing-subscriber` set-up, text or JSON lines |
 //! | `ssl` | off | TLS listeners and SASL/SCRAM (librdkafka built with OpenSSL) |
 //! | `cmake-build` | off | builds librdkafka with CMake (needed for Windows targets) |
@@ -104,6 +105,7 @@ pub mod ops;
 mod partition;
 mod processing;
 pub mod processor;
+pub mod query;
 pub mod record;
 mod runtime;
 pub mod sink;

@@ -14,6 +14,7 @@ use crate::config::{Exhausted, PipelineConfig};
 use crate::error::{BoxError, Error};
 use crate::partition::TopicPartition;
 use crate::processor::driver::{Instances, ProcessorFactory};
+use crate::query::Registry;
 use crate::record::{InputRecord, OutputRecord, Topic, DEAD_LETTER_ATTEMPTS_HEADER, DEAD_LETTER_ERROR_HEADER};
 use crate::sink::erased::AnyRow;
 use crate::sink::SinkRow;
@@ -63,6 +64,9 @@ pub(crate) struct Processing {
     idle_since: HashMap<i32, (Topic, SystemTime)>,
     /// The wall clock, if not the machine's (the test driver's simulated clock).
     clock: Option<SystemTime>,
+    /// Where the restored partitions are offered to queries, and this task's id, which
+    /// names its offers ([`crate::query`]); `None` in the test driver.
+    queries: Option<(Arc<Registry>, u64)>,
 }
 
 impl Processing {
@@ -80,6 +84,7 @@ impl Processing {
             outputs: HashMap::new(),
             idle_since: HashMap::new(),
             clock: None,
+            queries: None,
         }
     }
 
@@ -131,6 +136,26 @@ impl Processing {
         self.cfg.timers.is_some()
     }
 
+    /// Offers every partition this task restores to queries, under `task`'s name, and
+    /// withdraws it when its state goes.
+    pub(crate) fn serve_queries(&mut self, registry: Arc<Registry>, task: u64) {
+        self.queries = Some((registry, task));
+    }
+
+    /// Whether partitions' state is restored as soon as they are assigned, not at their
+    /// first record: for timers that fire without one, and for queries that a partition
+    /// without input must answer too.
+    pub(crate) fn restores_at_assignment(&self) -> bool {
+        self.has_timers() || self.queries.as_ref().is_some_and(|(registry, _)| registry.is_wanted())
+    }
+
+    /// `partition`'s state is gone from this task: no query reads it here any more.
+    fn withdraw(&self, partition: i32) {
+        if let Some((registry, task)) = &self.queries {
+            registry.withdraw(partition, *task);
+        }
+    }
+
     /// When a timer may next come due without a record, over every partition's state.
     pub(crate) fn next_timer_wake(&self) -> Option<SystemTime> {
         let timers = self.cfg.timers.as_ref()?;
@@ -178,9 +203,14 @@ impl Processing {
         Arc::make_mut(self.global.get_or_insert_with(|| Arc::new(GlobalView::new(tables))))
     }
 
-    /// Adds restored partition states.
+    /// Adds restored partition states, and offers them to queries.
     pub(crate) fn restored(&mut self, states: impl IntoIterator<Item = PartitionState>) {
-        self.states.extend(states.into_iter().map(|s| (s.partition(), s)));
+        for state in states {
+            if let Some((registry, task)) = &self.queries {
+                registry.offer(state.partition(), *task, state.committed_readers());
+            }
+            self.states.insert(state.partition(), state);
+        }
     }
 
     pub(crate) fn state(&self, partition: i32) -> Option<&PartitionState> {
@@ -202,6 +232,7 @@ impl Processing {
             if let Some(e) = &c.failed {
                 tracing::warn!(partition, error = %e, "state backend write failed after the commit; the partition's state is restored from its changelog before its next record");
                 self.states.remove(partition);
+                self.withdraw(*partition);
             }
         }
         committed.into_iter().map(|(_, c)| c).collect()
@@ -258,6 +289,7 @@ impl Processing {
         self.processors.close(&tp.0, tp.1, self.states.get(&tp.1));
         if !keep_state {
             self.states.remove(&tp.1);
+            self.withdraw(tp.1);
             self.tables.remove(&tp.1);
             self.idle_since.remove(&tp.1);
         }
@@ -272,6 +304,7 @@ impl Processing {
     /// whose next owner restores them.
     pub(crate) fn give_up_all(&mut self) {
         self.close_all();
+        self.states.keys().for_each(|p| self.withdraw(*p));
         self.states.clear();
         self.tables.clear();
         self.idle_since.clear();
@@ -281,6 +314,7 @@ impl Processing {
     /// the process loses (the test driver's `crash_and_restore`).
     pub(crate) fn crash(&mut self) {
         self.processors = Instances::new(self.processors.factory());
+        self.states.keys().for_each(|p| self.withdraw(*p));
         self.states.clear();
         self.tables.clear();
         self.batch_done();

@@ -16,6 +16,7 @@ mod global_tables;
 mod interrupt;
 mod joins;
 mod ops;
+mod query;
 mod rebalance;
 mod restore;
 mod scale;

@@ -61,6 +61,8 @@ pub struct PipelineBuilder {
     timers: Vec<crate::timers::Timers>,
     tables: Vec<crate::table::TableDef>,
     global_tables: Vec<crate::table::TableDef>,
+    advertise: Option<super::pipeline::Advertise>,
+    partitioner: Option<crate::query::Partitioner>,
 }
 
 impl Pipeline {
@@ -617,6 +619,9 @@ impl PipelineBuilder {
         self
     }
 }
+
+#[path = "builder_query.rs"]
+mod queryable;
 
 #[path = "validate.rs"]
 mod validate;

@@ -101,3 +101,41 @@ fn debug_redacts_secrets() {
     assert!(!s.contains("hunter2") && s.contains("sasl.password"), "{s}");
     assert_eq!(p.redact("user alice, password hunter2"), "user alice, password [redacted]");
 }
+
+/// `base()` with a store: what advertising an endpoint needs.
+fn stateful(b: PipelineBuilder) -> PipelineBuilder {
+    let mut b = b;
+    b.store::<String, u64>("s");
+    b
+}
+
+#[test]
+fn an_advertised_endpoint_is_host_and_port_of_a_stateful_pipeline() {
+    assert!(err(base().advertised_endpoint("host:9100")).contains("no store to query"));
+    for bad in ["host", "host:0", "host:http", ":9100", "http://host:9100", "my host:9100"] {
+        assert!(err(stateful(base().advertised_endpoint(bad))).contains("must be host:port"), "{bad}");
+    }
+    for good in ["host:9100", "10.0.0.7:1", "[::1]:9100"] {
+        let cfg = stateful(base().advertised_endpoint(good)).build().unwrap().config().clone();
+        assert_eq!(cfg.advertise, Some(crate::config::pipeline::Advertise::Endpoint(good.into())), "{good}");
+    }
+    assert_eq!(format!("{:?}", base().build().unwrap().config().partitioner), "Partitioner::murmur2");
+}
+
+#[cfg(feature = "ops-server")]
+#[test]
+fn the_ops_server_advertises_and_serves_only_with_an_address_others_reach() {
+    let anywhere: std::net::SocketAddr = "0.0.0.0:0".parse().unwrap();
+    let local: std::net::SocketAddr = "127.0.0.1:0".parse().unwrap();
+    assert!(err(stateful(base().advertise_ops_address())).contains("needs an ops_address"));
+    assert!(err(stateful(base().ops_address(anywhere).advertise_ops_address())).contains("instances can reach"));
+    assert!(stateful(base().ops_address(local).advertise_ops_address()).build().is_ok());
+    let mut served = base();
+    let s = served.store::<String, u64>("s");
+    served.serve_store(&s);
+    assert!(err(served).contains("needs an ops_address"));
+    let mut served = base().ops_address(local);
+    let s = served.store::<String, u64>("s");
+    served.serve_store(&s);
+    assert!(served.build().unwrap().config().stores[0].is_served());
+}

@@ -98,6 +98,23 @@ pub struct PipelineConfig {
     /// The global tables, in declaration order
     /// ([`PipelineBuilder::global_table`](crate::PipelineBuilder::global_table)).
     pub global_tables: Vec<crate::table::TableDef>,
+    /// The endpoint this instance advertises for queries of its state, if any
+    /// ([`PipelineBuilder::advertised_endpoint`](crate::PipelineBuilder::advertised_endpoint)).
+    pub(crate) advertise: Option<Advertise>,
+    /// How the input's producers partition by key: what finds the owner of a key
+    /// ([`PipelineBuilder::input_partitioner`](crate::PipelineBuilder::input_partitioner)).
+    pub(crate) partitioner: crate::query::Partitioner,
+}
+
+/// The endpoint an instance advertises to the others for queries of its state
+/// ([`crate::query`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Advertise {
+    /// `host:port`, as given.
+    Endpoint(String),
+    /// The address the ops server is bound to (its port chosen at run time).
+    #[cfg(feature = "ops-server")]
+    OpsAddress,
 }
 
 impl PipelineConfig {

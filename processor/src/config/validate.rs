@@ -154,6 +154,9 @@ impl PipelineBuilder {
                 self.sinks.len()
             ));
         }
+        if let Err(m) = super::queryable::check(self.advertise.as_ref(), &self.stores, self.ops_address) {
+            return cfg_err(m);
+        }
         let instance_id = self.instance_id.unwrap_or_else(random_instance_id);
         if instance_id.is_empty() || !instance_id.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c)) {
             return cfg_err(format!(
@@ -205,6 +208,8 @@ impl PipelineBuilder {
                 timers: self.timers.into_iter().next(),
                 tables: self.tables,
                 global_tables: self.global_tables,
+                advertise: self.advertise,
+                partitioner: self.partitioner.unwrap_or_default(),
             },
             processor,
             self.hooks,

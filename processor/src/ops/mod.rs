@@ -4,7 +4,8 @@
 //!   serves Prometheus `/metrics` and `/health` ([`crate::health`]) on the Tokio runtime that
 //!   called `run`. The server only reads shared state, so a stuck partition never stalls a
 //!   scrape. `/health` answers 200 with the report while every assigned partition is
-//!   healthy, 503 otherwise.
+//!   healthy, 503 otherwise. It also serves `GET /state/<store>/<key>`, the committed value
+//!   of a key of the stores declared with `PipelineBuilder::serve_store` ([`crate::query`]).
 //! - `logging`: [`init_tracing`], a `tracing` subscriber for applications that have none.
 //!
 //! **Metrics.** kafka-eos records through the `metrics` facade and installs nothing unless

@@ -20,10 +20,12 @@ fn prometheus() -> &'static std::result::Result<PrometheusHandle, String> {
     })
 }
 
-/// Binds `addr` and serves `/metrics` and `/health` until the returned task is aborted.
+/// Binds `addr` and serves `/metrics`, `/health` and the served stores' `/state`
+/// ([`crate::query`]) until the returned task is aborted.
 pub(crate) async fn serve(
     addr: SocketAddr,
     handle: crate::ShutdownHandle,
+    query: crate::query::StateQuery,
 ) -> Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
     let prom = prometheus();
     let app = Router::new()
@@ -45,7 +47,8 @@ pub(crate) async fn serve(
                 let report = handle.health();
                 (if report.healthy { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE }, Json(report))
             }),
-        );
+        )
+        .merge(crate::query::http::router(query));
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|e| Error::Config(format!("cannot listen on the ops address {addr}: {e}")))?;
@@ -55,6 +58,6 @@ pub(crate) async fn serve(
             tracing::error!(error = %e, "ops server stopped");
         }
     });
-    tracing::info!(address = %bound, "serving /metrics and /health");
+    tracing::info!(address = %bound, "serving /metrics, /health and /state");
     Ok((bound, task))
 }

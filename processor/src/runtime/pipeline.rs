@@ -1,5 +1,6 @@
-//! A configured pipeline and its run: preflight, the ops server, the consumer thread, the
-//! signal watcher, and the stop when its future is dropped.
+//! A configured pipeline and its run: preflight, the ops server, the endpoints thread of
+//! queryable state, the consumer thread, the signal watcher, and the stop when its future
+//! is dropped.
 
 use std::sync::{Arc, OnceLock};
 
@@ -7,10 +8,12 @@ use super::shared::Shared;
 use super::shutdown::ShutdownHandle;
 use super::stats::Summary;
 use super::{consumer, limits, preflight, slots};
+use crate::config::pipeline::Advertise;
 use crate::config::{PipelineConfig, TopologyDescription};
 use crate::error::{Error, Result};
 use crate::observe::TransactionHook;
 use crate::processor::driver::ProcessorFactory;
+use crate::query::StateQuery;
 
 /// A configured pipeline; [`run`](Pipeline::run) it.
 pub struct Pipeline {
@@ -18,6 +21,7 @@ pub struct Pipeline {
     processor: ProcessorFactory,
     hooks: Vec<TransactionHook>,
     handle: ShutdownHandle,
+    query: StateQuery,
 }
 
 impl std::fmt::Debug for Pipeline {
@@ -29,7 +33,9 @@ impl std::fmt::Debug for Pipeline {
 impl Pipeline {
     pub(crate) fn new((cfg, processor, hooks): (PipelineConfig, ProcessorFactory, Vec<TransactionHook>)) -> Pipeline {
         let handle = ShutdownHandle::new(cfg.health_threshold);
-        Pipeline { cfg: Arc::new(cfg), processor, hooks, handle }
+        let cfg = Arc::new(cfg);
+        let query = StateQuery::new(cfg.clone(), handle.clone());
+        Pipeline { cfg, processor, hooks, handle, query }
     }
 
     /// The validated configuration.
@@ -48,6 +54,15 @@ impl Pipeline {
     /// A handle that stops the pipeline and reads its counters.
     pub fn shutdown_handle(&self) -> ShutdownHandle {
         self.handle.clone()
+    }
+
+    /// A handle that reads the committed state of the pipeline's stores while it runs, and
+    /// finds the instance that owns a key ([`crate::query`]). Taking one makes the pipeline
+    /// restore a partition's stores as soon as the partition is assigned, so that a
+    /// partition without new input answers too.
+    pub fn state_query(&self) -> StateQuery {
+        self.query.want();
+        self.query.clone()
     }
 
     /// Runs until the [`ShutdownHandle`] (or, with
@@ -78,10 +93,12 @@ impl Pipeline {
         // as `shutdown` does: the consumer thread and the tasks commit what they collected
         // and leave the group, in the background.
         let _stop_on_drop = StopOnDrop(self.handle.clone());
+        self.query.started(cluster.input_partitions);
+        let _stop_queries = StopQueries(self.query.clone());
         #[cfg(feature = "ops-server")]
         let ops = match self.cfg.ops_address {
             Some(addr) => {
-                let (bound, task) = crate::ops::serve(addr, self.handle.clone()).await?;
+                let (bound, task) = crate::ops::serve(addr, self.handle.clone(), self.query.clone()).await?;
                 let _ = self.handle.inner.ops_address.set(bound);
                 Some(task)
             }
@@ -89,6 +106,12 @@ impl Pipeline {
         };
         #[cfg(not(feature = "ops-server"))]
         let ops: Option<tokio::task::JoinHandle<()>> = None;
+        if let Err(e) = self.advertise().await {
+            if let Some(task) = ops {
+                task.abort();
+            }
+            return Err(e);
+        }
         // The global tables are read whole before the group is joined: no partition is
         // held while its records cannot be processed yet.
         let global = match self.cfg.global_tables.is_empty() {
@@ -121,6 +144,7 @@ impl Pipeline {
             shutdown: self.handle.clone(),
             brokers: cluster.brokers,
             max_tasks: limits::task_bound(&self.cfg, cluster.brokers),
+            queries: self.query.registry(),
             slots: match self.cfg.guarantee {
                 crate::Guarantee::ExactlyOncePerPartition => {
                     Some(Arc::new(slots::Slots::new(self.cfg.max_concurrent_transactions)))
@@ -150,12 +174,45 @@ impl Pipeline {
     }
 }
 
+impl Pipeline {
+    /// Queryable state: starts advertising this instance's endpoint and reading the others'
+    /// ([`crate::query`]), if it advertises one. The ops address is known once bound.
+    async fn advertise(&self) -> Result<()> {
+        let endpoint = match &self.cfg.advertise {
+            None => return Ok(()),
+            Some(Advertise::Endpoint(endpoint)) => endpoint.clone(),
+            #[cfg(feature = "ops-server")]
+            Some(Advertise::OpsAddress) => match self.handle.ops_address() {
+                Some(bound) => bound.to_string(),
+                None => return Err(Error::Internal("the ops address to advertise is not bound".into())),
+            },
+        };
+        tracing::info!(%endpoint, "advertising this instance's endpoint for queries of its state");
+        self.query.advertise(endpoint.clone());
+        let (assignment, input) = (self.handle.clone(), self.cfg.input_topics[0].clone());
+        let assigned = Box::new(move || assignment.health_state().assigned_partitions(&input));
+        let shutdown = self.handle.clone();
+        let stopping = Box::new(move || shutdown.is_shutdown());
+        crate::query::endpoints::start(self.cfg.clone(), endpoint, self.query.adverts(), assigned, stopping).await
+    }
+}
+
 /// Calls [`ShutdownHandle::shutdown`] when dropped: with [`Pipeline::run`]'s future.
 struct StopOnDrop(ShutdownHandle);
 
 impl Drop for StopOnDrop {
     fn drop(&mut self) {
         self.0.shutdown();
+    }
+}
+
+/// Ends the queries when dropped, with [`Pipeline::run`]'s future: nothing is served from
+/// a pipeline that stopped, and the endpoints thread withdraws this instance's advert.
+struct StopQueries(StateQuery);
+
+impl Drop for StopQueries {
+    fn drop(&mut self) {
+        self.0.stopped();
     }
 }
 

@@ -25,6 +25,8 @@ fn missing_topics(md: &rdkafka::metadata::Metadata, wanted: &[String]) -> Vec<St
 pub(crate) struct Cluster {
     /// Brokers in the metadata.
     pub brokers: usize,
+    /// Partitions of the first input topic: what a key is placed among for queries.
+    pub input_partitions: i32,
 }
 
 /// Checks, within the startup timeout, that the cluster answers and the topics exist.
@@ -147,6 +149,9 @@ pub(crate) fn preflight(cfg: &PipelineConfig) -> Result<Cluster> {
         let input = md.topics().iter().find(|t| t.name() == cfg.input_topics[0]).map_or(0, |t| t.partitions().len());
         crate::state::changelog::ensure_topics(cfg, input as i32)?;
     }
+    if cfg.advertise.is_some() {
+        crate::query::endpoints::ensure_topic(cfg)?;
+    }
     let brokers = md.brokers().len();
     let tasks = if cfg.co_partitioned() {
         partitions(&cfg.input_topics[0])
@@ -154,5 +159,5 @@ pub(crate) fn preflight(cfg: &PipelineConfig) -> Result<Cluster> {
         cfg.input_topics.iter().map(|t| partitions(t)).sum()
     };
     super::limits::warn_at_start(cfg, tasks, brokers);
-    Ok(Cluster { brokers })
+    Ok(Cluster { brokers, input_partitions: partitions(&cfg.input_topics[0]) as i32 })
 }

@@ -44,6 +44,8 @@ pub(crate) struct Shared {
     /// The instance's one copy of the global tables ([`crate::table::global`]), read to its
     /// end before the consumer starts; `None` without global tables.
     pub global: Option<Arc<crate::table::global::GlobalTables>>,
+    /// Where the tasks offer their restored partitions to queries ([`crate::query`]).
+    pub queries: Arc<crate::query::Registry>,
 }
 
 impl Shared {

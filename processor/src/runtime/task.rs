@@ -62,7 +62,8 @@ impl Task {
         interrupt: Arc<Interrupt>,
     ) -> Result<(Task, Resume)> {
         let control = shared.control.clone();
-        let processing = Processing::new(shared.cfg.clone(), shared.rt.clone(), shared.processor.clone());
+        let mut processing = Processing::new(shared.cfg.clone(), shared.rt.clone(), shared.processor.clone());
+        processing.serve_queries(shared.queries.clone(), id);
         let metrics = TaskMetrics::new(&shared.cfg.application_id, &label);
         let claimed = partitions.clone();
         let mut task = Task {

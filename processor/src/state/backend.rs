@@ -17,8 +17,16 @@
 //! first changelog offset its data does not reflect**. A checkpoint *behind* the data is
 //! harmless — changelog records set a key to an absolute value, so re-applying records the
 //! data already has ends at the same state.
+//!
+//! # Reads from other threads
+//! [Queries](crate::query) read a store's committed state while its partition task runs,
+//! through the backend's [`CommittedReader`]. Since a backend holds only committed state,
+//! a reader never sees an open transaction's changes; it must only never see a committed
+//! transaction's changes half applied.
 
 use std::collections::BTreeMap;
+use std::ops::Bound;
+use std::sync::{Arc, RwLock, RwLockReadGuard};
 use std::time::SystemTime;
 
 /// One change to a store: a key and its new value, `None` for a delete.
@@ -125,6 +133,30 @@ pub trait KeyValueBackend: Send {
     fn kind(&self) -> String {
         std::any::type_name::<Self>().to_string()
     }
+
+    /// A reader of this backend's committed state for other threads, asked once the
+    /// partition's state is restored; `None` (the default): the backend has none, and
+    /// queries of its store fail with
+    /// [`QueryError::Unsupported`](crate::query::QueryError::Unsupported). See
+    /// [`CommittedReader`] for what a reader must keep.
+    fn committed_reader(&self) -> Option<Arc<dyn CommittedReader>> {
+        None
+    }
+}
+
+/// The committed state of one store partition, read from threads other than its partition
+/// task's while the task goes on writing: what [queries](crate::query) read.
+///
+/// A reader must see each write of a committed transaction
+/// ([`write_checkpointed`](KeyValueBackend::write_checkpointed),
+/// [`write_batch`](KeyValueBackend::write_batch)) whole or not at all, and stay usable after
+/// its backend is dropped (a partition revoked while a query reads it). Its reads may run
+/// on any thread, blocking for as long as the storage takes.
+pub trait CommittedReader: Send + Sync {
+    /// The committed value of `key`, if present.
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, BackendError>;
+    /// Calls `visit` with every committed entry, in key byte order, until it returns `false`.
+    fn scan(&self, visit: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> Result<(), BackendError>;
 }
 
 /// Creates a backend for one store of one input partition: `(store, partition)`. Called on
@@ -133,28 +165,43 @@ pub trait KeyValueBackend: Send {
 /// the storage to [`open`](KeyValueBackend::open).
 pub type BackendFactory = std::sync::Arc<dyn Fn(&str, i32) -> Box<dyn KeyValueBackend> + Send + Sync>;
 
+type Map = BTreeMap<Vec<u8>, Vec<u8>>;
+
 /// The default backend: a `BTreeMap` in memory. State size is bounded by the process's
 /// memory, and every assignment restores it from the changelog.
+///
+/// The map sits behind a lock shared with its [`CommittedReader`]s: the partition task
+/// takes the write lock only to apply a committed transaction's changes, all of them under
+/// one lock (a query sees the transaction whole or not at all), and reads under the read
+/// lock, which queries share. A long query scan therefore delays the task's next merge
+/// by as long as it reads.
 #[derive(Debug, Default)]
 pub struct MemoryBackend {
-    map: BTreeMap<Vec<u8>, Vec<u8>>,
+    map: Arc<RwLock<Map>>,
     bytes: usize,
+}
+
+impl MemoryBackend {
+    fn map(&self) -> RwLockReadGuard<'_, Map> {
+        self.map.read().unwrap_or_else(|p| p.into_inner())
+    }
 }
 
 impl KeyValueBackend for MemoryBackend {
     fn get(&self, key: &[u8]) -> Option<Vec<u8>> {
-        self.map.get(key).cloned()
+        self.map().get(key).cloned()
     }
 
     fn write_batch(&mut self, changes: Vec<Change>) {
+        let mut map = self.map.write().unwrap_or_else(|p| p.into_inner());
         for (k, v) in changes {
             let klen = k.len();
             let old = match v {
                 Some(v) => {
                     self.bytes += klen + v.len();
-                    self.map.insert(k, v)
+                    map.insert(k, v)
                 }
-                None => self.map.remove(&k),
+                None => map.remove(&k),
             };
             if let Some(old) = old {
                 self.bytes -= klen + old.len();
@@ -163,11 +210,11 @@ impl KeyValueBackend for MemoryBackend {
     }
 
     fn scan(&self) -> Box<dyn Iterator<Item = (Vec<u8>, Vec<u8>)> + '_> {
-        Box::new(self.map.iter().map(|(k, v)| (k.clone(), v.clone())))
+        Box::new(MemoryScan { map: self.map(), after: None })
     }
 
     fn len(&self) -> usize {
-        self.map.len()
+        self.map().len()
     }
 
     fn size_bytes(&self) -> usize {
@@ -176,6 +223,54 @@ impl KeyValueBackend for MemoryBackend {
 
     fn kind(&self) -> String {
         "memory".into()
+    }
+
+    fn committed_reader(&self) -> Option<Arc<dyn CommittedReader>> {
+        Some(Arc::new(MemoryReader(self.map.clone())))
+    }
+}
+
+/// A scan of a [`MemoryBackend`] in key order, under its read lock: each step looks up the
+/// key after the last one, so the iterator holds the lock and nothing borrowed from it.
+struct MemoryScan<'a> {
+    map: RwLockReadGuard<'a, Map>,
+    after: Option<Vec<u8>>,
+}
+
+impl Iterator for MemoryScan<'_> {
+    type Item = (Vec<u8>, Vec<u8>);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let next = match &self.after {
+            None => self.map.iter().next().map(|(k, v)| (k.clone(), v.clone())),
+            Some(after) => self
+                .map
+                .range::<[u8], _>((Bound::Excluded(after.as_slice()), Bound::Unbounded))
+                .next()
+                .map(|(k, v)| (k.clone(), v.clone())),
+        };
+        let (k, v) = next?;
+        self.after = Some(k.clone());
+        Some((k, v))
+    }
+}
+
+/// A [`MemoryBackend`]'s committed state, for queries: the same map, under the same lock.
+struct MemoryReader(Arc<RwLock<Map>>);
+
+impl CommittedReader for MemoryReader {
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, BackendError> {
+        Ok(self.0.read().unwrap_or_else(|p| p.into_inner()).get(key).cloned())
+    }
+
+    fn scan(&self, visit: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> Result<(), BackendError> {
+        let map = self.0.read().unwrap_or_else(|p| p.into_inner());
+        for (k, v) in map.iter() {
+            if !visit(k.as_slice(), v.as_slice()) {
+                break;
+            }
+        }
+        Ok(())
     }
 }
 
@@ -210,5 +305,26 @@ mod tests {
         assert_eq!(m.open(&at).unwrap(), None, "memory keeps no checkpoint");
         m.clear().unwrap();
         assert_eq!((m.len(), m.size_bytes()), (0, 0));
+    }
+
+    #[test]
+    fn a_committed_reader_sees_every_write_and_outlives_its_backend() {
+        let mut m = MemoryBackend::default();
+        let reader = m.committed_reader().expect("memory has a reader");
+        assert_eq!(reader.get(b"a").unwrap(), None);
+        m.write_batch(vec![(b"b".to_vec(), Some(b"2".to_vec())), (b"a".to_vec(), Some(b"1".to_vec()))]);
+        assert_eq!(reader.get(b"a").unwrap(), Some(b"1".to_vec()));
+        let mut seen = Vec::new();
+        reader
+            .scan(&mut |k: &[u8], v: &[u8]| {
+                seen.push((k.to_vec(), v.to_vec()));
+                false
+            })
+            .unwrap();
+        assert_eq!(seen, vec![(b"a".to_vec(), b"1".to_vec())], "in key order, until told to stop");
+        m.write_batch(vec![(b"a".to_vec(), None)]);
+        drop(m);
+        assert_eq!(reader.get(b"a").unwrap(), None);
+        assert_eq!(reader.get(b"b").unwrap(), Some(b"2".to_vec()));
     }
 }

@@ -174,6 +174,21 @@ pub(crate) mod tests {
         assert_eq!(s.entries().unwrap(), vec![(1, 10), (3, 30), (4, 41), (5, 50)]);
     }
 
+    /// What a query reads: the committed state only, never the open transaction's overlay.
+    #[test]
+    fn a_committed_reader_sees_a_transaction_only_once_committed() {
+        let (h, mut st) = state::<String, u64>();
+        let reader = st.committed_readers().remove(0).expect("memory has a reader");
+        let key = format::encode_key(&"a".to_string()).unwrap();
+        st.store_mut(&h).put(&"a".into(), &1).unwrap();
+        assert_eq!(reader.get(&key).unwrap(), None, "an open transaction is not seen");
+        st.commit(&ChangelogEnds::new());
+        assert_eq!(reader.get(&key).unwrap(), Some(format::encode_value(1, &1u64).unwrap()));
+        st.store_mut(&h).put(&"a".into(), &2).unwrap();
+        st.abort();
+        assert_eq!(reader.get(&key).unwrap(), Some(format::encode_value(1, &1u64).unwrap()), "nor an aborted one");
+    }
+
     #[test]
     #[should_panic(expected = "declared on another pipeline's builder")]
     fn a_handle_of_another_builder_is_refused() {

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::marker::PhantomData;
 use std::sync::Arc;
 
-use super::backend::KeyValueBackend;
+use super::backend::{CommittedReader, KeyValueBackend};
 use super::cell::StoreCell;
 use super::{StateError, Store, StoreDef, StoreMut, StoreRef, Tally};
 use crate::record::{OutputRecord, Topic};
@@ -67,6 +67,13 @@ impl PartitionState {
     /// (entries, bytes) of the committed state of every store.
     pub(crate) fn sizes(&self) -> Vec<(&str, usize, usize)> {
         self.stores.iter().map(|s| (&*s.name, s.backend.len(), s.backend.size_bytes())).collect()
+    }
+
+    /// Every store's reader of its committed state, for queries, in declaration order
+    /// (`None`: the store's backend has none). The overlay is not in the backend, so a
+    /// reader never sees the open transaction.
+    pub(crate) fn committed_readers(&self) -> Vec<Option<Arc<dyn CommittedReader>>> {
+        self.stores.iter().map(|s| s.backend.committed_reader()).collect()
     }
 
     /// Every store's committed entries (the overlay left out), by store name: what the

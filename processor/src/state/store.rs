@@ -142,7 +142,16 @@ where
             Some(f) => (f, true),
             None => (backend::memory(), false),
         };
-        StoreDef { name: Arc::from(self.name.as_str()), backend, own_backend, version, check, role: "store" }
+        StoreDef {
+            name: Arc::from(self.name.as_str()),
+            backend,
+            own_backend,
+            version,
+            check,
+            role: "store",
+            #[cfg(feature = "ops-server")]
+            http: None,
+        }
     }
 }
 
@@ -164,6 +173,10 @@ pub struct StoreDef {
     /// What declared it, for the topology description: `store` (the builder), or the
     /// operator that owns it (`dedup`, `tumbling windows`, `timers`, ...).
     pub(crate) role: &'static str,
+    /// How `GET /state/<store>/<key>` reads its key and writes its value, if the store is
+    /// served over HTTP ([`PipelineBuilder::serve_store`](crate::PipelineBuilder::serve_store)).
+    #[cfg(feature = "ops-server")]
+    pub(crate) http: Option<crate::query::served::HttpCodec>,
 }
 
 impl StoreDef {
@@ -183,6 +196,18 @@ impl StoreDef {
     /// The schema version its values are written with.
     pub fn version(&self) -> u8 {
         self.version
+    }
+
+    /// Whether the ops server serves it (`GET /state/<store>/<key>`).
+    #[cfg(feature = "ops-server")]
+    pub(crate) fn is_served(&self) -> bool {
+        self.http.is_some()
+    }
+
+    /// Whether the ops server serves it: never without the feature `ops-server`.
+    #[cfg(not(feature = "ops-server"))]
+    pub(crate) fn is_served(&self) -> bool {
+        false
     }
 }
 

@@ -3,9 +3,10 @@
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use kafka_eos::state::backend::{BackendError, Change, Checkpoint, KeyValueBackend, Location};
+use kafka_eos::state::backend::{BackendError, Change, Checkpoint, CommittedReader, KeyValueBackend, Location};
 use redb::{Database, Durability, ReadableDatabase, ReadableTableMetadata, TableDefinition};
 
 /// The store's entries: encoded key -> encoded value.
@@ -28,7 +29,8 @@ pub struct DiskBackend {
     sync_interval: Duration,
     /// Set by [`open`](KeyValueBackend::open).
     path: Option<PathBuf>,
-    db: Option<Database>,
+    /// Shared with the backend's [`CommittedReader`]s (queries of the store).
+    db: Option<Arc<Database>>,
     /// Another process holds the database: never delete it under that process.
     locked: bool,
     len: u64,
@@ -67,7 +69,7 @@ impl DiskBackend {
     }
 
     fn db(&self) -> Result<&Database, BackendError> {
-        self.db.as_ref().ok_or_else(|| {
+        self.db.as_deref().ok_or_else(|| {
             self.error("using the state store", "kafka-eos opens a store before using it; this is a bug", "not opened")
         })
     }
@@ -228,6 +230,12 @@ impl KeyValueBackend for DiskBackend {
         "disk".into()
     }
 
+    fn committed_reader(&self) -> Option<Arc<dyn CommittedReader>> {
+        let db = self.db.clone()?;
+        let path = self.path.clone().unwrap_or_else(|| self.root.clone());
+        Some(Arc::new(DiskReader { db, path }))
+    }
+
     fn open(&mut self, at: &Location<'_>) -> Result<Option<Checkpoint>, BackendError> {
         let dir = self.root.join(at.application_id).join(at.store).join(at.partition.to_string());
         let path = dir.join("state.redb");
@@ -237,7 +245,7 @@ impl KeyValueBackend for DiskBackend {
             self.error("creating the state directory for", "check the state directory's permissions and free space", e)
         })?;
         match Self::open_db(&path) {
-            Ok(db) => self.db = Some(db),
+            Ok(db) => self.db = Some(Arc::new(db)),
             Err(redb::DatabaseError::DatabaseAlreadyOpen) => {
                 self.locked = true;
                 let hint = "another process uses this state directory: give each instance its own \
@@ -270,8 +278,54 @@ impl KeyValueBackend for DiskBackend {
             _ => {}
         }
         let db = Self::open_db(&path).map_err(|e| self.error("creating", "check the state directory", e))?;
-        self.db = Some(db);
+        self.db = Some(Arc::new(db));
         (self.len, self.bytes) = (0, 0);
+        Ok(())
+    }
+}
+
+/// A [`DiskBackend`]'s committed state, for queries: its database, read in redb read
+/// transactions, which see the last committed write transaction whole (redb keeps the
+/// previous version for open readers) and never block the partition task's writes. It
+/// keeps the database open while it lives: a partition assigned again to this process
+/// waits for the readers of the old one ([`LOCK_WAIT`]).
+struct DiskReader {
+    db: Arc<Database>,
+    path: PathBuf,
+}
+
+impl DiskReader {
+    fn error(&self, what: &str, source: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> BackendError {
+        let hint = "the query failed; the partition's processing is not affected";
+        BackendError { what: format!("{what} {}", self.path.display()), hint, source: source.into() }
+    }
+}
+
+impl CommittedReader for DiskReader {
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, BackendError> {
+        let tx = self.db.begin_read().map_err(|e| self.error("reading", e))?;
+        let table = match tx.open_table(ENTRIES) {
+            Ok(t) => t,
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
+            Err(e) => return Err(self.error("reading", e)),
+        };
+        let value = table.get(key).map_err(|e| self.error("reading", e))?;
+        Ok(value.map(|v| v.value().to_vec()))
+    }
+
+    fn scan(&self, visit: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> Result<(), BackendError> {
+        let tx = self.db.begin_read().map_err(|e| self.error("scanning", e))?;
+        let table = match tx.open_table(ENTRIES) {
+            Ok(t) => t,
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(()),
+            Err(e) => return Err(self.error("scanning", e)),
+        };
+        for entry in table.range::<&[u8]>(..).map_err(|e| self.error("scanning", e))? {
+            let (k, v) = entry.map_err(|e| self.error("scanning", e))?;
+            if !visit(k.value(), v.value()) {
+                break;
+            }
+        }
         Ok(())
     }
 }

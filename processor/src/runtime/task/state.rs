@@ -86,10 +86,11 @@ impl Task {
     }
 
     /// How long the task may wait for its next message before a timer comes due without a
-    /// record ([`crate::timers`]); `None`: no timer can. A pipeline with timers has its
-    /// owned partitions' state restored here, as soon as it is idle after an assignment.
+    /// record ([`crate::timers`]); `None`: no timer can. A pipeline with timers, or whose
+    /// state is queried ([`crate::query`]), has its owned partitions' state restored here,
+    /// as soon as it is idle after an assignment.
     pub(super) fn timer_wake(&mut self) -> Option<Duration> {
-        if !self.processing.has_timers() || self.stopped || self.producer.is_none() {
+        if !self.processing.restores_at_assignment() || self.stopped || self.producer.is_none() {
             return None;
         }
         if self.owned.iter().any(|tp| self.needs_restore(tp.1)) {

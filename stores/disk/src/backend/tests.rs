@@ -108,3 +108,27 @@ fn clear_drops_entries_and_checkpoint() {
     let mut b = DiskBackend::new(dir.path(), Duration::ZERO);
     assert_eq!(b.open(&AT).unwrap(), None);
 }
+
+#[test]
+fn a_committed_reader_sees_each_commit_whole_and_keeps_reading_after_its_backend_is_gone() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut b = DiskBackend::new(dir.path(), Duration::ZERO);
+    assert!(b.committed_reader().is_none(), "no database before open");
+    b.open(&AT).unwrap();
+    let reader = b.committed_reader().expect("an opened store has a reader");
+    assert_eq!(reader.get(b"a").unwrap(), None, "a new database has no table yet");
+    b.write_checkpointed(vec![kv("b", "2"), kv("a", "1")], Some(2)).unwrap();
+    assert_eq!(reader.get(b"a").unwrap(), Some(b"1".to_vec()));
+    let mut seen = Vec::new();
+    reader
+        .scan(&mut |k: &[u8], v: &[u8]| {
+            seen.push((k.to_vec(), v.to_vec()));
+            true
+        })
+        .unwrap();
+    assert_eq!(seen, vec![(b"a".to_vec(), b"1".to_vec()), (b"b".to_vec(), b"2".to_vec())]);
+    b.write_checkpointed(vec![(b"a".to_vec(), None)], Some(3)).unwrap();
+    drop(b);
+    assert_eq!(reader.get(b"a").unwrap(), None);
+    assert_eq!(reader.get(b"b").unwrap(), Some(b"2".to_vec()));
+}
