@@ -72,11 +72,7 @@ fn placed(
     }
 }
 
-async fn lookup(
-    State(query): State<StateQuery>,
-    Path((store, key)): Path<(String, String)>,
-    uri: Uri,
-) -> Response {
+async fn lookup(State(query): State<StateQuery>, Path((store, key)): Path<(String, String)>, uri: Uri) -> Response {
     let Some((index, version, codec)) = served(&query, &store) else {
         let detail = format!("no store named {store:?} is served (PipelineBuilder::serve_store)");
         return problem(StatusCode::NOT_FOUND, "unknown store", detail);

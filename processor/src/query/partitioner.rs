@@ -29,11 +29,14 @@ use std::sync::Arc;
 #[derive(Clone, Default)]
 pub struct Partitioner(Rule);
 
+/// A user's rule: `(key, partitions) -> partition`.
+type CustomRule = Arc<dyn Fn(&[u8], i32) -> i32 + Send + Sync>;
+
 #[derive(Clone, Default)]
 enum Rule {
     #[default]
     Murmur2,
-    Custom(Arc<dyn Fn(&[u8], i32) -> i32 + Send + Sync>),
+    Custom(CustomRule),
 }
 
 impl Partitioner {
