@@ -165,8 +165,9 @@ pub struct TransactionEvent {
     pub total: Duration,
     /// Collecting the batch: from its first record's arrival at the task to the start of
     /// the cycle, or of its closing steps (state changes, acknowledgements, commit) when the
-    /// batch was processed as it was collected — the commit interval, or less once the
-    /// batch is full. Zero for a replay.
+    /// batch was processed as it was collected — at most the commit interval (see
+    /// [`commit_interval`](crate::PipelineBuilder::commit_interval)), less once the batch is
+    /// full. Zero for a replay.
     pub collect: Duration,
     /// Before the batch's first record arrived: since the task's previous cycle ended (or
     /// it started). Zero for a replay.

@@ -1,5 +1,5 @@
-//! 100,000 records over 4 partitions, transformed 1:1, in each guarantee; and a batch
-//! processed as it is collected, against one collected first.
+//! 100,000 records over 4 partitions, transformed 1:1, in each guarantee; a batch processed
+//! as it is collected, against one collected first; and the batches' cadence.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -57,7 +57,8 @@ async fn at_least_once_loses_nothing() {
 /// its outputs produced into the open transaction, when it arrives, so a read_uncommitted
 /// reader sees them while the transaction is still open. Collected first
 /// (`process_while_collecting(false)`), the records are processed only at the interval's
-/// end, just before the commit.
+/// end, just before the commit. A first record opens the cadence (committed at once); the
+/// batch under test follows it within the interval, so it collects until the interval ends.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_is_processed_as_it_is_collected() {
     const N: u64 = 50;
@@ -66,41 +67,46 @@ async fn a_batch_is_processed_as_it_is_collected() {
         let t = topics(&format!("streaming-{streaming}"), 1, 0, 100).await;
         let app = unique("streaming");
         let first_processed = Arc::new(Mutex::new(None::<Instant>));
-        let committed_at = Arc::new(Mutex::new(None::<Instant>));
-        let (out, first, commit) = (Topic::new(&t.output), first_processed.clone(), committed_at.clone());
+        let committed_at = Arc::new(Mutex::new(Vec::<Instant>::new()));
+        let (out, first, commits) = (Topic::new(&t.output), first_processed.clone(), committed_at.clone());
         let builder = t
             .pipeline(&app, Guarantee::ExactlyOncePerPartition)
             .commit_interval(interval)
             .transaction_timeout(Duration::from_secs(30))
             .process_while_collecting(streaming)
             .processor(move |ctx, r| {
-                first.lock().unwrap().get_or_insert_with(Instant::now);
+                if r.offset >= 1 {
+                    first.lock().unwrap().get_or_insert_with(Instant::now);
+                }
                 emit_reversed(ctx, &out, r)
             })
             .on_transaction(move |e| {
                 if e.outcome == Outcome::Committed && e.records > 0 {
-                    commit.lock().unwrap().get_or_insert_with(Instant::now);
+                    commits.lock().unwrap().push(Instant::now());
                 }
             });
         let run = spawn(builder);
+        t.produce(1).await;
+        run.wait_records_in(1, Duration::from_secs(60)).await;
         t.produce(N).await;
-        // What a read_uncommitted reader sees of the outputs while nothing is committed
-        // (the summary read after each read: a read before the commit counts).
+        // What a read_uncommitted reader sees of the batch's outputs while it is not
+        // committed (the summary read after each read: a read before the commit counts).
         let mut seen_open = 0;
         let deadline = Instant::now() + Duration::from_secs(60);
-        while run.handle.summary().records_in == 0 && seen_open < N {
-            let n = t.count_output_uncommitted().await;
-            if run.handle.summary().records_in == 0 {
+        while run.handle.summary().records_in == 1 && seen_open < N {
+            let n = t.count_output_uncommitted().await - 1;
+            if run.handle.summary().records_in == 1 {
                 seen_open = seen_open.max(n);
             }
             assert!(Instant::now() < deadline, "no commit within 60 s");
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        run.wait_records_in(N, Duration::from_secs(60)).await;
+        run.wait_records_in(1 + N, Duration::from_secs(60)).await;
         let summary = run.stop().await;
         let first = first_processed.lock().unwrap().expect("processed");
-        let committed = committed_at.lock().unwrap().expect("committed");
-        let processed_before_commit = committed - first;
+        let commits = committed_at.lock().unwrap().clone();
+        assert_eq!(commits.len(), 2, "the first record, then the batch in one transaction");
+        let processed_before_commit = commits[1] - first;
         if streaming {
             assert_eq!(seen_open, N, "the outputs were not in the topic while the transaction was open");
             assert!(
@@ -115,6 +121,59 @@ async fn a_batch_is_processed_as_it_is_collected() {
         }
         let report = t.verify().await;
         assert!(report.is_exactly_once(), "{report:?}");
-        assert_eq!((report.output_records, summary.records_in), (N, N), "{report:?}");
+        assert_eq!((report.output_records, summary.records_in), (1 + N, 1 + N), "{report:?}");
     }
+}
+
+/// Batches close on a cadence anchored at the previous close, not a full interval after
+/// their first record: a record that comes after an idle spell (a task's first, or one
+/// after more than an interval without input) is committed as soon as it is in, and the
+/// records that follow within the interval wait for the interval's end, in one transaction.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_after_an_idle_spell_is_committed_without_waiting_the_interval() {
+    let interval = Duration::from_secs(5);
+    let t = topics("cadence", 1, 0, 100).await;
+    let app = unique("cadence");
+    let committed = Arc::new(Mutex::new(Vec::<usize>::new()));
+    let commits = committed.clone();
+    let builder = t
+        .pipeline(&app, Guarantee::ExactlyOncePerPartition)
+        .commit_interval(interval)
+        .transaction_timeout(Duration::from_secs(30))
+        .on_transaction(move |e| {
+            if e.outcome == Outcome::Committed && e.records > 0 {
+                commits.lock().unwrap().push(e.records);
+            }
+        });
+    let run = spawn(builder);
+    // Wait for the assignment and the task's start: the record's wait is the task's alone.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while run.handle.health().partitions.is_empty() || !run.handle.health().starting.is_empty() {
+        assert!(Instant::now() < deadline, "not assigned within 60 s");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for (round, expected_in) in [(0, 1), (1, 2)] {
+        if round == 1 {
+            tokio::time::sleep(interval + Duration::from_secs(1)).await;
+        }
+        let produced = Instant::now();
+        t.produce(1).await;
+        run.wait_records_in(expected_in, Duration::from_secs(60)).await;
+        let waited = produced.elapsed();
+        assert!(
+            waited < interval / 2,
+            "round {round}: committed {waited:?} after it was produced, interval {interval:?}"
+        );
+    }
+    // Records within the interval after that close: one transaction at the interval's end.
+    for _ in 0..5 {
+        t.produce(1).await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    run.wait_records_in(7, Duration::from_secs(60)).await;
+    run.stop().await;
+    let committed = committed.lock().unwrap().clone();
+    assert_eq!(committed, vec![1, 1, 5], "transactions' records: the cadence");
+    let report = t.verify().await;
+    assert!(report.is_exactly_once(), "{report:?}");
 }

@@ -298,11 +298,14 @@ impl PipelineBuilder {
         self
     }
 
-    /// Longest time a batch collects records before it is processed and committed.
-    /// Default 100 ms (Kafka Streams' default under exactly-once). Shorter lowers
-    /// end-to-end latency but pays the fixed cost of a transaction (a few coordinator round
-    /// trips) more often; longer raises throughput and latency. `docs/benchmarks.md` has
-    /// the curve.
+    /// How often a task's batches close and commit: a batch closes one interval after the
+    /// previous one closed, or, when that is already past (the first records after an idle
+    /// spell), as soon as the records received are in. So a record waits at most one
+    /// interval for its commit to begin, half of one on average, as under Kafka Streams'
+    /// `commit.interval.ms`. Default 100 ms (Kafka Streams' default under exactly-once).
+    /// Shorter lowers end-to-end latency but pays the fixed cost of a transaction (a few
+    /// coordinator round trips) more often; longer raises throughput and latency.
+    /// `docs/benchmarks.md` has the curve.
     pub fn commit_interval(mut self, d: Duration) -> Self {
         self.commit_interval = Some(d);
         self

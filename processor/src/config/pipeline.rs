@@ -22,7 +22,7 @@ pub struct PipelineConfig {
     pub input_topics: Vec<String>,
     /// The delivery guarantee.
     pub guarantee: Guarantee,
-    /// Longest time a batch collects records before its transaction commits.
+    /// How often a task's batches close: one interval after the previous close (`Batch::add`).
     pub commit_interval: Duration,
     /// Most input records in one transaction.
     pub max_records_per_transaction: usize,

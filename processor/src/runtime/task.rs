@@ -31,6 +31,7 @@ use crate::state::Tally;
 use crate::txn::{next_offset_per_partition, CycleStats, TxnProducer};
 
 mod batch;
+mod cadence;
 mod end;
 mod failed;
 mod positions;

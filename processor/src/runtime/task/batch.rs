@@ -36,6 +36,7 @@ use std::time::{Duration, Instant};
 use rdkafka::consumer::ConsumerGroupMetadata;
 use rdkafka::TopicPartitionList;
 
+use super::cadence::close_at;
 use super::end::{BatchEnd, Next};
 use super::Task;
 use crate::error::{Error, ErrorClass};
@@ -50,8 +51,11 @@ use crate::txn::{next_offsets, CycleError, CycleStats, SinkStep, Step, StepError
 /// The records collected for one transaction, and its first attempt if it runs as they come.
 pub(super) struct Batch {
     records: Vec<InputRecord>,
-    /// When the collection ends: the commit interval after the first record.
+    /// When the collection ends: a commit interval after the previous batch closed, or as
+    /// soon as the records already received are in if that is past (see [`Batch::add`]).
     closes_at: Instant,
+    /// When the previous batch (or transaction of timers) closed and its commit began.
+    last_closed: Option<Instant>,
     /// When the first record came: the `collect` and `idle` times of the first attempt's
     /// report (taken by it; set again at the next batch's first record).
     collect_started: Option<Instant>,
@@ -175,7 +179,7 @@ impl Steps<'_> {
 
 impl Batch {
     pub(super) fn new() -> Batch {
-        Batch { records: Vec::new(), closes_at: Instant::now(), collect_started: None, open: None }
+        Batch { records: Vec::new(), closes_at: Instant::now(), last_closed: None, collect_started: None, open: None }
     }
 
     pub(super) fn is_empty(&self) -> bool {
@@ -209,10 +213,16 @@ impl Batch {
     /// Collects `record`; with `process_while_collecting`, runs it through the first attempt
     /// (begun at the batch's first record). Returns `false` once that attempt failed: the
     /// caller ends the batch at once, which handles the failure as any attempt's.
+    ///
+    /// Batches close on a cadence anchored at the previous close, as Kafka Streams commits
+    /// when the interval since its last commit has passed: a record waits at most one commit
+    /// interval, on average half of one, whatever the commit takes. The first records after
+    /// an idle spell (the interval already past) close as soon as the inbox is drained.
     pub(super) fn add(&mut self, record: InputRecord, task: &mut Task) -> bool {
         if self.records.is_empty() {
-            self.collect_started = Some(Instant::now());
-            self.closes_at = Instant::now() + task.shared.cfg.commit_interval;
+            let now = Instant::now();
+            self.collect_started = Some(now);
+            self.closes_at = close_at(self.last_closed, now, task.shared.cfg.commit_interval);
         }
         self.records.push(record);
         // Read once per attempt, like a replay's; a failure is met again there.
@@ -271,6 +281,7 @@ impl Batch {
     }
 
     fn commit(&mut self, task: &mut Task) {
+        self.last_closed = Some(Instant::now());
         match self.attempts(task) {
             BatchEnd::Committed => task.renew_producer_if_resumed(),
             end => task.settle(end, &self.records),
