@@ -54,6 +54,10 @@ use crate::runtime::interrupt::Deadline;
 /// waking the task per delivery report costs a context switch per event.
 const ACK_POLL_PAUSE: Duration = Duration::from_micros(500);
 
+/// How long [`TxnProducer::send_lingering`] holds librdkafka's flush flag: a broker thread's
+/// wake-up, far below `linger.ms`.
+const LINGER_FLUSH: Duration = Duration::from_millis(1);
+
 /// A producer of one partition task: transactional, or idempotent for at-least-once.
 pub(crate) struct TxnProducer {
     /// Shared only with a transactional call in flight ([`watchdog`]).
@@ -220,12 +224,32 @@ impl TxnProducer {
             let t = p.inner.context();
             p.sent.saturating_sub(t.acked.load(Ordering::Relaxed) + t.failed.load(Ordering::Relaxed))
         };
+        if unreported(self) > 0 {
+            self.send_lingering();
+        }
         if !self.serve_until_none(unreported, deadline) {
             return Err(StepError::new(Step::AwaitAcks, KafkaError::Flush(RDKafkaErrorCode::OperationTimedOut)));
         }
         match self.inner.context().first_error.lock().unwrap_or_else(|p| p.into_inner()).take() {
             Some(e) => Err(StepError::new(Step::AwaitAcks, e)),
             None => Ok(()),
+        }
+    }
+
+    /// Makes librdkafka send the outputs still waiting out `linger.ms` now: the batch is
+    /// closed, nothing more will join them, and every record of the batch waits for them.
+    /// librdkafka ignores the linger only while a `flush` call runs, and with delivery
+    /// reports as events (rust-rdkafka's) a flush returns only once they are served, which
+    /// this thread does; so the flag is held for [`LINGER_FLUSH`], long enough for the
+    /// woken broker threads to see it. Only the wait for the reports is shorter: a broker
+    /// thread that wakes too late sends at the end of the linger, as without it.
+    fn send_lingering(&self) {
+        let rk = self.inner.client().native_ptr();
+        let ms = LINGER_FLUSH.as_millis() as i32;
+        // SAFETY: `rk` is the live handle `self.inner` owns; `rd_kafka_flush` is thread-safe
+        // and, with event delivery reports, only waits (it serves no queue).
+        unsafe {
+            rdkafka::bindings::rd_kafka_flush(rk, ms);
         }
     }
 
