@@ -5,7 +5,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use kafka_eos::observe::Outcome;
-use kafka_eos::{Guarantee, Topic};
+use kafka_eos::{Guarantee, OutputRecord, Topic};
+use kafka_eos_testkit::admin::Client;
+use kafka_eos_testkit::write::Writer;
 
 use crate::common::{emit_reversed, spawn, topics, unique};
 
@@ -166,10 +168,20 @@ async fn a_record_after_an_idle_spell_is_committed_without_waiting_the_interval(
         );
     }
     // Records within the interval after that close: one transaction at the interval's end.
-    for _ in 0..5 {
-        t.produce(1).await;
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    // One writer, each record acknowledged before the next: 5 records over about 1 s.
+    let (b, input) = (t.bootstrap.clone(), t.input.clone());
+    tokio::task::spawn_blocking(move || {
+        let w = Writer::new(&Client::new(&b))?;
+        for i in 0..5 {
+            w.send(&OutputRecord::to(input.as_str()).partition(0).value(format!("spaced-{i}")))?;
+            w.flush_all_delivered(Duration::from_secs(30))?;
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        Ok::<_, kafka_eos::Error>(())
+    })
+    .await
+    .unwrap()
+    .expect("produce");
     run.wait_records_in(7, Duration::from_secs(60)).await;
     run.stop().await;
     let committed = committed.lock().unwrap().clone();
