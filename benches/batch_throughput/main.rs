@@ -12,7 +12,8 @@
 //! # How
 //! One input topic per partition count is filled before anything runs (`records` values of
 //! [`VALUE_SIZE`] bytes). Every subject then copies the whole of it into its own new output
-//! topic, which is verified (`kafka_eos_testkit::verify`) and deleted. Subjects:
+//! topic, which is verified (`kafka_eos_testkit::verify`) and deleted, each in a process of
+//! its own (ours: `child.rs`), so that its CPU and peak RSS are its own. Subjects:
 //!
 //! - `ceiling`: plain rdkafka consume→produce, no transaction, no offset guarantee
 //!   (`kafka_eos_cli::bench::Subject::Ceiling`);
@@ -39,19 +40,20 @@
 //! slows the copy as well. Repetitions interleave the subjects, and
 //! the tables show medians.
 
+mod child;
 #[path = "../common/mod.rs"]
 mod common;
 mod guard;
 mod report;
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use common::peers::Peers;
-use common::{bar, broker, broker_pids, init_tracing, runtime, step, write_results, Args};
+use common::{bar, broker, broker_pids, init_tracing, step, write_results, Args};
 use kafka_eos::config::Properties;
 use kafka_eos::Guarantee;
-use kafka_eos_cli::bench::{copy, delete_topics, unique_name, CopyOptions, CopyResult, Input, Subject, Tuning};
+use kafka_eos_cli::bench::{delete_topics, unique_name, CopyResult, Input, Subject};
 use report::{aggregate, plots, print_tables, summary};
 
 /// Bytes per value.
@@ -62,6 +64,9 @@ const BASE_INTERVAL_MS: u64 = 100;
 const SWEEP_PARTITIONS: i32 = 4;
 /// Transaction size of TransactionalMessageCopier (it has no time-based commit).
 const COPIER_TXN_SIZE: u32 = 1_000;
+/// Our pipelines' transaction bound: high enough that the commit interval alone decides
+/// the batch size.
+const MAX_RECORDS_PER_TRANSACTION: usize = 1_000_000;
 
 const STREAMS: &str = "kafka-streams-eos-v2";
 const STREAMS_TV0: &str = "kafka-streams-eos-v2-tv0";
@@ -84,12 +89,16 @@ pub struct Config {
 }
 
 fn main() {
+    let mut argv = std::env::args().skip(1);
+    if argv.next().as_deref() == Some(child::FLAG) {
+        init_tracing();
+        child::run(&argv.next().unwrap_or_default());
+    }
     let args = Args::parse();
     init_tracing();
     let started = Instant::now();
     let cluster = broker();
     let bootstrap = cluster.bootstrap_servers();
-    let rt = runtime();
     let (mut partition_counts, mut records): (Vec<i32>, u64) =
         if args.quick { (vec![QUICK_PARTITIONS], QUICK_RECORDS) } else { (vec![1, 4, 16, 64], 300_000) };
     if !args.partitions.is_empty() {
@@ -219,7 +228,7 @@ fn main() {
             );
             let tools = if c.subject == STREAMS_NEWEST { newest.as_ref() } else { tools.as_ref() };
             let began = Instant::now();
-            if let Some(r) = run_one(&rt, &inputs[&c.partitions], c, tools) {
+            if let Some(r) = run_one(&inputs[&c.partitions], c, tools) {
                 // What the run spent outside its measured window (start, drain, verification).
                 eprintln!("    {:.1} s, of which the window {:.1} s", began.elapsed().as_secs_f64(), r.window.seconds);
                 runs.push((rep, c.clone(), r));
@@ -239,7 +248,7 @@ fn main() {
                 };
                 for rep in 0..reps {
                     step(&bar, format!("rep {}/{reps}: {STREAMS_TV0} / {SWEEP_PARTITIONS} partitions", rep + 1));
-                    if let Some(r) = run_one(&rt, &inputs[&SWEEP_PARTITIONS], &c, tools.as_ref()) {
+                    if let Some(r) = run_one(&inputs[&SWEEP_PARTITIONS], &c, tools.as_ref()) {
                         runs.push((rep, c.clone(), r));
                     }
                     bar.inc(1);
@@ -272,7 +281,7 @@ fn main() {
                 "commit_interval_ms": a.config.interval_ms,
                 "value_size_bytes": VALUE_SIZE,
                 "input_records": records,
-                "max_records_per_transaction": if is_ours(&a.config.subject) { Some(1_000_000) } else { None },
+                "max_records_per_transaction": is_ours(&a.config.subject).then_some(MAX_RECORDS_PER_TRANSACTION),
                 "copier_transaction_size": if a.config.subject == COPIER { Some(COPIER_TXN_SIZE) } else { None },
                 "repetitions": a.runs.len(),
                 "records_per_second_median": a.rps,
@@ -322,7 +331,7 @@ fn is_ours(subject: &str) -> bool {
 
 /// Runs one configuration once; a failure is reported and the configuration skipped
 /// (a broken peer must not lose the rest of a long run).
-fn run_one(rt: &tokio::runtime::Runtime, input: &Input, c: &Config, peers: Option<&Peers>) -> Option<CopyResult> {
+fn run_one(input: &Input, c: &Config, peers: Option<&Peers>) -> Option<CopyResult> {
     let output = unique_name(&format!("tp-out-{}", c.partitions));
     let result = match c.subject.as_str() {
         STREAMS | STREAMS_TV0 | STREAMS_NEWEST => peers.expect("peers configured").streams(
@@ -334,20 +343,19 @@ fn run_one(rt: &tokio::runtime::Runtime, input: &Input, c: &Config, peers: Optio
         ),
         COPIER => peers.expect("peers configured").copier(input, &output, COPIER_TXN_SIZE, &c.subject),
         PRODUCER_PERF => peers.expect("tools configured").producer_perf(input, &output, &c.subject),
-        name => {
-            let subject = Subject::from_name(name).expect("a subject name");
-            let opts = CopyOptions {
-                tuning: Tuning {
-                    commit_interval: Duration::from_millis(c.interval_ms.unwrap_or(BASE_INTERVAL_MS)),
-                    max_records_per_transaction: 1_000_000,
-                    ..Tuning::default()
-                },
-                time_limit: Some(Duration::from_secs(120 + input.records / 1_000)),
-                verify: true,
-                hook: None,
-            };
-            copy(rt.handle(), input, &output, subject, &opts).map_err(|e| e.to_string())
-        }
+        name => child::copy_in_child(&child::Spec {
+            bootstrap: input.bootstrap.clone(),
+            input_topic: input.topic.clone(),
+            partitions: input.partitions,
+            records: input.records,
+            value_size: input.value_size,
+            broker_pids: input.broker_pids.clone(),
+            output_topic: output.clone(),
+            subject: name.to_string(),
+            tuning_interval_ms: c.interval_ms.unwrap_or(BASE_INTERVAL_MS),
+            max_records_per_transaction: MAX_RECORDS_PER_TRANSACTION,
+            time_limit_secs: 120 + input.records / 1_000,
+        }),
     };
     delete_topics(&input.bootstrap, &input.client_properties, &[output]);
     match result {

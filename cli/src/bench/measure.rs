@@ -235,7 +235,7 @@ fn between(lo: Option<Duration>, hi: Option<Duration>) -> Option<f64> {
 
 /// The measurement window of a copy: from the moment the subject has its partitions to the
 /// commit of the last input record.
-#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Window {
     /// Records committed inside the window.
     pub records: u64,

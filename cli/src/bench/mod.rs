@@ -212,7 +212,7 @@ impl Default for Tuning {
 }
 
 /// What the verifier found, against what the guarantee promises.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Verified {
     /// Committed input records read.
     pub input_records: u64,
@@ -228,7 +228,7 @@ pub struct Verified {
 }
 
 /// One copy's figures.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct CopyResult {
     /// [`Subject::name`], or a peer's name.
     pub subject: String,
@@ -274,7 +274,7 @@ pub struct CopyResult {
 
 /// Restoring every partition's stores from their changelogs in one pass, on one thread (as
 /// an instance task taking over all partitions does).
-#[derive(Debug, Clone, Copy, serde::Serialize)]
+#[derive(Debug, Clone, Copy, serde::Serialize, serde::Deserialize)]
 pub struct Restore {
     /// Changelog records read.
     pub records: u64,
