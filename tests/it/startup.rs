@@ -125,7 +125,8 @@ async fn the_first_run_on_a_new_cluster_takes_no_longer_than_the_second() {
         .expect("topics and input");
         let app = unique(&format!("{run}-run"));
         let started = Instant::now();
-        let running = spawn(t.pipeline(&app, Guarantee::ExactlyOncePerPartition).commit_interval(Duration::from_millis(100)));
+        let running =
+            spawn(t.pipeline(&app, Guarantee::ExactlyOncePerPartition).commit_interval(Duration::from_millis(100)));
         t.wait_caught_up(&app, Duration::from_secs(120)).await;
         let elapsed = started.elapsed();
         let summary = running.stop().await;
