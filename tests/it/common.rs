@@ -33,6 +33,14 @@ pub fn bootstrap() -> String {
         .bootstrap_servers()
 }
 
+/// Held by the tests that start a broker of their own, so that they start one at a time: a
+/// new broker's first load is slow while another JVM warms up beside it on 2 cores, and
+/// the first-run test measures exactly that.
+pub async fn own_broker_turn() -> tokio::sync::MutexGuard<'static, ()> {
+    static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    TURN.lock().await
+}
+
 /// A name no other test (or earlier run against the same external cluster) uses.
 pub fn unique(prefix: &str) -> String {
     static N: AtomicU32 = AtomicU32::new(0);
@@ -50,8 +58,13 @@ pub struct Topics {
 }
 
 pub async fn topics(name: &str, partitions: i32, records: u64, value_size: usize) -> Topics {
+    topics_on(&bootstrap(), name, partitions, records, value_size).await
+}
+
+/// [`topics`] on another cluster than the shared one.
+pub async fn topics_on(bootstrap: &str, name: &str, partitions: i32, records: u64, value_size: usize) -> Topics {
     let t = Topics {
-        bootstrap: bootstrap(),
+        bootstrap: bootstrap.to_string(),
         input: unique(&format!("{name}-in")),
         output: unique(&format!("{name}-out")),
         partitions,

@@ -88,10 +88,9 @@ async fn a_missing_declared_output_topic_is_named_at_start_up() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_first_run_on_a_new_cluster_takes_no_longer_than_the_second() {
     use kafka_eos::Guarantee;
-    use kafka_eos_testkit::admin;
     use kafka_eos_testkit::broker::{ClusterConfig, LocalCluster, BOOTSTRAP_ENV};
 
-    use crate::common::{spawn, Topics};
+    use crate::common::{own_broker_turn, spawn, topics_on};
 
     const RECORDS: u64 = 100_000;
     /// What creating the two internal topics may add on a loaded machine; the stall this
@@ -101,6 +100,7 @@ async fn the_first_run_on_a_new_cluster_takes_no_longer_than_the_second() {
         std::env::var(BOOTSTRAP_ENV).map_or(true, |b| b.trim().is_empty()),
         "this test starts its own broker; unset {BOOTSTRAP_ENV} or skip it with `cargo test -- --skip first_run`"
     );
+    let _turn = own_broker_turn().await;
     let cfg = ClusterConfig { ready_timeout: Duration::from_secs(120), ..Default::default() };
     let cluster = tokio::task::spawn_blocking(move || LocalCluster::start(cfg))
         .await
@@ -108,21 +108,7 @@ async fn the_first_run_on_a_new_cluster_takes_no_longer_than_the_second() {
         .unwrap_or_else(|e| panic!("cannot start a new broker: {e}"));
     let mut took = Vec::new();
     for run in ["first", "second"] {
-        let t = Topics {
-            bootstrap: cluster.bootstrap_servers(),
-            input: unique(&format!("{run}-run-in")),
-            output: unique(&format!("{run}-run-out")),
-            partitions: 4,
-        };
-        let (b, i, o) = (t.bootstrap.clone(), t.input.clone(), t.output.clone());
-        tokio::task::spawn_blocking(move || {
-            admin::create_topic(&b, &i, 4, 1)?;
-            admin::create_topic(&b, &o, 4, 1)?;
-            admin::produce_sequence(&b, &i, 4, RECORDS, 100)
-        })
-        .await
-        .unwrap()
-        .expect("topics and input");
+        let t = topics_on(&cluster.bootstrap_servers(), &format!("{run}-run"), 4, RECORDS, 100).await;
         let app = unique(&format!("{run}-run"));
         let started = Instant::now();
         let running =

@@ -9,14 +9,14 @@
 use std::time::{Duration, Instant};
 
 use kafka_eos::Guarantee;
-use kafka_eos_testkit::admin;
 use kafka_eos_testkit::broker::{ClusterConfig, LocalCluster, BOOTSTRAP_ENV};
 
-use crate::common::{spawn, unique, Topics};
+use crate::common::{own_broker_turn, spawn, topics_on, unique};
 
 const RECORDS: u64 = 5_000;
 
 async fn copy_on(kafka_version: &str, transaction_version: u8) {
+    let _turn = own_broker_turn().await;
     assert!(
         std::env::var(BOOTSTRAP_ENV).map_or(true, |b| b.trim().is_empty()),
         "the version tests start their own Kafka {kafka_version} broker; unset {BOOTSTRAP_ENV} or skip \
@@ -38,21 +38,7 @@ async fn copy_on(kafka_version: &str, transaction_version: u8) {
     println!("Kafka {kafka_version}: finalized features {features:?}");
     assert_eq!(cluster.transaction_version().unwrap(), i16::from(transaction_version), "{features:?}");
 
-    let t = Topics {
-        bootstrap: cluster.bootstrap_servers(),
-        input: unique("versions-in"),
-        output: unique("versions-out"),
-        partitions: 3,
-    };
-    let (b, i, o) = (t.bootstrap.clone(), t.input.clone(), t.output.clone());
-    tokio::task::spawn_blocking(move || {
-        admin::create_topic(&b, &i, 3, 1)?;
-        admin::create_topic(&b, &o, 3, 1)?;
-        admin::produce_sequence(&b, &i, 3, RECORDS, 100)
-    })
-    .await
-    .unwrap()
-    .expect("topics and input");
+    let t = topics_on(&cluster.bootstrap_servers(), "versions", 3, RECORDS, 100).await;
 
     let app = unique("versions");
     let started = Instant::now();
