@@ -40,6 +40,7 @@ pub struct Spec {
 }
 
 impl Spec {
+    /// The input as the bench created it (with no client properties: this bench sets none).
     fn input(&self) -> Input {
         Input {
             bootstrap: self.bootstrap.clone(),
