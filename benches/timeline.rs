@@ -87,8 +87,8 @@ fn main() {
     let cluster = broker();
     let bootstrap = cluster.bootstrap_servers();
     let rt = runtime();
-    let records: u64 = if args.quick { 100_000 } else { 500_000 };
-    let partitions = 4;
+    let records: u64 = args.records.unwrap_or(if args.quick { 100_000 } else { 500_000 });
+    let partitions = args.partitions.first().copied().unwrap_or(4);
     let topic = unique_name("timeline-in");
     let input = Input::create(&bootstrap, &topic, partitions, 1, records, 100, Properties::default())
         .unwrap_or_else(|e| panic!("producing the input: {e}"));

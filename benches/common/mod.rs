@@ -38,7 +38,7 @@ pub struct Args {
     #[arg(long)]
     pub plots: Option<PathBuf>,
     /// batch_throughput: only these partition counts (comma-separated), for experiments;
-    /// latency: the input's partition count (one).
+    /// latency and timeline: the input's partition count (one).
     #[arg(long, value_delimiter = ',')]
     pub partitions: Vec<i32>,
     /// batch_throughput, rebalance, scale_study, latency: only these subjects or guarantees
@@ -50,7 +50,7 @@ pub struct Args {
     /// system's commit interval (one; default: each system's own, 100 ms).
     #[arg(long, value_delimiter = ',')]
     pub intervals: Vec<u64>,
-    /// batch_throughput: records per input instead of the mode's default.
+    /// batch_throughput and timeline: records per input instead of the mode's default.
     #[arg(long)]
     pub records: Option<u64>,
     /// The broker JVM's process id, to measure its CPU when `KAFKA_BOOTSTRAP` names a broker

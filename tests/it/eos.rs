@@ -189,3 +189,28 @@ async fn a_record_after_an_idle_spell_is_committed_without_waiting_the_interval(
     let report = t.verify().await;
     assert!(report.is_exactly_once(), "{report:?}");
 }
+
+/// A backlog far larger than a task's queue (100 records with `max_records_per_transaction`
+/// 100, the partition paused at ten queues' worth waiting in the consumer thread) reaches
+/// the task as fast as it takes it: the consumer thread hands the waiting records on as
+/// soon as the queue has room, not once per poll interval (50 ms: 100 records per 50 ms
+/// would take 15 s for 30,000).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backlog_larger_than_the_task_queue_is_not_paced_by_the_poll_interval() {
+    const BACKLOG: u64 = 30_000;
+    let t = topics("backlog", 1, BACKLOG, 100).await;
+    let app = unique("backlog");
+    let started = Instant::now();
+    let run = spawn(t.pipeline(&app, Guarantee::AtLeastOnce).max_records_per_transaction(100));
+    t.wait_caught_up(&app, Duration::from_secs(60)).await;
+    let elapsed = started.elapsed();
+    let summary = run.stop().await;
+    let report = t.verify().await;
+    println!(
+        "{BACKLOG} records in {:.2} s, {} batches, {report}",
+        elapsed.as_secs_f64(),
+        summary.transactions_committed
+    );
+    assert!(report.is_at_least_once(), "{report}");
+    assert!(elapsed < Duration::from_secs(8), "{BACKLOG} records took {elapsed:?}");
+}

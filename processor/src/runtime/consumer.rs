@@ -115,9 +115,10 @@ pub(crate) fn run(shared: Arc<Shared>, control: Receiver<Control>) -> Result<()>
             fatal = Some(e);
             break;
         }
-        tasks.drain_pending(&consumer);
+        let pending = tasks.drain_pending(&consumer);
         tasks.start_unstarted(&consumer);
-        match consumer.poll(POLL_INTERVAL) {
+        let wait = if pending { PENDING_POLL_INTERVAL } else { POLL_INTERVAL };
+        match consumer.poll(wait) {
             Some(Ok(m)) => tasks.dispatch(&consumer, InputRecord::from_message_in(&m, tasks.topic(m.topic()))),
             Some(Err(e)) => {
                 if let Some((code, reason)) = consumer.client().fatal_error() {
@@ -169,6 +170,11 @@ pub(crate) fn run(shared: Arc<Shared>, control: Receiver<Control>) -> Result<()>
         None => Ok(()),
     }
 }
+
+/// How long the consumer thread waits in a poll while records wait for room in a task's
+/// queue ([`TaskManager::drain_pending`]): a small fraction of the time a task takes to
+/// process a full queue.
+const PENDING_POLL_INTERVAL: Duration = Duration::from_millis(1);
 
 /// librdkafka marked the consumer failed for good: what to do about it.
 fn consumer_failed(cfg: &PipelineConfig, code: rdkafka::error::RDKafkaErrorCode, reason: String) -> Error {

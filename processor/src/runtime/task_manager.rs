@@ -241,11 +241,14 @@ impl TaskManager {
     }
 
     /// Moves pending records into their tasks' queues as room appears; resumes a partition
-    /// once its pending queue is empty.
-    pub(crate) fn drain_pending<C: ConsumerContext>(&self, consumer: &BaseConsumer<C>) {
+    /// once its pending queue is empty. Returns whether records still wait: the consumer
+    /// thread then polls briefly, so that a task emptying its queue gets the next records
+    /// at once, not after a whole poll interval (while a partition is paused, no fetched
+    /// record would end the poll early).
+    pub(crate) fn drain_pending<C: ConsumerContext>(&self, consumer: &BaseConsumer<C>) -> bool {
         let mut reg = self.registry();
         if reg.pending.is_empty() {
-            return;
+            return false;
         }
         let Registry { pending, routes, tasks, .. } = &mut *reg;
         let emptied = pending.drain(|tp, r| {
@@ -258,6 +261,7 @@ impl TaskManager {
         });
         let mut resumed: Vec<(TopicPartition, i64)> = emptied.into_iter().map(|tp| (tp, 0)).collect();
         resumed.retain(|(tp, _)| reg.paused.remove(tp));
+        let waiting = !reg.pending.is_empty();
         drop(reg);
         if !resumed.is_empty() {
             tracing::debug!(partitions = ?resumed, "task queue drained: partitions resumed");
@@ -266,6 +270,7 @@ impl TaskManager {
             }
             self.wake(resumed.into_iter().map(|(tp, _)| tp));
         }
+        waiting
     }
 
     /// Shuts down every remaining task (the instance task, in the long-lived modes).
