@@ -191,7 +191,7 @@ async fn a_record_after_an_idle_spell_is_committed_without_waiting_the_interval(
 }
 
 /// A backlog far larger than a task's queue (100 records with `max_records_per_transaction`
-/// 100, the partition paused at ten queues' worth waiting in the consumer thread) reaches
+/// 100, the partition paused when a few queues' worth wait in the consumer thread) reaches
 /// the task as fast as it takes it: the consumer thread hands the waiting records on as
 /// soon as the queue has room, not once per poll interval (50 ms: 100 records per 50 ms
 /// would take 15 s for 30,000).
@@ -213,4 +213,33 @@ async fn a_backlog_larger_than_the_task_queue_is_not_paced_by_the_poll_interval(
     );
     assert!(report.is_at_least_once(), "{report}");
     assert!(elapsed < Duration::from_secs(8), "{BACKLOG} records took {elapsed:?}");
+}
+
+/// Under a backlog the inbox is never empty, and a batch still closes a commit interval
+/// after it began: its collection (`TransactionEvent::collect`) stays within the interval
+/// (plus a scheduling margin), however many records wait behind it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_a_backlog_a_batch_collects_for_at_most_the_commit_interval() {
+    const BACKLOG: u64 = 300_000;
+    let interval = Duration::from_millis(100);
+    let t = topics("backlog-cadence", 1, BACKLOG, 100).await;
+    let app = unique("backlog-cadence");
+    let collects = Arc::new(Mutex::new(Vec::<(Duration, usize)>::new()));
+    let seen = collects.clone();
+    let builder = t
+        .pipeline(&app, Guarantee::ExactlyOncePerPartition)
+        .commit_interval(interval)
+        .max_records_per_transaction(1_000_000)
+        .on_transaction(move |e| {
+            if e.outcome == Outcome::Committed && e.records > 0 {
+                seen.lock().unwrap().push((e.collect, e.records));
+            }
+        });
+    let run = spawn(builder);
+    t.wait_caught_up(&app, Duration::from_secs(120)).await;
+    run.stop().await;
+    let collects = collects.lock().unwrap().clone();
+    let longest = collects.iter().max().copied().unwrap_or_default();
+    println!("{} batches; the longest collected {:?} ({} records)", collects.len(), longest.0, longest.1);
+    assert!(longest.0 <= interval + Duration::from_millis(150), "{collects:?}");
 }

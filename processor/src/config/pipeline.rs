@@ -135,9 +135,11 @@ impl PipelineConfig {
             .set("isolation.level", "read_committed")
             .set("auto.offset.reset", "earliest")
             .set("enable.partition.eof", "false")
-            // librdkafka prefetches up to 64 MiB per consumer by default; our own channels
-            // already buffer a transaction's worth per partition.
+            // librdkafka prefetches up to 64 MiB per consumer and 100,000 records per
+            // partition by default, each fetched record costing a few hundred bytes besides
+            // its payload; our own queues already hold a transaction's worth per partition.
             .set("queued.max.messages.kbytes", "16384")
+            .set("queued.min.messages", "10000")
             // When its prefetch queue is over those thresholds, librdkafka postpones the
             // partition's next fetch by this long (default 1,000 ms). Our tasks drain in
             // bursts (a batch of up to `max_records_per_transaction` at once), so the queue
@@ -168,6 +170,11 @@ impl PipelineConfig {
         c.set("bootstrap.servers", &self.bootstrap_servers)
             .set("enable.idempotence", "true")
             .set("linger.ms", "5")
+            // librdkafka queues up to 100,000 records per producer by default. A batch's
+            // outputs are sent as they are produced and awaited at its end, so a deep queue
+            // holds memory without sending faster: a full queue makes the task serve
+            // delivery reports until there is room.
+            .set("queue.buffering.max.messages", "20000")
             .set("transaction.timeout.ms", self.transaction_timeout.as_millis().to_string())
             .set("statistics.interval.ms", self.statistics_interval.as_millis().to_string());
         self.producer_properties.set_on(&mut c);

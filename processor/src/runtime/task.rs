@@ -166,7 +166,8 @@ impl Task {
                             continue;
                         }
                     }
-                    if !batch.add(r, &mut self) || batch.len() >= cfg.max_records_per_transaction {
+                    if !batch.add(r, &mut self) || batch.len() >= cfg.max_records_per_transaction || batch.is_overdue()
+                    {
                         batch.end(&mut self);
                     }
                 }

@@ -10,9 +10,10 @@
 //!
 //! Routing never blocks: when a task's queue is full its records wait here ([`Pending`]),
 //! and past a bound the partition is paused. Pausing makes librdkafka drop and re-fetch its
-//! prefetch, and tasks drain in bursts, so the bound is generous: [`PENDING_FACTOR`] queues'
-//! worth per partition while the instance's pending records stay under [`PENDING_BUDGET`]
-//! bytes, one queue's worth once over it (`docs/operations.md`, *Sizing*).
+//! prefetch, so the bound leaves a task records on hand while the partition fetches again:
+//! [`PENDING_FACTOR`] queues' worth per partition while the instance's pending records stay
+//! under [`PENDING_BUDGET`] bytes, one queue's worth once over it (`docs/operations.md`,
+//! *Sizing*).
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::mpsc::TrySendError;
@@ -291,12 +292,19 @@ impl TaskManager {
 }
 
 /// How many task queues' worth of records a partition may hold here while the instance is
-/// under [`PENDING_BUDGET`].
-const PENDING_FACTOR: usize = 10;
+/// under [`PENDING_BUDGET`]: with the queue, what a task finds on hand while librdkafka
+/// fetches again after a pause. The consumer thread hands them on as soon as there is
+/// room, so more would only hold memory.
+const PENDING_FACTOR: usize = 2;
+
+/// The records a partition may hold here under [`PENDING_BUDGET`] however small its task's
+/// queue: a small queue (a small `max_records_per_transaction`) would otherwise pause the
+/// partition, and make librdkafka fetch again, every few hundred records.
+const PENDING_FLOOR: usize = 10_000;
 
 /// The bytes of pending records (keys, values, headers and a fixed overhead per record)
-/// under which partitions may hold more than one queue's worth: 64 MiB.
-const PENDING_BUDGET: usize = 64 << 20;
+/// under which partitions may hold more than one queue's worth: 16 MiB.
+const PENDING_BUDGET: usize = 16 << 20;
 
 /// Bytes a record holds besides its payload (the `InputRecord` and its queue slot).
 const RECORD_OVERHEAD: usize = std::mem::size_of::<InputRecord>();
@@ -332,13 +340,13 @@ impl Pending {
 
     /// Queues `record` behind `tp`'s others; `true` if the partition should now be paused:
     /// it holds a task queue's worth (`capacity`) and either [`PENDING_FACTOR`] times that
-    /// or the instance is over [`PENDING_BUDGET`].
+    /// (at least [`PENDING_FLOOR`]) or the instance is over [`PENDING_BUDGET`].
     fn push(&mut self, tp: &TopicPartition, record: InputRecord, capacity: usize) -> bool {
         self.bytes += size(&record);
         let queue = self.queues.entry(tp.clone()).or_default();
         queue.push_back(record);
         let len = queue.len();
-        len >= capacity && (len >= PENDING_FACTOR * capacity || self.bytes >= PENDING_BUDGET)
+        len >= capacity && (len >= (PENDING_FACTOR * capacity).max(PENDING_FLOOR) || self.bytes >= PENDING_BUDGET)
     }
 
     /// Drops `tp`'s records (revoked, or moved back to the committed offset).
@@ -398,11 +406,14 @@ mod tests {
     }
 
     #[test]
-    fn a_partition_holds_ten_queues_while_under_budget_and_one_over_it() {
-        let tp: TopicPartition = (Topic::new("t"), 0);
-        let mut p = Pending::default();
-        let pauses: Vec<bool> = (0..30).map(|i| p.push(&tp, rec(i, 10), 3)).collect();
-        assert_eq!(pauses.iter().position(|x| *x), Some(29), "paused at 10 x 3 records");
+    fn a_partition_holds_two_queues_or_the_floor_while_under_budget_and_one_over_it() {
+        let first_pause = |capacity: usize| {
+            let tp: TopicPartition = (Topic::new("t"), 0);
+            let mut p = Pending::default();
+            (0..3 * PENDING_FLOOR).position(|i| p.push(&tp, rec(i as i64, 10), capacity)).map(|i| i + 1)
+        };
+        assert_eq!(first_pause(PENDING_FLOOR), Some(2 * PENDING_FLOOR), "two queues' worth");
+        assert_eq!(first_pause(3), Some(PENDING_FLOOR), "a small queue: the floor");
         // Over the budget: a partition pauses at one queue's worth.
         let big: TopicPartition = (Topic::new("big"), 1);
         let mut p = Pending::default();

@@ -36,7 +36,7 @@ use std::time::{Duration, Instant};
 use rdkafka::consumer::ConsumerGroupMetadata;
 use rdkafka::TopicPartitionList;
 
-use super::cadence::close_at;
+use super::cadence::{close_at, latest_close};
 use super::end::{BatchEnd, Next};
 use super::Task;
 use crate::error::{Error, ErrorClass};
@@ -54,6 +54,8 @@ pub(super) struct Batch {
     /// When the collection ends: a commit interval after the previous batch closed, or as
     /// soon as the records already received are in if that is past (see [`Batch::add`]).
     closes_at: Instant,
+    /// When the collection ends although records keep arriving ([`latest_close`]).
+    closes_by: Instant,
     /// When the previous batch (or transaction of timers) closed and its commit began.
     last_closed: Option<Instant>,
     /// When the first record came: the `collect` and `idle` times of the first attempt's
@@ -179,7 +181,15 @@ impl Steps<'_> {
 
 impl Batch {
     pub(super) fn new() -> Batch {
-        Batch { records: Vec::new(), closes_at: Instant::now(), last_closed: None, collect_started: None, open: None }
+        let now = Instant::now();
+        Batch {
+            records: Vec::new(),
+            closes_at: now,
+            closes_by: now,
+            last_closed: None,
+            collect_started: None,
+            open: None,
+        }
     }
 
     pub(super) fn is_empty(&self) -> bool {
@@ -200,6 +210,11 @@ impl Batch {
         self.closes_at.saturating_duration_since(Instant::now())
     }
 
+    /// Whether the batch has collected as long as it may while records keep arriving.
+    pub(super) fn is_overdue(&self) -> bool {
+        Instant::now() >= self.closes_by
+    }
+
     /// Drops the collected records (no attempt is open: see the callers).
     pub(super) fn clear(&mut self) {
         self.records.clear();
@@ -217,12 +232,15 @@ impl Batch {
     /// Batches close on a cadence anchored at the previous close, as Kafka Streams commits
     /// when the interval since its last commit has passed: a record waits at most one commit
     /// interval, on average half of one, whatever the commit takes. The first records after
-    /// an idle spell (the interval already past) close as soon as the inbox is drained.
+    /// an idle spell (the interval already past) close as soon as the inbox is drained, or
+    /// one interval after the first of them under a backlog ([`Batch::is_overdue`]).
     pub(super) fn add(&mut self, record: InputRecord, task: &mut Task) -> bool {
         if self.records.is_empty() {
             let now = Instant::now();
             self.collect_started = Some(now);
-            self.closes_at = close_at(self.last_closed, now, task.shared.cfg.commit_interval);
+            let interval = task.shared.cfg.commit_interval;
+            self.closes_at = close_at(self.last_closed, now, interval);
+            self.closes_by = latest_close(self.closes_at, now, interval);
         }
         self.records.push(record);
         // Read once per attempt, like a replay's; a failure is met again there.
