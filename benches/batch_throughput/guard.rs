@@ -12,13 +12,17 @@
 //! well outside run-to-run noise. A ratio above `baseline × (1 + tolerance)` is reported,
 //! so the baseline gets refreshed when the code gets faster.
 //!
+//! Memory is guarded the same way: each pipeline subject's peak RSS over the ceiling's in
+//! the same run (its lowest repetition: a regression raises every one) must stay under
+//! `peak_rss_over_ceiling_max`.
+//!
 //! The baseline is a quick run's figures on a quiet machine of the CI's kind: copy the
 //! `guard.measured` ratios of `target/bench-results/batch_throughput-quick.json` into it,
 //! and say in `measured` when and under what load.
 
 use std::collections::BTreeMap;
 
-use kafka_eos_cli::bench::table;
+use kafka_eos_cli::bench::{median, table};
 use serde::Deserialize;
 
 use crate::report::Agg;
@@ -35,6 +39,11 @@ struct Baseline {
     measured: String,
     /// Subject → median ratio to the reference.
     ratios: BTreeMap<String, f64>,
+    /// The most a pipeline subject's peak RSS may be, as a multiple of the ceiling's in the
+    /// same run (its lowest repetition over the ceiling's median).
+    peak_rss_over_ceiling_max: f64,
+    /// How the memory limit was chosen.
+    peak_rss_measured: String,
 }
 
 /// The comparison, as printed.
@@ -81,7 +90,8 @@ pub fn compare(agg: &[Agg], records: u64) -> Comparison {
         }
     }
     measured.retain(|s, x| x.is_finite() && s != reference);
-    let rows: Vec<_> = baseline
+    let memory = peak_rss_over_ceiling(agg);
+    let mut rows: Vec<_> = baseline
         .ratios
         .iter()
         .map(|(subject, base)| {
@@ -95,11 +105,23 @@ pub fn compare(agg: &[Agg], records: u64) -> Comparison {
             (subject.clone(), now, *base, verdict)
         })
         .collect();
+    // Memory: a regression raises every repetition's peak, so the lowest is compared.
+    let limit = baseline.peak_rss_over_ceiling_max;
+    for subject in baseline.ratios.keys().filter(|s| is_pipeline(s)) {
+        let now = memory.get(subject).copied();
+        let verdict = match now {
+            None => "MISSING",
+            Some(x) if x > limit => "REGRESSED",
+            Some(_) => "ok",
+        };
+        rows.push((format!("{subject} peak RSS / ceiling's"), now, limit, verdict));
+    }
     println!(
         "\nregression guard: {QUICK_PARTITIONS} partitions, {records} records, best repetition's ratio to {reference}, \
-         tolerance ±{:.0} % (baseline: {})",
+         tolerance ±{:.0} % (baseline: {}); peak RSS over the ceiling's at most {limit} ({})",
         100.0 * baseline.tolerance,
-        baseline.measured
+        baseline.measured,
+        baseline.peak_rss_measured
     );
     let cells: Vec<Vec<String>> = rows
         .iter()
@@ -107,9 +129,36 @@ pub fn compare(agg: &[Agg], records: u64) -> Comparison {
             vec![s.clone(), now.map_or("-".into(), |x| format!("{x:.3}")), format!("{base:.3}"), v.to_string()]
         })
         .collect();
-    print!("{}", table(&["subject", "this run", "baseline", "verdict"], &cells));
+    print!("{}", table(&["subject", "this run", "baseline (RSS: the most)", "verdict"], &cells));
     // MISSING (a subject that failed to copy, or a row no longer named as the baseline
     // names it) fails the guard as a regression does: a guard that measures nothing guards
     // nothing.
     Comparison { reference: reference.into(), rows, measured }
+}
+
+/// Whether `subject` is one of our pipelines (whose memory the guard bounds).
+fn is_pipeline(subject: &str) -> bool {
+    matches!(subject, "at-least-once" | "exactly-once" | "exactly-once-per-consumer")
+}
+
+/// Per subject at the guard's configuration: its lowest repetition's peak RSS over the
+/// ceiling's median peak RSS.
+fn peak_rss_over_ceiling(agg: &[Agg]) -> BTreeMap<String, f64> {
+    let at_guard = |a: &&Agg| {
+        a.config.partitions == QUICK_PARTITIONS
+            && (a.config.interval_ms.is_none() || a.config.interval_ms == Some(BASE_INTERVAL_MS))
+    };
+    let peaks = |a: &Agg| -> Vec<f64> { a.runs.iter().filter_map(|r| r.peak_rss_bytes).map(|b| b as f64).collect() };
+    let Some(ceiling) = agg.iter().filter(at_guard).find(|a| a.config.subject == "ceiling").map(peaks) else {
+        return BTreeMap::new();
+    };
+    let ceiling = median(&ceiling);
+    agg.iter()
+        .filter(at_guard)
+        .filter(|a| is_pipeline(&a.config.subject))
+        .filter_map(|a| {
+            let lowest = peaks(a).into_iter().reduce(f64::min)?;
+            (ceiling > 0.0).then(|| (a.config.subject.clone(), lowest / ceiling))
+        })
+        .collect()
 }
