@@ -83,14 +83,10 @@ pub fn compare(agg: &[Agg], records: u64) -> Comparison {
     };
     let reference = "ceiling";
     assert_eq!(baseline.reference, reference, "{}: the guard compares with the ceiling", path.display());
-    let mut measured = BTreeMap::new();
-    for a in agg.iter().filter(|a| a.config.partitions == QUICK_PARTITIONS) {
-        if a.config.interval_ms.is_none() || a.config.interval_ms == Some(BASE_INTERVAL_MS) {
-            measured.insert(a.config.subject.clone(), a.best_ratio);
-        }
-    }
+    let mut measured: BTreeMap<String, f64> =
+        agg.iter().filter(|a| at_guard(a)).map(|a| (a.config.subject.clone(), a.best_ratio)).collect();
     measured.retain(|s, x| x.is_finite() && s != reference);
-    let memory = peak_rss_over_ceiling(agg);
+    let memory = peak_rss_over_ceiling(agg, reference);
     let mut rows: Vec<_> = baseline
         .ratios
         .iter()
@@ -107,7 +103,7 @@ pub fn compare(agg: &[Agg], records: u64) -> Comparison {
         .collect();
     // Memory: a regression raises every repetition's peak, so the lowest is compared.
     let limit = baseline.peak_rss_over_ceiling_max;
-    for subject in baseline.ratios.keys().filter(|s| is_pipeline(s)) {
+    for subject in baseline.ratios.keys() {
         let now = memory.get(subject).copied();
         let verdict = match now {
             None => "MISSING",
@@ -136,29 +132,23 @@ pub fn compare(agg: &[Agg], records: u64) -> Comparison {
     Comparison { reference: reference.into(), rows, measured }
 }
 
-/// Whether `subject` is one of our pipelines (whose memory the guard bounds).
-fn is_pipeline(subject: &str) -> bool {
-    matches!(subject, "at-least-once" | "exactly-once" | "exactly-once-per-consumer")
+/// Whether `a` is a copy of the guard's configuration: [`QUICK_PARTITIONS`] partitions at
+/// the base commit interval (or none: the ceiling).
+fn at_guard(a: &Agg) -> bool {
+    a.config.partitions == QUICK_PARTITIONS
+        && (a.config.interval_ms.is_none() || a.config.interval_ms == Some(BASE_INTERVAL_MS))
 }
 
-/// Per subject at the guard's configuration: its lowest repetition's peak RSS over the
-/// ceiling's median peak RSS.
-fn peak_rss_over_ceiling(agg: &[Agg]) -> BTreeMap<String, f64> {
-    let at_guard = |a: &&Agg| {
-        a.config.partitions == QUICK_PARTITIONS
-            && (a.config.interval_ms.is_none() || a.config.interval_ms == Some(BASE_INTERVAL_MS))
-    };
+/// Per subject of the guard's configuration: its lowest repetition's peak RSS over the
+/// median peak RSS of `reference` (the ceiling).
+fn peak_rss_over_ceiling(agg: &[Agg], reference: &str) -> BTreeMap<String, f64> {
     let peaks = |a: &Agg| -> Vec<f64> { a.runs.iter().filter_map(|r| r.peak_rss_bytes).map(|b| b as f64).collect() };
-    let Some(ceiling) = agg.iter().filter(at_guard).find(|a| a.config.subject == "ceiling").map(peaks) else {
+    let guarded = || agg.iter().filter(|a| at_guard(a));
+    let Some(ceiling) = guarded().find(|a| a.config.subject == reference).map(|a| median(&peaks(a))) else {
         return BTreeMap::new();
     };
-    let ceiling = median(&ceiling);
-    agg.iter()
-        .filter(at_guard)
-        .filter(|a| is_pipeline(&a.config.subject))
-        .filter_map(|a| {
-            let lowest = peaks(a).into_iter().reduce(f64::min)?;
-            (ceiling > 0.0).then(|| (a.config.subject.clone(), lowest / ceiling))
-        })
+    guarded()
+        .filter(|a| a.config.subject != reference && ceiling > 0.0)
+        .filter_map(|a| Some((a.config.subject.clone(), peaks(a).into_iter().reduce(f64::min)? / ceiling)))
         .collect()
 }
