@@ -1,8 +1,9 @@
 //! The scale study of docs/scaling.md: instances as processes going 1 → 2 → 4 → 2, per
 //! guarantee and input partition count, with their threads, sockets and memory; then a
-//! rolling restart of 4 instances without and with static membership.
+//! rolling restart of 4 instances without and with static membership; then an instance
+//! killed for good, without and with standby replicas, on memory and on disk.
 //!
-//! `cargo bench --bench scale_study [-- --quick] [--only study|rolling] [--partitions
+//! `cargo bench --bench scale_study [-- --quick] [--only study|rolling|failover] [--partitions
 //! 64,256] [--subjects exactly-once] [--phase-secs 30] [--rate 5000] [--records N]
 //! [--brokers 3]`. The
 //! runs are `kafka_eos_cli::scale::study` and `kafka_eos_cli::scale::rolling` (see their
@@ -11,7 +12,9 @@
 //! the rolling restart over 32 partitions with 400,000 records of state (`--records`), then
 //! 2,000 records/s; the plots go to docs/img. Quick mode (CI): one broker; the sizes over
 //! 16 partitions, exactly-once, 1 → 2 → 1 in 10 s phases; the rolling restart over 8
-//! partitions, 20,000 records of state, 400 records/s. Every run is verified; a broken copy
+//! partitions, 20,000 records of state, 400 records/s. The failover: 2 instances, 4
+//! partitions, 2,000,000 records of 1,000 B (`--records`; about 1 GB on the killed
+//! instance), 400 records/s; quick: 20,000 records. Every run is verified; a broken copy
 //! fails the bench.
 
 mod common;
@@ -22,6 +25,7 @@ use common::plot::{log_x_chart, Legend, Series};
 use common::{broker_with, init_tracing, load_average, write_results, Args};
 use kafka_eos::Guarantee;
 use kafka_eos_cli::bench::table;
+use kafka_eos_cli::scale::failover::{self, FailoverOptions};
 use kafka_eos_cli::scale::rolling::{self, RollingOptions};
 use kafka_eos_cli::scale::study::{run, PhaseReport, StudyOptions};
 use kafka_eos_testkit::broker::ClusterConfig;
@@ -50,11 +54,15 @@ fn main() {
     let log_dir = std::env::temp_dir().join(kafka_eos_cli::bench::unique_name("scale-study"));
     println!("scale_study ({} mode): {nodes} broker(s); logs in {}", args.mode(), log_dir.display());
     let mut failures = Vec::new();
-    if args.only.as_deref() != Some("rolling") {
+    let part = |name: &str| args.only.as_deref().is_none_or(|only| only == name);
+    if part("study") {
         study(&args, &bootstrap, nodes, &partitions, &guarantees, &log_dir, &mut failures);
     }
-    if args.only.as_deref() != Some("study") {
+    if part("rolling") {
         rolling(&args, &bootstrap, nodes, &log_dir, &mut failures);
+    }
+    if part("failover") {
+        failover(&args, &bootstrap, nodes, &log_dir, &mut failures);
     }
     drop(cluster);
     if !failures.is_empty() {
@@ -143,14 +151,14 @@ fn rolling(args: &Args, bootstrap: &str, nodes: usize, log_dir: &std::path::Path
     );
     let (mut rows, mut results) = (Vec::new(), Vec::new());
     for static_membership in [false, true] {
-        let opts = RollingOptions {
-            replication: nodes as i32,
+        let mut opts = RollingOptions {
             preload,
             rate,
             restart_delay: Duration::from_secs(if args.quick { 3 } else { 5 }),
             settle: Duration::from_secs(if args.quick { 3 } else { 5 }),
             ..RollingOptions::new(exe(), bootstrap, partitions, static_membership, log_dir)
         };
+        opts.group.replication = nodes as i32;
         let what = if static_membership { "static" } else { "dynamic" };
         let load = load_average();
         eprintln!("  {what} membership (load average {load:.2})");
@@ -189,6 +197,74 @@ fn rolling(args: &Args, bootstrap: &str, nodes: usize, log_dir: &std::path::Path
     print!("{}", table(&header, &rows));
     let run = serde_json::json!({ "nodes": nodes, "partitions": partitions, "preload": preload, "rate": rate });
     write_results("rolling_restart", args.mode(), bootstrap, run, results);
+}
+
+/// An instance killed for good while it holds about half the state, without and with a
+/// standby replica, in memory and on disk.
+fn failover(args: &Args, bootstrap: &str, nodes: usize, log_dir: &std::path::Path, failures: &mut Vec<String>) {
+    let partitions = args.partitions.first().copied().unwrap_or(4);
+    let preload = args.records.unwrap_or(if args.quick { 20_000 } else { 2_000_000 });
+    let rate = args.rate.unwrap_or(400);
+    let mut base = FailoverOptions { preload, rate, ..FailoverOptions::new(exe(), bootstrap, partitions, log_dir) };
+    base.group.replication = nodes as i32;
+    let state_mib = preload as f64 * base.value_bytes as f64 / (1 << 20) as f64;
+    println!(
+        "
+failover: {} instances, {partitions} partitions, {preload} records of {} B ({state_mib:.0} MiB of state), \
+         {rate} records/s, session timeout {} s; instance 0 SIGKILLed for good",
+        base.group.instances,
+        base.value_bytes,
+        base.group.session_timeout.as_secs()
+    );
+    let (mut rows, mut results) = (Vec::new(), Vec::new());
+    for disk in [false, true] {
+        for standby_replicas in [0, 1] {
+            let opts = FailoverOptions { disk, standby_replicas, ..base.clone() };
+            let backend = if disk { "disk" } else { "memory" };
+            let load = load_average();
+            eprintln!("  {backend}, {standby_replicas} standby (load average {load:.2})");
+            let r = match failover::run(&opts) {
+                Ok(r) if r.verified.is_exactly_once() && r.verified.output_records == r.produced => r,
+                Ok(r) => {
+                    failures.push(format!(
+                        "failover, {backend}, {standby_replicas} standby: the copy broke: {:?}",
+                        r.verified
+                    ));
+                    continue;
+                }
+                Err(e) => {
+                    failures.push(format!("failover, {backend}, {standby_replicas} standby: {e}"));
+                    continue;
+                }
+            };
+            let waits: Vec<String> = r.waits.iter().map(|(p, w)| format!("{p}: {:.1}", w.as_secs_f64())).collect();
+            rows.push(vec![
+                backend.to_string(),
+                standby_replicas.to_string(),
+                format!("{load:.2}"),
+                r.waits.len().to_string(),
+                secs(r.longest()),
+                waits.join(", "),
+                r.restored.to_string(),
+                r.handovers.to_string(),
+            ]);
+            results.push(serde_json::json!({
+                "backend": backend, "standby_replicas": standby_replicas, "load_average_before": load,
+                "moved": r.waits.len(), "longest_wait_s": r.longest().as_secs_f64(),
+                "waits_s": r.waits.iter().map(|(p, w)| (p.to_string(), w.as_secs_f64())).collect::<std::collections::BTreeMap<_, _>>(),
+                "restored_records": r.restored, "handovers": r.handovers, "produced": r.produced,
+            }));
+        }
+    }
+    println!("load average {:.2} at the end; every copy that ran to the end verified exactly once", load_average());
+    let header =
+        ["backend", "standbys", "load", "moved", "kill to last commit", "per partition (s)", "restored", "from copies"];
+    print!("{}", table(&header, &rows));
+    let run = serde_json::json!({
+        "nodes": nodes, "partitions": partitions, "preload": preload, "value_bytes": base.value_bytes, "rate": rate,
+        "session_timeout_s": base.group.session_timeout.as_secs(),
+    });
+    write_results("failover", args.mode(), bootstrap, run, results);
 }
 
 /// The `kafka-eos` binary of this build: the instances run `kafka-eos chaos instance`.

@@ -96,8 +96,9 @@ pub struct Args {
     /// the mode's default (3 full, 1 quick).
     #[arg(long)]
     pub brokers: Option<usize>,
-    /// scale_study: run only one of its parts, `study` (the group's sizes) or `rolling` (the
-    /// rolling restart with and without static membership).
+    /// scale_study: run only one of its parts, `study` (the group's sizes), `rolling` (the
+    /// rolling restart with and without static membership) or `failover` (an instance
+    /// killed for good, with and without standby replicas).
     #[arg(long)]
     pub only: Option<String>,
     /// Set by `cargo bench`; ignored.

@@ -22,6 +22,7 @@ mod restore;
 mod scale;
 mod security;
 mod sinks;
+mod standby;
 mod startup;
 mod state;
 mod tables;

@@ -360,6 +360,8 @@ impl Fleet {
             t.rebalances += s.rebalances;
             t.dead_lettered += s.dead_lettered;
             t.restored_records += s.restored_records;
+            t.standby_handovers += s.standby_handovers;
+            t.standby_records += s.standby_records;
         }
         t
     }

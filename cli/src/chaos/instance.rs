@@ -100,9 +100,14 @@ pub struct InstanceConfig {
     /// The 1:1 copy also counts every key in a store (one changelog record per input
     /// record), so that an instance has state to restore: the rolling restart's workload.
     pub keyed_state: bool,
+    /// The 1:1 copy also keeps every record's value in a store by its key: state as large
+    /// as the input's distinct keys times their values (the failover measurement's).
+    pub keyed_values: bool,
     /// `Some(delay)`: the copy's outputs are sent by wall-clock timers this long after their
     /// records (the `delayed` module), most of them in transactions of timers alone.
     pub timer_delay: Option<Duration>,
+    /// Standby replicas of each partition's stores on other instances (0: none).
+    pub standby_replicas: usize,
     /// Client properties (security settings) for the pipeline's clients. Never put on the
     /// instance's command line: the suite hands them over in a private file
     /// (`--client-config`).
@@ -110,6 +115,34 @@ pub struct InstanceConfig {
 }
 
 impl InstanceConfig {
+    /// The plain 1:1 copy from `input` to `output` under `guarantee`, every option off: a
+    /// 6 s session, a 30 s transaction timeout, a status line every 500 ms.
+    pub fn copy(bootstrap: &str, application_id: &str, input: &str, output: &str, guarantee: Guarantee) -> Self {
+        InstanceConfig {
+            bootstrap: bootstrap.to_string(),
+            application_id: application_id.to_string(),
+            input: input.to_string(),
+            output: output.to_string(),
+            guarantee,
+            rebalancing: None,
+            abort_one_in: 0,
+            session_timeout: Duration::from_secs(6),
+            transaction_timeout: Duration::from_secs(30),
+            status_interval: Duration::from_millis(500),
+            financial_close_payments: None,
+            state_dir: None,
+            sink: None,
+            commit_log: None,
+            instance_id: None,
+            static_membership: false,
+            keyed_state: false,
+            keyed_values: false,
+            timer_delay: None,
+            standby_replicas: 0,
+            client_properties: Default::default(),
+        }
+    }
+
     /// The instance's command-line arguments after `kafka-eos chaos instance`, except the
     /// client properties (never on a command line: `ps` shows it to every user).
     pub(crate) fn to_args(&self) -> Vec<String> {
@@ -142,7 +175,14 @@ impl InstanceConfig {
         .chain(self.instance_id.iter().flat_map(|id| ["--instance-id".into(), id.clone()]))
         .chain(self.static_membership.then(|| "--static-membership".into()))
         .chain(self.keyed_state.then(|| "--keyed-state".into()))
+        .chain(self.keyed_values.then(|| "--keyed-values".into()))
         .chain(self.timer_delay.iter().flat_map(|d| ["--timer-delay-ms".into(), d.as_millis().to_string()]))
+        .chain(
+            (self.standby_replicas > 0)
+                .then(|| ["--standby-replicas".into(), self.standby_replicas.to_string()])
+                .into_iter()
+                .flatten(),
+        )
         .collect()
     }
 
@@ -225,17 +265,19 @@ impl CommitLog {
 }
 
 /// A status line: `<kind> records_in=.. records_out=.. committed=.. aborted=.. fenced=..
-/// rebalances=.. restored=..`.
+/// rebalances=.. restored=.. handovers=.. standby=..`.
 pub(crate) fn status_line(kind: &str, s: &Summary) -> String {
     format!(
-        "{kind} records_in={} records_out={} committed={} aborted={} fenced={} rebalances={} restored={}",
+        "{kind} records_in={} records_out={} committed={} aborted={} fenced={} rebalances={} restored={} handovers={} standby={}",
         s.records_in,
         s.records_out,
         s.transactions_committed,
         s.transactions_aborted,
         s.producers_fenced,
         s.rebalances,
-        s.restored_records
+        s.restored_records,
+        s.standby_handovers,
+        s.standby_records
     )
 }
 
@@ -259,6 +301,8 @@ pub(crate) fn parse_status(line: &str) -> Option<(bool, Summary)> {
             "fenced" => s.producers_fenced = v,
             "rebalances" => s.rebalances = v,
             "restored" => s.restored_records = v,
+            "handovers" => s.standby_handovers = v,
+            "standby" => s.standby_records = v,
             _ => {}
         }
     }
@@ -372,6 +416,10 @@ fn builder(cfg: &InstanceConfig, flags: Flags) -> kafka_eos::Result<PipelineBuil
         Some(dir) => builder.state_backend(kafka_eos_disk::DiskStore::at(dir).factory()),
         None => builder,
     };
+    let builder = match cfg.standby_replicas {
+        0 => builder,
+        n => builder.standby_replicas(n),
+    };
     let builder = match &cfg.instance_id {
         Some(id) => builder.instance_id(id).static_membership(cfg.static_membership),
         None => builder,
@@ -398,6 +446,7 @@ fn builder(cfg: &InstanceConfig, flags: Flags) -> kafka_eos::Result<PipelineBuil
         let mut builder = builder.input_topic(&cfg.input);
         let out = builder.output_topic(&out);
         let seen = cfg.keyed_state.then(|| builder.store::<Vec<u8>, u64>("seen"));
+        let values = cfg.keyed_values.then(|| builder.store::<Vec<u8>, Vec<u8>>("values"));
         builder.processor(move |ctx, r| {
             before(r)?;
             if let Some(seen) = &seen {
@@ -405,6 +454,9 @@ fn builder(cfg: &InstanceConfig, flags: Flags) -> kafka_eos::Result<PipelineBuil
                 let mut store = ctx.store(seen);
                 let n = store.get(&key)?.unwrap_or(0);
                 store.put(&key, &(n + 1))?;
+            }
+            if let Some(values) = &values {
+                ctx.store(values).put(&r.key.clone().unwrap_or_default(), &r.value.clone().unwrap_or_default())?;
             }
             let mut value = r.value.clone().unwrap_or_default();
             value.reverse();
@@ -464,6 +516,8 @@ mod tests {
             static_membership: true,
             keyed_state: true,
             timer_delay: Some(Duration::from_millis(1500)),
+            standby_replicas: 0,
+            keyed_values: false,
             client_properties: Default::default(),
         };
         cfg.client_properties.set("sasl.password", "hunter2");

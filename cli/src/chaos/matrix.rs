@@ -18,7 +18,7 @@ pub use super::workload::Workload;
 
 /// The features of the runtime and the workloads that exercise them under faults; an empty
 /// list is a feature no cell covers yet.
-pub const FEATURES: [(&str, &[Workload]); 11] = [
+pub const FEATURES: [(&str, &[Workload]); 12] = [
     ("stateless copy", &[Workload::Copy]),
     ("state in memory (changelogs, restore)", &[Workload::Close]),
     ("state on disk (local checkpoint, tail restore)", &[Workload::CloseDisk]),
@@ -26,6 +26,7 @@ pub const FEATURES: [(&str, &[Workload]); 11] = [
     ("windows closed by idle advance", &[Workload::Close, Workload::CloseDisk]),
     ("stream–table join", &[Workload::Close, Workload::CloseDisk]),
     ("dedup", &[Workload::Close, Workload::CloseDisk]),
+    ("standby replicas (a moved partition continues a warm copy)", &[Workload::CloseStandby]),
     ("PostgreSQL sink", &[Workload::Postgres]),
     ("Redis sink", &[Workload::Redis, Workload::RedisNoDedup]),
     ("stream–stream join", &[]),
@@ -129,13 +130,14 @@ fn short(g: Guarantee) -> &'static str {
 
 /// The merge gate's slice: the timers workload, whose outputs mostly commit in transactions
 /// of timers alone, under crashes and coordinator kills; the copy under held `EndTxn`
-/// requests (a commit resumed, a late `EndTxn`); and the exactly-once sink under crashes of
-/// its instances and its server.
-const CI: [(Workload, Guarantee, Scenario); 4] = [
+/// requests (a commit resumed, a late `EndTxn`); the exactly-once sink under crashes of
+/// its instances and its server; and state taken over from standby copies after crashes.
+const CI: [(Workload, Guarantee, Scenario); 5] = [
     (Workload::Timers, Guarantee::ExactlyOncePerPartition, Scenario::ProcessKill),
     (Workload::Timers, Guarantee::ExactlyOncePerPartition, Scenario::CoordinatorKill),
     (Workload::Copy, Guarantee::ExactlyOncePerPartition, Scenario::EndTxnHeld),
     (Workload::Postgres, Guarantee::ExactlyOncePerPartition, Scenario::SinkKill),
+    (Workload::CloseStandby, Guarantee::ExactlyOncePerPartition, Scenario::ProcessKill),
 ];
 
 /// Whether the cell (`workload`, `guarantee`, `fault`) runs, and where, or why not.

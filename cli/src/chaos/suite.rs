@@ -401,27 +401,18 @@ impl<'a, 'r> Run<'a, 'r> {
         }
         std::fs::create_dir_all(&ctx.log_dir).map_err(|e| format!("creating {}: {e}", ctx.log_dir.display()))?;
         let instance = InstanceConfig {
-            bootstrap: ctx.client.bootstrap.clone(),
-            application_id: app.clone(),
-            input: input_topic.clone(),
-            output: output_topic.clone(),
-            guarantee: cell.guarantee,
             rebalancing: cfg.rebalancing,
             abort_one_in: plan.abort_one_in,
             session_timeout: SESSION_TIMEOUT,
             transaction_timeout: TRANSACTION_TIMEOUT,
-            status_interval: Duration::from_millis(500),
             financial_close_payments: stateful.then_some(cfg.records),
             // One directory per instance slot, kept by the slot's restarts (the fleet puts
             // the slot in for `{slot}`), as a pod's volume would be.
             state_dir: (cell.workload == Workload::CloseDisk).then(|| ctx.log_dir.join("state-{slot}")),
-            sink: None,
-            commit_log: None,
-            instance_id: None,
-            static_membership: false,
-            keyed_state: false,
             timer_delay: (cell.workload == Workload::Timers).then_some(cfg.timer_delay),
-            client_properties: Properties::default(),
+            // Every other instance of the largest fleet (a storm's three) keeps a copy.
+            standby_replicas: if cell.workload == Workload::CloseStandby { 2 } else { 0 },
+            ..InstanceConfig::copy(&ctx.client.bootstrap, &app, &input_topic, &output_topic, cell.guarantee)
         };
         let mut args = vec!["chaos".to_string(), "instance".to_string()];
         args.extend(instance.to_args());

@@ -21,11 +21,14 @@ pub enum Workload {
     Redis,
     /// Kafka → Redis counters without dedup (at-least-once): a counter may only drift up.
     RedisNoDedup,
+    /// The financial close with its stores in memory and a standby replica of every
+    /// partition on every other instance: a partition that moves continues a warm copy.
+    CloseStandby,
 }
 
 impl Workload {
     /// Every workload, in table order.
-    pub const ALL: [Workload; 7] = [
+    pub const ALL: [Workload; 8] = [
         Workload::Copy,
         Workload::Timers,
         Workload::Close,
@@ -33,6 +36,7 @@ impl Workload {
         Workload::Postgres,
         Workload::Redis,
         Workload::RedisNoDedup,
+        Workload::CloseStandby,
     ];
 
     /// The name on the command line and in result rows.
@@ -45,6 +49,7 @@ impl Workload {
             Workload::Postgres => "postgres",
             Workload::Redis => "redis",
             Workload::RedisNoDedup => "redis-no-dedup",
+            Workload::CloseStandby => "close-standby",
         }
     }
 
@@ -58,9 +63,9 @@ impl Workload {
         }
     }
 
-    /// The financial close, on either backend.
+    /// The financial close, on either backend, with or without standbys.
     pub(crate) fn close(self) -> bool {
-        matches!(self, Workload::Close | Workload::CloseDisk)
+        matches!(self, Workload::Close | Workload::CloseDisk | Workload::CloseStandby)
     }
 }
 

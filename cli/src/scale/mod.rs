@@ -11,6 +11,8 @@
 //! - [`rolling`]: a rolling restart of every instance, with and without static membership:
 //!   partition-seconds paused, partitions moved, records restored (also
 //!   `benches/scale_study.rs`).
+//! - [`failover`]: an instance SIGKILLed for good, with and without standby replicas: how
+//!   long its partitions wait to commit at their new owners (also `benches/scale_study.rs`).
 //!
 //! # The join run ([`join_third`])
 //! Two instances share an input topic while a paced writer puts one record into every
@@ -26,6 +28,7 @@
 //! - any other partition **moved**: its pause is the gap between its last commit at the
 //!   old owner and its first at the new one.
 
+pub mod failover;
 mod gaps;
 mod input;
 mod join;
@@ -33,3 +36,71 @@ pub mod rolling;
 pub mod study;
 
 pub use join::{join_third, JoinOptions, JoinReport};
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use kafka_eos::Guarantee;
+
+use crate::chaos::InstanceConfig;
+
+/// A group of `kafka-eos chaos instance` processes copying an input topic: what the rolling
+/// restart and the failover run.
+#[derive(Debug, Clone)]
+pub struct Group {
+    /// The `kafka-eos` executable the instances run (`kafka-eos chaos instance`).
+    pub exe: PathBuf,
+    /// The cluster.
+    pub bootstrap: String,
+    /// Input (and output) partitions.
+    pub partitions: i32,
+    /// Replication factor of the topics: 3 on a 3-broker cluster.
+    pub replication: i32,
+    /// Instances in the group.
+    pub instances: usize,
+    /// The instances' guarantee (its default rebalance protocol).
+    pub guarantee: Guarantee,
+    /// Consumer `session.timeout.ms`: how long the group keeps a member that stopped
+    /// heartbeating (crashed, or stopped under static membership).
+    pub session_timeout: Duration,
+    /// Where the instances' logs, commit logs and stores go.
+    pub log_dir: PathBuf,
+}
+
+/// One run of a [`Group`]: its topics, created, and its directory.
+pub(crate) struct Prepared {
+    pub name: String,
+    pub input: String,
+    pub output: String,
+    pub dir: PathBuf,
+    pub client: kafka_eos::admin::Client,
+}
+
+impl Group {
+    /// Creates the run's topics (named after `prefix`) and directory.
+    pub(crate) fn prepare(&self, prefix: &str) -> Result<Prepared, String> {
+        let name = crate::bench::unique_name(prefix);
+        let (input, output) = (format!("{name}-in"), format!("{name}-out"));
+        let client = kafka_eos::admin::Client::new(&self.bootstrap);
+        for t in [&input, &output] {
+            client.create_topic(t, self.partitions, self.replication).map_err(|e| format!("creating {t}: {e}"))?;
+        }
+        let dir = self.log_dir.join(&name);
+        std::fs::create_dir_all(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+        Ok(Prepared { name, input, output, dir, client })
+    }
+
+    /// The plain copy of run `run`, logging its commits: the options a run adds to are off.
+    pub(crate) fn instance(&self, run: &Prepared) -> InstanceConfig {
+        InstanceConfig {
+            session_timeout: self.session_timeout,
+            commit_log: Some(run.dir.clone()),
+            ..InstanceConfig::copy(&self.bootstrap, &run.name, &run.input, &run.output, self.guarantee)
+        }
+    }
+
+    /// `cfg`'s command line for the fleet.
+    pub(crate) fn args(cfg: &InstanceConfig) -> Vec<String> {
+        ["chaos".to_string(), "instance".to_string()].into_iter().chain(cfg.to_args()).collect()
+    }
+}

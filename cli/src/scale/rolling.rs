@@ -42,6 +42,7 @@ use kafka_eos_testkit::write::Writer;
 use super::gaps::Commit;
 use super::input::{per_tick, Paced};
 use super::study::{catch_up_and_stop, check_crashes, read_commit_logs, wall};
+use super::Group;
 use crate::chaos::fleet::Fleet;
 use crate::chaos::InstanceConfig;
 
@@ -52,18 +53,8 @@ pub const PAUSE_OVER: Duration = Duration::from_secs(1);
 /// What to run.
 #[derive(Debug, Clone)]
 pub struct RollingOptions {
-    /// The `kafka-eos` executable the instances run (`kafka-eos chaos instance`).
-    pub exe: PathBuf,
-    /// The cluster.
-    pub bootstrap: String,
-    /// Input (and output) partitions.
-    pub partitions: i32,
-    /// Replication factor of the topics: 3 on a 3-broker cluster.
-    pub replication: i32,
-    /// Instances in the group; each is restarted once.
-    pub instances: usize,
-    /// The instances' guarantee (its default rebalance protocol).
-    pub guarantee: Guarantee,
+    /// The instances; each is restarted once.
+    pub group: Group,
     /// Static membership under each instance's id.
     pub static_membership: bool,
     /// Records written before the instances start: the state to restore.
@@ -71,15 +62,10 @@ pub struct RollingOptions {
     /// Input records per second while the group runs, all partitions together.
     pub rate: u64,
     /// How long a stopped instance stays down before it starts again (a pod rescheduled:
-    /// scheduling, image, start-up), well within `session_timeout`.
+    /// scheduling, image, start-up), well within the session timeout.
     pub restart_delay: Duration,
     /// How long to wait after a restarted instance commits again before the next restart.
     pub settle: Duration,
-    /// Consumer `session.timeout.ms`: with static membership, how long the group keeps a
-    /// stopped member's partitions for it.
-    pub session_timeout: Duration,
-    /// Where the instances' logs, commit logs and stores go.
-    pub log_dir: PathBuf,
 }
 
 impl RollingOptions {
@@ -87,19 +73,21 @@ impl RollingOptions {
     /// 5 s settle, 20 s session timeout, exactly-once.
     pub fn new(exe: PathBuf, bootstrap: &str, partitions: i32, static_membership: bool, log_dir: &Path) -> Self {
         RollingOptions {
-            exe,
-            bootstrap: bootstrap.to_string(),
-            partitions,
-            replication: 1,
-            instances: 4,
-            guarantee: Guarantee::ExactlyOncePerPartition,
+            group: Group {
+                exe,
+                bootstrap: bootstrap.to_string(),
+                partitions,
+                replication: 1,
+                instances: 4,
+                guarantee: Guarantee::ExactlyOncePerPartition,
+                session_timeout: Duration::from_secs(20),
+                log_dir: log_dir.to_path_buf(),
+            },
             static_membership,
             preload: 200_000,
             rate: 2_000,
             restart_delay: Duration::from_secs(5),
             settle: Duration::from_secs(5),
-            session_timeout: Duration::from_secs(20),
-            log_dir: log_dir.to_path_buf(),
         }
     }
 }
@@ -131,52 +119,27 @@ pub struct RollingReport {
 
 /// Runs the rolling restart (see the [module docs](self)); `Err` says what failed.
 pub fn run(opts: &RollingOptions) -> Result<RollingReport, String> {
-    let name = crate::bench::unique_name(if opts.static_membership { "roll-static" } else { "roll-dynamic" });
-    let (input, output) = (format!("{name}-in"), format!("{name}-out"));
-    let client = Client::new(&opts.bootstrap);
-    for t in [&input, &output] {
-        client.create_topic(t, opts.partitions, opts.replication).map_err(|e| format!("creating {t}: {e}"))?;
-    }
-    let dir = opts.log_dir.join(&name);
-    std::fs::create_dir_all(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
-    let preloaded = preload(&client, &input, opts.partitions, opts.preload)?;
-    let base = InstanceConfig {
-        bootstrap: opts.bootstrap.clone(),
-        application_id: name.clone(),
-        input: input.clone(),
-        output: output.clone(),
-        guarantee: opts.guarantee,
-        rebalancing: None,
-        abort_one_in: 0,
-        session_timeout: opts.session_timeout,
-        transaction_timeout: Duration::from_secs(30),
-        status_interval: Duration::from_millis(500),
-        financial_close_payments: None,
-        state_dir: None,
-        sink: None,
-        commit_log: Some(dir.clone()),
-        instance_id: None,
-        static_membership: opts.static_membership,
-        keyed_state: true,
-        timer_delay: None,
-        client_properties: Default::default(),
-    };
+    let g = &opts.group;
+    let run = g.prepare(if opts.static_membership { "roll-static" } else { "roll-dynamic" })?;
+    let (name, input, output, dir) = (&run.name, &run.input, &run.output, &run.dir);
+    let preloaded = preload(&run.client, input, g.partitions, opts.preload, 100)?;
+    let base = InstanceConfig { static_membership: opts.static_membership, keyed_state: true, ..g.instance(&run) };
     let args_of = |slot: usize| -> Vec<String> {
         let mut cfg = base.clone();
         cfg.instance_id = Some(format!("roll-{slot}"));
         cfg.state_dir = Some(dir.join(format!("state-{slot}")));
-        ["chaos".to_string(), "instance".to_string()].into_iter().chain(cfg.to_args()).collect()
+        Group::args(&cfg)
     };
-    let mut fleet = Fleet::new(opts.exe.clone(), Vec::new(), dir.clone());
+    let mut fleet = Fleet::new(g.exe.clone(), Vec::new(), dir.clone());
     // Which instance id (slot) each process was: the commit logs are per process.
     let mut slot_of: BTreeMap<u32, usize> = BTreeMap::new();
     let mut ids = Vec::new();
-    for slot in 0..opts.instances {
+    for slot in 0..g.instances {
         let id = fleet.start_with(args_of(slot))?;
         slot_of.insert(fleet.pid_of(id).expect("just started"), slot);
         ids.push(id);
     }
-    let writer = Paced::start(&opts.bootstrap, &input, opts.partitions, per_tick(opts.rate))?;
+    let writer = Paced::start(&g.bootstrap, input, g.partitions, per_tick(opts.rate))?;
     // Before the first stop: the preload is copied (its state built), and every instance
     // commits (the group has spread the partitions; the first instance to join takes them
     // all at first).
@@ -212,32 +175,40 @@ pub fn run(opts: &RollingOptions) -> Result<RollingReport, String> {
     }
     let (to, after) = (wall(), fleet.totals());
     let produced = preloaded + writer.finish()?;
-    catch_up_and_stop(&mut fleet, &opts.bootstrap, &name, &input)?;
-    let log = read_commit_logs(&dir)?;
+    catch_up_and_stop(&mut fleet, &g.bootstrap, name, input)?;
+    let log = read_commit_logs(dir)?;
     let (paused, longest_gap, moves) = analyse(&log, &slot_of, from, to);
-    let verified =
-        verify(&VerifyConfig::new(&opts.bootstrap, &input, &output)).map_err(|e| format!("verifying: {e}"))?;
+    let verified = verify(&VerifyConfig::new(&g.bootstrap, input, output)).map_err(|e| format!("verifying: {e}"))?;
     Ok(RollingReport {
-        restarts: opts.instances,
+        restarts: g.instances,
         window: to.saturating_sub(from),
         paused,
         longest_gap,
         moves,
         restored: after.restored_records.saturating_sub(before.restored_records),
-        takeovers: after.rebalances.saturating_sub(before.rebalances).saturating_sub(opts.instances as u64),
+        takeovers: after.rebalances.saturating_sub(before.rebalances).saturating_sub(g.instances as u64),
         produced,
         verified,
     })
 }
 
-/// Writes `n` records round-robin over the partitions (unique keys: one state entry each).
-fn preload(client: &Client, topic: &str, partitions: i32, n: u64) -> Result<u64, String> {
+/// Writes `n` records round-robin over the partitions (unique keys: one state entry each),
+/// each with a value of `value_bytes`.
+pub(super) fn preload(
+    client: &Client,
+    topic: &str,
+    partitions: i32,
+    n: u64,
+    value_bytes: usize,
+) -> Result<u64, String> {
     let writer = Writer::new(client).map_err(|e| format!("preload writer: {e}"))?;
     let mut from = 0;
     while from < n {
         let to = (from + 10_000).min(n);
         let batch: Vec<_> = (from..to)
-            .map(|i| (Some((i % partitions.max(1) as u64) as i32), format!("pre-{i}").into_bytes(), vec![b'x'; 100]))
+            .map(|i| {
+                (Some((i % partitions.max(1) as u64) as i32), format!("pre-{i}").into_bytes(), vec![b'x'; value_bytes])
+            })
             .collect();
         from = to;
         writer.send_all(topic, batch).map_err(|e| e.to_string())?;

@@ -206,25 +206,10 @@ pub fn run(opts: &StudyOptions) -> Result<StudyReport, String> {
     let commit_dir = opts.log_dir.join(&name);
     std::fs::create_dir_all(&commit_dir).map_err(|e| format!("creating {}: {e}", commit_dir.display()))?;
     let instance = InstanceConfig {
-        bootstrap: opts.bootstrap.clone(),
-        application_id: name.clone(),
-        input: input.clone(),
-        output,
-        guarantee: opts.guarantee,
         rebalancing: opts.rebalancing,
-        abort_one_in: 0,
         session_timeout: Duration::from_secs(10),
-        transaction_timeout: Duration::from_secs(30),
-        status_interval: Duration::from_millis(500),
-        financial_close_payments: None,
-        state_dir: None,
-        sink: None,
         commit_log: Some(commit_dir.clone()),
-        instance_id: None,
-        static_membership: false,
-        keyed_state: false,
-        timer_delay: None,
-        client_properties: Default::default(),
+        ..InstanceConfig::copy(&opts.bootstrap, &name, &input, &output, opts.guarantee)
     };
     let args = ["chaos".to_string(), "instance".to_string()].into_iter().chain(instance.to_args()).collect();
     let mut fleet = Fleet::new(opts.exe.clone(), args, commit_dir.clone());

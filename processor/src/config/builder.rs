@@ -44,6 +44,7 @@ pub struct PipelineBuilder {
     workers: Option<usize>,
     max_concurrent_transactions: Option<usize>,
     max_partition_tasks: Option<usize>,
+    standby_replicas: usize,
     ops_address: Option<std::net::SocketAddr>,
     health_threshold: Option<Duration>,
     statistics_interval: Option<Duration>,
@@ -481,6 +482,27 @@ impl PipelineBuilder {
     /// limits were sized by hand.
     pub fn max_partition_tasks(mut self, n: usize) -> Self {
         self.max_partition_tasks = Some(n);
+        self
+    }
+
+    /// How many other instances keep a warm copy of each partition's state stores (default
+    /// 0): a standby replica follows the partition's changelogs while another instance owns
+    /// it, so that when the partition moves to it — its owner crashed, stopped or lost it in
+    /// a rebalance — it restores only the changelog's tail instead of the whole state. A
+    /// copy is never read by the processor or by queries before its instance owns the
+    /// partition and has read the changelog to its end.
+    ///
+    /// Placement: the members of the group, ordered by member id, form a ring, and a
+    /// partition's copies are on the `n` members after its owner. The group's assignor picks
+    /// where a partition moves, so a move lands on a copy always when `n` is at least the
+    /// number of other instances (every other instance keeps every partition it does not
+    /// own) and about `n / (instances - 1)` of the time otherwise. Each copy costs its
+    /// instance the store's size (memory or disk) and a read of its changelog
+    /// (`docs/scaling.md`, *Standby replicas*). Needs a store and a classic protocol
+    /// ([`Rebalancing::Cooperative`] or [`Rebalancing::Eager`]): the placement reads the
+    /// group's description, which KIP-848 groups do not give.
+    pub fn standby_replicas(mut self, n: usize) -> Self {
+        self.standby_replicas = n;
         self
     }
 

@@ -139,3 +139,18 @@ fn the_ops_server_advertises_and_serves_only_with_an_address_others_reach() {
     served.serve_store(&s);
     assert!(served.build().unwrap().config().stores[0].is_served());
 }
+
+#[test]
+fn standby_replicas_need_a_store_and_a_classic_protocol() {
+    assert!(err(base().standby_replicas(1)).contains("declares none"));
+    let stateful = |b: PipelineBuilder| {
+        let mut b = b;
+        let _ = b.store::<String, u64>("s");
+        b
+    };
+    let consumer = stateful(base().standby_replicas(1).rebalancing(Rebalancing::Consumer));
+    assert!(err(consumer).contains("KIP-848"));
+    let ok = stateful(base().standby_replicas(2)).build().expect("cooperative with a store");
+    assert_eq!(ok.config().standby_replicas, 2);
+    assert_eq!(stateful(base()).build().unwrap().config().standby_replicas, 0, "off by default");
+}

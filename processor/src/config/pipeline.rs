@@ -59,6 +59,9 @@ pub struct PipelineConfig {
     /// [`Guarantee::ExactlyOncePerPartition`]: at most this many partition tasks run at once (`None`: as
     /// many as the open-file limit holds). See [`PipelineBuilder::max_partition_tasks`](crate::PipelineBuilder::max_partition_tasks).
     pub max_partition_tasks: Option<usize>,
+    /// Warm copies of each partition's stores kept on other instances
+    /// ([`PipelineBuilder::standby_replicas`](crate::PipelineBuilder::standby_replicas)).
+    pub standby_replicas: usize,
     /// Where `/metrics` and `/health` are served, if anywhere.
     pub ops_address: Option<std::net::SocketAddr>,
     /// How long input may wait without a commit before `/health` reports unhealthy.

@@ -133,6 +133,17 @@ impl PipelineBuilder {
                 }
             }
         }
+        if self.standby_replicas > 0 {
+            if self.stores.is_empty() {
+                return cfg_err(format!(
+                    "standby_replicas({}) keeps copies of state stores, and this pipeline declares none",
+                    self.standby_replicas
+                ));
+            }
+            if rebalancing == Rebalancing::Consumer {
+                return cfg_err("standby replicas are placed from the group's description, which a KIP-848 group (Rebalancing::Consumer) does not give: use Rebalancing::Cooperative or Rebalancing::Eager".into());
+            }
+        }
         let mut table_topics = std::collections::HashSet::new();
         for t in self.tables.iter().chain(&self.global_tables) {
             if self.input_topics.contains(&t.topic) {
@@ -187,6 +198,7 @@ impl PipelineBuilder {
                     .max_concurrent_transactions
                     .unwrap_or(crate::config::DEFAULT_MAX_CONCURRENT_TRANSACTIONS),
                 max_partition_tasks: self.max_partition_tasks,
+                standby_replicas: self.standby_replicas,
                 statistics_interval: self.statistics_interval.unwrap_or(if self.ops_address.is_some() {
                     Duration::from_secs(5)
                 } else {

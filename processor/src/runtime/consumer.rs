@@ -220,7 +220,7 @@ fn leave_group(consumer: &BaseConsumer<Rebalancer>, deadline: Instant) {
         return;
     }
     let left_by = deadline.min(Instant::now() + LEAVE_WAIT);
-    while has_member_id(consumer) && Instant::now() < left_by {
+    while member_id(consumer).is_some() && Instant::now() < left_by {
         let _ = consumer.poll(POLL_INTERVAL);
     }
 }
@@ -228,19 +228,20 @@ fn leave_group(consumer: &BaseConsumer<Rebalancer>, deadline: Instant) {
 /// The longest a stopping consumer waits for librdkafka to send its LeaveGroup.
 const LEAVE_WAIT: Duration = Duration::from_secs(5);
 
-/// Whether librdkafka still holds a group member id: it clears it as it sends the
-/// LeaveGroup, and closing the consumer from then on waits for the request to be answered.
-fn has_member_id<C: rdkafka::consumer::ConsumerContext>(consumer: &BaseConsumer<C>) -> bool {
+/// The consumer's group member id, `None` while it has none: librdkafka clears it as it
+/// sends the LeaveGroup, and closing the consumer from then on waits for the request to be
+/// answered.
+pub(super) fn member_id<C: rdkafka::consumer::ConsumerContext>(consumer: &BaseConsumer<C>) -> Option<String> {
     let rk = consumer.client().native_ptr();
     // SAFETY: `rk` is the live handle `consumer` owns. `rd_kafka_memberid` returns NULL or a
     // NUL-terminated copy that the caller frees with `rd_kafka_mem_free`, done here once read.
     unsafe {
         let id = rdkafka::bindings::rd_kafka_memberid(rk);
         if id.is_null() {
-            return false;
+            return None;
         }
-        let set = *id != 0;
+        let read = std::ffi::CStr::from_ptr(id).to_string_lossy().into_owned();
         rdkafka::bindings::rd_kafka_mem_free(rk, id.cast());
-        set
+        Some(read).filter(|s| !s.is_empty())
     }
 }

@@ -133,6 +133,7 @@ impl Pipeline {
             }
         };
         let _stop_reader = StopReader(global.clone());
+        let standbys = self.standbys()?;
         let (control_tx, control_rx) = std::sync::mpsc::channel();
         let shared = Arc::new(Shared {
             cfg: self.cfg.clone(),
@@ -152,6 +153,7 @@ impl Pipeline {
                 _ => None,
             },
             global,
+            standbys,
         });
         let (done_tx, done_rx) = tokio::sync::oneshot::channel();
         let thread_shared = shared.clone();
@@ -175,6 +177,21 @@ impl Pipeline {
 }
 
 impl Pipeline {
+    /// Standby replicas: starts the thread that keeps this instance's copies, if the
+    /// pipeline has any. It ends with the pipeline.
+    fn standbys(&self) -> Result<Option<Arc<crate::state::standby::Standbys>>> {
+        if self.cfg.standby_replicas == 0 || self.cfg.stores.is_empty() {
+            return Ok(None);
+        }
+        let standbys = crate::state::standby::Standbys::new(self.cfg.clone());
+        let shutdown = self.handle.clone();
+        let stopping = Box::new(move || shutdown.is_shutdown());
+        let stats = self.handle.clone();
+        let applied = Box::new(move |n| stats.stats().standby_records.add(n));
+        crate::state::standby::start(standbys.clone(), stopping, applied)?;
+        Ok(Some(standbys))
+    }
+
     /// Queryable state: starts advertising this instance's endpoint and reading the others'
     /// ([`crate::query`]), if it advertises one. The ops address is known once bound.
     async fn advertise(&self) -> Result<()> {

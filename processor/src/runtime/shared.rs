@@ -46,6 +46,9 @@ pub(crate) struct Shared {
     pub global: Option<Arc<crate::table::global::GlobalTables>>,
     /// Where the tasks offer their restored partitions to queries ([`crate::query`]).
     pub queries: Arc<crate::query::Registry>,
+    /// The instance's standby copies ([`crate::state::standby`]), which a restore continues;
+    /// `None` without standby replicas.
+    pub standbys: Option<Arc<crate::state::standby::Standbys>>,
 }
 
 impl Shared {

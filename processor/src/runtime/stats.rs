@@ -18,6 +18,8 @@ pub(crate) struct Stats {
     pub late_records: Counter,
     pub window_corrections: Counter,
     pub records_handed_back: Counter,
+    pub standby_handovers: Counter,
+    pub standby_records: Counter,
 }
 
 /// What a pipeline did, as counted when `run` returned (or so far, from
@@ -65,6 +67,12 @@ pub struct Summary {
     /// read again (per-partition mode past the transaction slot bound: a batch that had
     /// begun no transaction is not committed inside the rebalance; `docs/scaling.md`).
     pub records_handed_back: u64,
+    /// Partitions whose restore continued a standby copy kept by this instance
+    /// ([`PipelineBuilder::standby_replicas`](crate::PipelineBuilder::standby_replicas)),
+    /// reading only the changelog's tail.
+    pub standby_handovers: u64,
+    /// Changelog records this instance's standby copies applied.
+    pub standby_records: u64,
 }
 
 impl Stats {
@@ -83,6 +91,8 @@ impl Stats {
             late_records: self.late_records.get(),
             window_corrections: self.window_corrections.get(),
             records_handed_back: self.records_handed_back.get(),
+            standby_handovers: self.standby_handovers.get(),
+            standby_records: self.standby_records.get(),
         }
     }
 }

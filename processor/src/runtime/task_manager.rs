@@ -102,6 +102,13 @@ impl Registry {
 }
 
 impl TaskManager {
+    /// Tells the standby replicas ([`crate::state::standby`]) this instance's member id.
+    pub(crate) fn set_member(&self, id: Option<String>) {
+        if let Some(standbys) = &self.shared.standbys {
+            standbys.set_member(id);
+        }
+    }
+
     pub(crate) fn new(shared: Arc<Shared>) -> TaskManager {
         TaskManager {
             topics: shared.cfg.input_topics.iter().map(Topic::new).collect(),

@@ -1,6 +1,7 @@
 //! Changelog topics: created (or checked) at start-up, read back on assignment.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -8,7 +9,8 @@ use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
-use super::backend::{Change, Location};
+use super::backend::{Change, Checkpoint, Location};
+use super::standby::Standbys;
 use super::{changelog_topic, checkpoint, PartitionState, StateError, StoreDef};
 use crate::admin::QuietEof;
 use crate::config::PipelineConfig;
@@ -75,14 +77,39 @@ pub(crate) fn ensure_topics(cfg: &PipelineConfig, input_partitions: i32) -> Resu
 /// timeout; the read waits for it, within `deadline`. Several partitions are restored in
 /// one pass (an instance task gets them together on assignment): one client, one offset
 /// fetch, one read per store.
+///
+/// With `standbys`, each partition is marked as this instance's for as long as its state
+/// lives, and a partition that has a warm [standby](super::standby) copy continues it: its
+/// offsets are checkpoints like a local store's. Returns the states, the changelog records
+/// read and how many partitions continued a standby copy.
 pub(crate) fn restore(
     cfg: &PipelineConfig,
     partitions: &[i32],
     deadline: Instant,
-) -> Result<(Vec<PartitionState>, u64)> {
+    standbys: Option<&Arc<Standbys>>,
+) -> Result<(Vec<PartitionState>, u64, usize)> {
     let started = Instant::now();
-    let mut states: Vec<PartitionState> =
-        partitions.iter().map(|p| PartitionState::new(&cfg.application_id, &cfg.stores, *p)).collect();
+    let mut states: Vec<PartitionState> = Vec::with_capacity(partitions.len());
+    // Per partition: each store's offset in its standby copy, if it had one.
+    let mut warm: Vec<Option<Vec<Checkpoint>>> = Vec::with_capacity(partitions.len());
+    for p in partitions {
+        match standbys.map(|s| s.activate(*p)) {
+            Some((lease, Some(copy))) => {
+                warm.push(Some((0..cfg.stores.len()).map(|s| copy.checkpoint(s)).collect()));
+                let mut state = copy.state;
+                state.hold(lease);
+                states.push(state);
+            }
+            held => {
+                let mut state = PartitionState::new(&cfg.application_id, &cfg.stores, *p);
+                if let Some((lease, None)) = held {
+                    state.hold(lease);
+                }
+                warm.push(None);
+                states.push(state);
+            }
+        }
+    }
     let mut cc = group_reader_config(cfg);
     cc.set("enable.partition.eof", "true")
         .set("auto.offset.reset", "earliest")
@@ -141,7 +168,8 @@ pub(crate) fn restore(
                 )
             })?;
             let mut retention = || checkpoint::delete_retention(admin, &topic);
-            let from = resume_point(cfg, &mut states[i], store, (low, high), &mut retention)?;
+            let given = warm[i].as_ref().map(|c| c[store]);
+            let from = resume_point(cfg, &mut states[i], store, (low, high), given, &mut retention)?;
             next.insert(*p, from);
             // A fully read changelog partition (an empty one: a new store) needs no fetch.
             if high > from {
@@ -236,13 +264,14 @@ pub(crate) fn restore(
         }
     }
     let elapsed = started.elapsed();
-    for (state, per_store) in states.iter().zip(&records) {
+    for ((state, per_store), warm) in states.iter().zip(&records).zip(&warm) {
         for ((store, entries, bytes), n) in state.sizes().into_iter().zip(per_store) {
             crate::metrics::state_restored(&cfg.application_id, store, *n, elapsed);
             tracing::info!(
                 store,
                 partition = state.partition(),
                 changelog_records = n,
+                from_standby = warm.is_some(),
                 entries,
                 bytes,
                 elapsed_ms = elapsed.as_millis() as u64,
@@ -250,7 +279,8 @@ pub(crate) fn restore(
             );
         }
     }
-    Ok((states, records.iter().flatten().sum()))
+    let handovers = warm.iter().filter(|w| w.is_some()).count();
+    Ok((states, records.iter().flatten().sum(), handovers))
 }
 
 /// Whether a changelog partition's restore, read up to `position` (the offset after the
@@ -262,18 +292,24 @@ pub(crate) fn restore_end(position: i64, end: Option<i64>) -> bool {
 
 /// Opens store `store` of `state` and returns where its changelog partition `[low, high)`
 /// is read from: its checkpoint if trusted ([`checkpoint`]), else the log start, after
-/// clearing the local store.
+/// clearing the local store. `given`: the store is a standby copy, already open, at this
+/// checkpoint.
 fn resume_point(
     cfg: &PipelineConfig,
     state: &mut PartitionState,
     store: usize,
     (low, high): (i64, i64),
+    given: Option<Checkpoint>,
     retention: &mut dyn FnMut() -> Duration,
 ) -> Result<i64> {
     let (partition, name) = (state.partition(), &*cfg.stores[store].name);
     let location = Location { application_id: &cfg.application_id, store: name, partition };
     let backend = state.backend_mut(store);
-    let distrust = match backend.open(&location) {
+    let opened = match given {
+        Some(cp) => Ok(Some(cp)),
+        None => backend.open(&location),
+    };
+    let distrust = match opened {
         Ok(Some(cp)) => match checkpoint::resume_from(&cp, low, high, SystemTime::now(), retention) {
             Ok(from) => {
                 tracing::debug!(
@@ -463,10 +499,10 @@ pub(super) mod mock_cluster_tests {
         write(&mock, &records);
         mock.broker_down(1).expect("broker down");
         let restoring =
-            std::thread::spawn(move || super::restore(&cfg, &[0], Instant::now() + Duration::from_secs(60)));
+            std::thread::spawn(move || super::restore(&cfg, &[0], Instant::now() + Duration::from_secs(60), None));
         std::thread::sleep(Duration::from_millis(1_500));
         mock.broker_up(1).expect("broker up");
-        let (states, records) = restoring.join().unwrap().expect("restored");
+        let (states, records, _) = restoring.join().unwrap().expect("restored");
         assert_eq!(records, 2_000);
         let s = states[0].store_ref(&store);
         assert_eq!(s.get(&1_999).unwrap(), Some(3_998));
@@ -486,7 +522,8 @@ pub(super) mod mock_cluster_tests {
             let mock = MockCluster::new(1).expect("mock cluster");
             let (store, cfg) = setup(&mock, spec);
             write(&mock, records);
-            super::restore(&cfg, &[0], Instant::now() + Duration::from_secs(30)).map(|(mut s, _)| (store, s.remove(0)))
+            super::restore(&cfg, &[0], Instant::now() + Duration::from_secs(30), None)
+                .map(|(mut s, _, _)| (store, s.remove(0)))
         };
         let fails = |spec, records: &[_]| match restore(spec, records) {
             Ok(_) => panic!("the restore must fail"),

@@ -241,8 +241,9 @@ mod restore_tests {
         let (store, cfg) = setup(mock, spec);
         // The mock cluster does not describe configs.
         super::remember_retention(&crate::state::changelog_topic("app", "s"), super::DEFAULT_DELETE_RETENTION);
-        let (states, read) =
-            crate::state::changelog::restore(&cfg, &[0], Instant::now() + Duration::from_secs(30)).expect("restore");
+        let (states, read, _) =
+            crate::state::changelog::restore(&cfg, &[0], Instant::now() + Duration::from_secs(30), None)
+                .expect("restore");
         (read, states[0].store_ref(&store).entries().unwrap().into_iter().collect())
     }
 

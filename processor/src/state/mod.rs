@@ -79,6 +79,7 @@ pub mod format;
 #[cfg(not(feature = "test-hooks"))]
 pub(crate) mod format;
 mod partition;
+pub(crate) mod standby;
 mod store;
 
 pub(crate) use crate::counters::Tally;
@@ -100,7 +101,7 @@ pub fn measure_restore(
     partitions: &[i32],
     deadline: std::time::Instant,
 ) -> crate::Result<u64> {
-    changelog::restore(cfg, partitions, deadline).map(|(_, records)| records)
+    changelog::restore(cfg, partitions, deadline, None).map(|(_, records, _)| records)
 }
 
 #[cfg(test)]

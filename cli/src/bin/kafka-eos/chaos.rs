@@ -170,10 +170,16 @@ struct InstanceArgs {
     /// The copy also counts every key in a store, so the instance has state to restore.
     #[arg(long)]
     keyed_state: bool,
+    /// The copy also keeps every record's value in a store by its key.
+    #[arg(long)]
+    keyed_values: bool,
     /// Send each output by a wall-clock timer this long after its record (the timers
     /// workload).
     #[arg(long)]
     timer_delay_ms: Option<u64>,
+    /// Standby replicas of each partition's stores on other instances.
+    #[arg(long, default_value_t = 0)]
+    standby_replicas: usize,
     /// The suite passes its client properties in a private file (--client-config).
     #[command(flatten)]
     client: super::ClientArgs,
@@ -317,7 +323,9 @@ fn run_instance(a: InstanceArgs) -> Result<ExitCode, Box<dyn std::error::Error>>
         instance_id: a.instance_id,
         static_membership: a.static_membership,
         keyed_state: a.keyed_state,
+        keyed_values: a.keyed_values,
         timer_delay: a.timer_delay_ms.map(Duration::from_millis),
+        standby_replicas: a.standby_replicas,
         client_properties: a.client.properties()?,
     };
     match chaos::run_instance(cfg) {

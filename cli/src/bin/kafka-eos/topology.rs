@@ -68,27 +68,16 @@ pub fn run(a: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
     if a.sink.is_some() && a.workload != Workload::Copy {
         return Err("--sink replaces the copy's output topic: use it with the copy workload".into());
     }
+    // Only built, never run: nothing connects to it.
     let cfg = InstanceConfig {
-        // Only built, never run: nothing connects to it.
-        bootstrap: "127.0.0.1:9092".into(),
-        application_id: a.app,
-        input: a.input,
-        output: a.output,
-        guarantee: a.guarantee,
         rebalancing: a.rebalancing,
-        abort_one_in: 0,
-        session_timeout: Duration::from_secs(6),
         transaction_timeout: Duration::from_secs(8),
-        status_interval: Duration::from_millis(500),
         financial_close_payments: (a.workload == Workload::FinancialClose).then_some(0),
         sink: a.sink,
         state_dir: a.state_dir,
-        commit_log: None,
-        instance_id: None,
-        static_membership: false,
         keyed_state: a.workload == Workload::KeyedCopy,
         timer_delay: (a.workload == Workload::TimerCopy).then_some(Duration::from_secs(1)),
-        client_properties: Default::default(),
+        ..InstanceConfig::copy("127.0.0.1:9092", &a.app, &a.input, &a.output, a.guarantee)
     };
     let topology = describe_instance(&cfg)?;
     match a.mermaid {

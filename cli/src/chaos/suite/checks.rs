@@ -151,13 +151,15 @@ impl Run<'_, '_> {
 /// scenarios checked without the concurrent reader.
 fn fleet_notes(fleet: &super::super::fleet::Fleet, t: &kafka_eos::Summary) -> Vec<String> {
     let mut notes = vec![format!(
-        "instances: {} started, {} crashed; as last reported: {} transactions committed, {} aborted, {} producers fenced, {} assignments",
+        "instances: {} started, {} crashed; as last reported: {} transactions committed, {} aborted, {} producers fenced, {} assignments, {} changelog records restored, {} partitions continued from standby copies",
         fleet.started,
         fleet.crashes.len(),
         t.transactions_committed,
         t.transactions_aborted,
         t.producers_fenced,
-        t.rebalances
+        t.rebalances,
+        t.restored_records,
+        t.standby_handovers
     )];
     notes.extend(fleet.crashes.iter().cloned());
     notes

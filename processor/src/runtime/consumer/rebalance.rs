@@ -84,6 +84,7 @@ impl ConsumerContext for Rebalancer {
                 } else {
                     self.tasks.pause_unstarted(consumer);
                 }
+                self.tasks.set_member(super::member_id(consumer));
                 applied
             }
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {

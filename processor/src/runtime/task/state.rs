@@ -33,8 +33,10 @@ impl Task {
         partitions.sort_unstable();
         partitions.dedup(); // co-partitioned inputs share partition n's state
         if !partitions.is_empty() {
-            let (states, records) = changelog::restore(&cfg, &partitions, deadline)?;
+            let (states, records, handovers) =
+                changelog::restore(&cfg, &partitions, deadline, self.shared.standbys.as_ref())?;
             self.shared.shutdown.stats().restored_records.add(records);
+            self.shared.shutdown.stats().standby_handovers.add(handovers as u64);
             self.processing.restored(states);
             for tp in self.owned.iter().filter(|tp| partitions.contains(&tp.1)) {
                 self.processing.restored_partition(tp);
