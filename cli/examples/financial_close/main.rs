@@ -31,11 +31,17 @@
 //! then reconciled with SQL against the batch recomputation:
 //! `ledger (postgres): <n> payments, <cents> cents, matches the batch recomputation`.
 //!
+//! While it runs, each merchant's **running revenue** (a store of the pipeline) is served on
+//! the ops server, `GET /state/running-revenue/<merchant>`; once the pipeline has caught up,
+//! every merchant's is asked over HTTP and checked against the batch recomputation:
+//! `served: running revenue of <n> merchants over HTTP, matches the batch recomputation`.
+//!
 //! Run: `cargo run --release --example financial_close [payments] [--postgres]`.
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+use kafka_eos::query::Partitioner;
 use kafka_eos::{Guarantee, Pipeline};
 use kafka_eos_cli::workloads::financial_close::{self, Generate, Topics};
 use kafka_eos_testkit::admin;
@@ -43,6 +49,8 @@ use kafka_eos_testkit::broker::{Cluster, ClusterConfig};
 use kafka_eos_testkit::verify::VerifyConfig;
 
 const PARTITIONS: i32 = 4;
+/// Merchants in the generated payments (ids 0..).
+const MERCHANTS: u32 = 200;
 
 #[tokio::main]
 async fn main() -> ExitCode {
@@ -71,7 +79,7 @@ async fn run() -> Result<bool, Box<dyn std::error::Error>> {
     let generated = tokio::task::spawn_blocking(move || {
         let admin = admin::Client::new(&b);
         t.create(&admin, PARTITIONS, 1, &[])?;
-        let g = Generate { payments, ..Generate::default() };
+        let g = Generate { payments, merchants: MERCHANTS, ..Generate::default() };
         financial_close::write_merchants(&admin, &t.merchants, PARTITIONS, &g)?;
         // No end-of-period heartbeats: the last day closes by its timer once the partitions
         // are idle (pipeline.rs).
@@ -83,12 +91,22 @@ async fn run() -> Result<bool, Box<dyn std::error::Error>> {
         payments, generated.duplicates, generated.records, topics.payments
     );
 
-    let pipeline = financial_close::pipeline(Pipeline::builder(), &topics)
+    let (builder, running) = financial_close::pipeline_with_running_revenue(Pipeline::builder(), &topics);
+    let mut builder = builder
         .bootstrap_servers(&bootstrap)
         .application_id(&app)
         .guarantee(Guarantee::ExactlyOncePerPartition)
         .commit_interval(Duration::from_millis(100))
-        .build()?;
+        .ops_address("127.0.0.1:0".parse()?)
+        // The generator writes merchant m to partition m % n, not by the key's hash.
+        .input_partitioner(Partitioner::custom(|key, n| {
+            let id = std::str::from_utf8(key).ok().and_then(|k| k.parse::<i64>().ok());
+            id.map_or(0, |m| (m % i64::from(n)) as i32)
+        }));
+    builder.serve_store(&running);
+    let pipeline = builder.build()?;
+    let handle = pipeline.shutdown_handle();
+    let served = served::ask_when_caught_up(handle, &bootstrap, &app, &topics.payments, MERCHANTS);
     let started = Instant::now();
     let main = async {
         let t = vec![topics.payments.clone()];
@@ -103,8 +121,8 @@ async fn run() -> Result<bool, Box<dyn std::error::Error>> {
             false => Ok(None),
         }
     };
-    // Both run side by side; either one's error ends the example at once.
-    let ((s, elapsed), ledger) = tokio::try_join!(main, ledger)?;
+    // They run side by side; any one's error ends the example at once.
+    let ((s, elapsed), ledger, served) = tokio::try_join!(main, ledger, served)?;
     println!(
         "processed {} records in {:.2} s (with the wait for the last day's close): {} duplicates dropped, \
          {} late payments routed, {} daily totals emitted, {} changelog records in {} transactions",
@@ -128,11 +146,90 @@ async fn run() -> Result<bool, Box<dyn std::error::Error>> {
         rec.payments, rec.total_cents, rec.fee_cents, rec.input_duplicates, rec.late_payments
     );
     println!("{rec}");
-    let mut exact = rec.is_exact();
+    let mut exact = rec.is_exact() & served::matches(&served, &rec);
     if let Some(ledger) = ledger {
         exact &= ledger.reconcile(&rec).await?;
     }
     Ok(exact)
+}
+
+/// The running revenue served over HTTP, asked once the pipeline has caught up.
+mod served {
+    use std::collections::BTreeMap;
+    use std::io::{Read, Write};
+    use std::net::TcpStream;
+    use std::time::Duration;
+
+    use kafka_eos::ShutdownHandle;
+    use kafka_eos_cli::workloads::financial_close::{Reconciliation, RUNNING_STORE};
+    use kafka_eos_testkit::admin;
+
+    /// Waits until the group has read every payment, then asks the ops server for each of
+    /// merchants `0..merchants`' running revenue (`None`: not served, `404`).
+    pub async fn ask_when_caught_up(
+        handle: ShutdownHandle,
+        bootstrap: &str,
+        group: &str,
+        payments: &str,
+        merchants: u32,
+    ) -> Result<BTreeMap<u32, Option<i64>>, Box<dyn std::error::Error>> {
+        let (b, g, t) = (bootstrap.to_string(), group.to_string(), vec![payments.to_string()]);
+        loop {
+            let (b, g, t) = (b.clone(), g.clone(), t.clone());
+            let lag = tokio::task::spawn_blocking(move || admin::group_lag(&b, &g, &t)).await?;
+            if matches!(lag, Ok(0)) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        // A commit's state is written locally right after its offsets: leave it that instant.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let address = handle.ops_address().ok_or("the ops server is not bound")?.to_string();
+        let asked = tokio::task::spawn_blocking(move || -> Result<_, Box<dyn std::error::Error + Send + Sync>> {
+            let mut out = BTreeMap::new();
+            for m in 0..merchants {
+                let (status, body) = get(&address, &format!("/state/{RUNNING_STORE}/{m}"))?;
+                let value = match status {
+                    200 => Some(body.trim().parse::<i64>()?),
+                    404 => None,
+                    other => return Err(format!("merchant {m}: HTTP {other}: {body}").into()),
+                };
+                out.insert(m, value);
+            }
+            Ok(out)
+        })
+        .await?;
+        asked.map_err(|e| e as Box<dyn std::error::Error>)
+    }
+
+    /// Prints and returns whether every served figure equals the batch recomputation's.
+    pub fn matches(served: &BTreeMap<u32, Option<i64>>, rec: &Reconciliation) -> bool {
+        let wrong: Vec<String> = served
+            .iter()
+            .filter(|(m, got)| got.unwrap_or(0) != rec.merchant_cents.get(m).copied().unwrap_or(0))
+            .map(|(m, got)| format!("merchant {m}: served {got:?}, batch {:?}", rec.merchant_cents.get(m)))
+            .collect();
+        match wrong.first() {
+            None => println!(
+                "served: running revenue of {} merchants over HTTP, matches the batch recomputation",
+                served.len()
+            ),
+            Some(first) => println!("served: {} of {} merchants DO NOT match, e.g. {first}", wrong.len(), served.len()),
+        }
+        wrong.is_empty()
+    }
+
+    /// An HTTP/1.1 GET: (status, body).
+    fn get(address: &str, path: &str) -> Result<(u16, String), Box<dyn std::error::Error + Send + Sync>> {
+        let mut s = TcpStream::connect(address)?;
+        s.set_read_timeout(Some(Duration::from_secs(10)))?;
+        write!(s, "GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n")?;
+        let mut response = String::new();
+        s.read_to_string(&mut response)?;
+        let (head, body) = response.split_once("\r\n\r\n").unwrap_or((response.as_str(), ""));
+        let status = head.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+        Ok((status, body.to_string()))
+    }
 }
 
 /// The ledger in PostgreSQL: a stateless pipeline with an exactly-once sink.

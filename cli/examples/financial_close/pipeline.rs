@@ -25,7 +25,9 @@
 //! 5. enriches each payment from the merchant table (a compacted topic keyed and
 //!    partitioned like the payments, joined with [`kafka_eos::table`]): the day's total
 //!    carries the processing fees at each merchant's rate. A payment of a merchant without
-//!    a row is charged no fee (the reconciliation would count it as a mismatch).
+//!    a row is charged no fee (the reconciliation would count it as a mismatch);
+//! 6. keeps each merchant's **running revenue** (every distinct payment, day closed or not)
+//!    in a store ([`RUNNING_STORE`]) that `main.rs` serves over HTTP while the pipeline runs.
 
 use std::time::Duration;
 
@@ -34,6 +36,7 @@ use serde::{Deserialize, Serialize};
 use kafka_eos::codec::Json;
 use kafka_eos::operators::{ClosedWindow, Dedup, TumblingWindows, WindowAlign};
 use kafka_eos::processor::{Context, ProcessError, Processor};
+use kafka_eos::state::Store;
 use kafka_eos::table::Table;
 use kafka_eos::timers::{StreamTime, Timer, TimerSpec, Timers};
 use kafka_eos::{InputRecord, OutputRecord, Topic};
@@ -175,6 +178,9 @@ pub const DEDUP_STORE: &str = "payment-ids";
 pub const WINDOW_STORE: &str = "daily-revenue";
 /// The store of the day-closing timers.
 pub const TIMER_STORE: &str = "day-close";
+/// The store of each merchant's running revenue: every distinct payment's cents, closed day
+/// or not, late or not (what a dashboard asks while the day is open).
+pub const RUNNING_STORE: &str = "running-revenue";
 /// How long a partition waits without a payment before its stream time follows the wall
 /// clock, closing the days it still holds open (the last day of the period, with no
 /// heartbeat record).
@@ -184,7 +190,14 @@ const LATENESS_MS: i64 = 3_600_000;
 
 /// Adds the financial-close input, stores and stateful processor to `builder`.
 pub fn pipeline(builder: PipelineBuilder, topics: &Topics) -> PipelineBuilder {
+    pipeline_with_running_revenue(builder, topics).0
+}
+
+/// [`pipeline`], and the handle of the merchants' running revenue ([`RUNNING_STORE`]), to
+/// query or serve.
+pub fn pipeline_with_running_revenue(builder: PipelineBuilder, topics: &Topics) -> (PipelineBuilder, Store<u32, i64>) {
     let mut builder = builder.input_topic(&topics.payments);
+    let running = builder.store::<u32, i64>(RUNNING_STORE);
     // The TTL (event time, against the partition's latest payment) outlasts the latest a
     // payment, or its redelivered copy, can come: six days behind.
     let dedup = Dedup::<u64>::new(&mut builder, DEDUP_STORE, Duration::from_secs(8 * 86_400));
@@ -198,7 +211,8 @@ pub fn pipeline(builder: PipelineBuilder, topics: &Topics) -> PipelineBuilder {
     let timers = Timers::with(&mut builder, spec);
     let merchants = builder.table::<Merchant, _>(&topics.merchants, Json);
     let revenue = builder.output_topic(&topics.revenue);
-    builder.processor_impl(Close { dedup, daily, days, timers, merchants, revenue })
+    let close = Close { dedup, daily, days, timers, merchants, revenue, running: running.clone() };
+    (builder.processor_impl(close), running)
 }
 
 /// The processor: dedup → merchant fee (table join) → daily window, each day closed by the
@@ -211,6 +225,7 @@ struct Close {
     timers: Timers,
     merchants: Table<Merchant>,
     revenue: Topic,
+    running: Store<u32, i64>,
 }
 
 impl Close {
@@ -239,6 +254,9 @@ impl Processor for Close {
                     return Ok(());
                 }
                 // The table is keyed like the payments: by the merchant id, as text.
+                let mut running = ctx.store(&self.running);
+                let so_far = running.get(&p.merchant)?.unwrap_or(0) + p.amount_cents;
+                running.put(&p.merchant, &so_far)?;
                 let fee = ctx.table(&self.merchants).get(p.merchant.to_string())?.map_or(0, |m| m.fee(p.amount_cents));
                 let update = self.daily.add(ctx, rec, &p.merchant, p.time_ms, |t| {
                     t.cents += p.amount_cents;

@@ -183,6 +183,8 @@ pub struct Reconciliation {
     pub input_duplicates: u64,
     /// Payments on the late topic.
     pub late_payments: usize,
+    /// Each merchant's distinct payments, in cents: its running revenue at the end.
+    pub merchant_cents: BTreeMap<u32, i64>,
     /// Up to 5 mismatches, described.
     pub examples: Vec<String>,
 }
@@ -243,6 +245,9 @@ pub fn reconcile(cfg: &VerifyConfig, topics: &Topics) -> Result<Reconciliation> 
         }
     })?;
     rec.payments = seen.len();
+    for ((merchant, _), (cents, _)) in &batch {
+        *rec.merchant_cents.entry(*merchant).or_default() += cents;
+    }
     rec.total_cents = batch.values().map(|t| t.0).sum();
     rec.fee_cents = batch.values().map(|t| t.1).sum();
     // Every revision of every merchant-day: the latest is its figure.
