@@ -217,7 +217,9 @@ async fn a_backlog_larger_than_the_task_queue_is_not_paced_by_the_poll_interval(
 
 /// Under a backlog the inbox is never empty, and a batch still closes a commit interval
 /// after it began: its collection (`TransactionEvent::collect`) stays within the interval
-/// (plus a scheduling margin), however many records wait behind it.
+/// (plus a scheduling margin), however many records wait behind it. On a loaded machine a
+/// task thread is sometimes not scheduled for longer than the margin: one batch in ten may
+/// exceed it (a batch that waited for the inbox to drain exceeds it every time).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn under_a_backlog_a_batch_collects_for_at_most_the_commit_interval() {
     const BACKLOG: u64 = 300_000;
@@ -241,5 +243,7 @@ async fn under_a_backlog_a_batch_collects_for_at_most_the_commit_interval() {
     let collects = collects.lock().unwrap().clone();
     let longest = collects.iter().max().copied().unwrap_or_default();
     println!("{} batches; the longest collected {:?} ({} records)", collects.len(), longest.0, longest.1);
-    assert!(longest.0 <= interval + Duration::from_millis(150), "{collects:?}");
+    let over = collects.iter().filter(|c| c.0 > interval + Duration::from_millis(150)).count();
+    assert!(collects.len() >= 5 && over <= (collects.len() / 10).max(1), "{over} over the margin: {collects:?}");
+    assert!(longest.0 <= interval * 5, "{collects:?}");
 }

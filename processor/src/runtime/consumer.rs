@@ -220,28 +220,10 @@ fn leave_group(consumer: &BaseConsumer<Rebalancer>, deadline: Instant) {
         return;
     }
     let left_by = deadline.min(Instant::now() + LEAVE_WAIT);
-    while member_id(consumer).is_some() && Instant::now() < left_by {
+    while rebalance::member_id(consumer).is_some() && Instant::now() < left_by {
         let _ = consumer.poll(POLL_INTERVAL);
     }
 }
 
 /// The longest a stopping consumer waits for librdkafka to send its LeaveGroup.
 const LEAVE_WAIT: Duration = Duration::from_secs(5);
-
-/// The consumer's group member id, `None` while it has none: librdkafka clears it as it
-/// sends the LeaveGroup, and closing the consumer from then on waits for the request to be
-/// answered.
-pub(super) fn member_id<C: rdkafka::consumer::ConsumerContext>(consumer: &BaseConsumer<C>) -> Option<String> {
-    let rk = consumer.client().native_ptr();
-    // SAFETY: `rk` is the live handle `consumer` owns. `rd_kafka_memberid` returns NULL or a
-    // NUL-terminated copy that the caller frees with `rd_kafka_mem_free`, done here once read.
-    unsafe {
-        let id = rdkafka::bindings::rd_kafka_memberid(rk);
-        if id.is_null() {
-            return None;
-        }
-        let read = std::ffi::CStr::from_ptr(id).to_string_lossy().into_owned();
-        rdkafka::bindings::rd_kafka_mem_free(rk, id.cast());
-        Some(read).filter(|s| !s.is_empty())
-    }
-}

@@ -188,7 +188,7 @@ impl Pipeline {
         let stopping = Box::new(move || shutdown.is_shutdown());
         let stats = self.handle.clone();
         let applied = Box::new(move |n| stats.stats().standby_records.add(n));
-        crate::state::standby::start(standbys.clone(), stopping, applied)?;
+        crate::state::standby::follower::start(standbys.clone(), stopping, applied)?;
         Ok(Some(standbys))
     }
 

@@ -1,7 +1,6 @@
 //! Changelog topics: created (or checked) at start-up, read back on assignment.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -10,7 +9,6 @@ use rdkafka::message::Message;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
 use super::backend::{Change, Checkpoint, Location};
-use super::standby::Standbys;
 use super::{changelog_topic, checkpoint, PartitionState, StateError, StoreDef};
 use crate::admin::QuietEof;
 use crate::config::PipelineConfig;
@@ -78,37 +76,31 @@ pub(crate) fn ensure_topics(cfg: &PipelineConfig, input_partitions: i32) -> Resu
 /// one pass (an instance task gets them together on assignment): one client, one offset
 /// fetch, one read per store.
 ///
-/// With `standbys`, each partition is marked as this instance's for as long as its state
-/// lives, and a partition that has a warm [standby](super::standby) copy continues it: its
-/// offsets are checkpoints like a local store's. Returns the states, the changelog records
-/// read and how many partitions continued a standby copy.
+/// With `handover`, each partition's state is first asked of it ([`Handed`]: a guard the
+/// state keeps while it lives, and maybe a warm [standby](super::standby) copy, continued
+/// from its stores' checkpoints like a local store). Returns the states, the changelog
+/// records read and how many partitions continued a copy.
 pub(crate) fn restore(
     cfg: &PipelineConfig,
     partitions: &[i32],
     deadline: Instant,
-    standbys: Option<&Arc<Standbys>>,
+    handover: Option<&dyn Fn(i32) -> Handed>,
 ) -> Result<(Vec<PartitionState>, u64, usize)> {
     let started = Instant::now();
     let mut states: Vec<PartitionState> = Vec::with_capacity(partitions.len());
-    // Per partition: each store's offset in its standby copy, if it had one.
+    // Per partition: each store's checkpoint in its warm copy, if it had one.
     let mut warm: Vec<Option<Vec<Checkpoint>>> = Vec::with_capacity(partitions.len());
     for p in partitions {
-        match standbys.map(|s| s.activate(*p)) {
-            Some((lease, Some(copy))) => {
-                warm.push(Some((0..cfg.stores.len()).map(|s| copy.checkpoint(s)).collect()));
-                let mut state = copy.state;
-                state.hold(lease);
-                states.push(state);
-            }
-            held => {
-                let mut state = PartitionState::new(&cfg.application_id, &cfg.stores, *p);
-                if let Some((lease, None)) = held {
-                    state.hold(lease);
-                }
-                warm.push(None);
-                states.push(state);
-            }
+        let handed = handover.map(|h| h(*p)).unwrap_or_default();
+        let (mut state, checkpoints) = match handed.warm {
+            Some((state, checkpoints)) => (state, Some(checkpoints)),
+            None => (PartitionState::new(&cfg.application_id, &cfg.stores, *p), None),
+        };
+        if let Some(guard) = handed.guard {
+            state.hold(guard);
         }
+        warm.push(checkpoints);
+        states.push(state);
     }
     let mut cc = group_reader_config(cfg);
     cc.set("enable.partition.eof", "true")
@@ -281,6 +273,15 @@ pub(crate) fn restore(
     }
     let handovers = warm.iter().filter(|w| w.is_some()).count();
     Ok((states, records.iter().flatten().sum(), handovers))
+}
+
+/// What a restore is handed for a partition before it opens its stores.
+#[derive(Default)]
+pub(crate) struct Handed {
+    /// Kept by the partition's state while it lives.
+    pub guard: Option<Box<dyn std::any::Any + Send>>,
+    /// A warm copy of the partition's state, with each store's checkpoint.
+    pub warm: Option<(PartitionState, Vec<Checkpoint>)>,
 }
 
 /// Whether a changelog partition's restore, read up to `position` (the offset after the

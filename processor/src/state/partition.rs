@@ -38,9 +38,9 @@ pub(crate) struct PartitionState {
     partition: i32,
     stores: Vec<StoreCell>,
     tallies: BTreeMap<(Tally, String), u64>,
-    /// Held while a task owns this state: no standby copy of the partition is kept here
-    /// meanwhile ([`super::standby`]).
-    lease: Option<super::standby::Lease>,
+    /// Dropped with the state: what marks the partition as a task's meanwhile (a standby
+    /// replica's lease, `super::standby`).
+    guard: Option<Box<dyn std::any::Any + Send>>,
 }
 
 impl PartitionState {
@@ -56,16 +56,16 @@ impl PartitionState {
                 pending: BTreeMap::new(),
             })
             .collect();
-        PartitionState { partition, stores, tallies: BTreeMap::new(), lease: None }
+        PartitionState { partition, stores, tallies: BTreeMap::new(), guard: None }
     }
 
     pub(crate) fn partition(&self) -> i32 {
         self.partition
     }
 
-    /// Marks the state as a task's for as long as it lives.
-    pub(crate) fn hold(&mut self, lease: super::standby::Lease) {
-        self.lease = Some(lease);
+    /// Keeps `guard` for as long as the state lives.
+    pub(crate) fn hold(&mut self, guard: Box<dyn std::any::Any + Send>) {
+        self.guard = Some(guard);
     }
 
     pub(crate) fn backend_mut(&mut self, store: usize) -> &mut dyn KeyValueBackend {

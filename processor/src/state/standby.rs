@@ -27,7 +27,7 @@
 //! The follower's locks: it takes the registry's lock only to add, drop or write to a copy,
 //! never while it waits for Kafka; a task's `activate` waits at most for one such write.
 
-mod follower;
+pub(crate) mod follower;
 pub(crate) mod placement;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -35,9 +35,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::SystemTime;
 
 use super::backend::Checkpoint;
+use super::changelog::Handed;
 use super::PartitionState;
 use crate::config::PipelineConfig;
-pub(crate) use follower::start;
 
 /// The standby copies of one instance, and the partitions its tasks hold.
 pub(crate) struct Standbys {
@@ -99,6 +99,17 @@ impl Standbys {
         inner.active.insert(partition);
         let warm = inner.warm.remove(&partition);
         (Lease { standbys: self.clone(), partition }, warm)
+    }
+
+    /// [`activate`](Self::activate) as a restore takes it: the lease as the state's guard,
+    /// and the warm copy with its stores' checkpoints.
+    pub(crate) fn hand(self: &Arc<Self>, partition: i32) -> Handed {
+        let (lease, warm) = self.activate(partition);
+        let warm = warm.map(|w| {
+            let checkpoints = (0..w.next.len()).map(|s| w.checkpoint(s)).collect();
+            (w.state, checkpoints)
+        });
+        Handed { guard: Some(Box::new(lease)), warm }
     }
 
     /// Records this instance's member id (the consumer thread, on an assignment).

@@ -84,7 +84,7 @@ impl ConsumerContext for Rebalancer {
                 } else {
                     self.tasks.pause_unstarted(consumer);
                 }
-                self.tasks.set_member(super::member_id(consumer));
+                self.tasks.set_member(member_id(consumer));
                 applied
             }
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {
@@ -120,5 +120,23 @@ impl ConsumerContext for Rebalancer {
             Ok(()) if incremental => self.tasks.wake_routed(),
             Ok(()) => {}
         }
+    }
+}
+
+/// The consumer's group member id, `None` while it has none: librdkafka clears it as it
+/// sends the LeaveGroup, and closing the consumer from then on waits for the request to be
+/// answered.
+pub(super) fn member_id<C: rdkafka::consumer::ConsumerContext>(consumer: &BaseConsumer<C>) -> Option<String> {
+    let rk = consumer.client().native_ptr();
+    // SAFETY: `rk` is the live handle `consumer` owns. `rd_kafka_memberid` returns NULL or a
+    // NUL-terminated copy that the caller frees with `rd_kafka_mem_free`, done here once read.
+    unsafe {
+        let id = rdkafka::bindings::rd_kafka_memberid(rk);
+        if id.is_null() {
+            return None;
+        }
+        let read = std::ffi::CStr::from_ptr(id).to_string_lossy().into_owned();
+        rdkafka::bindings::rd_kafka_mem_free(rk, id.cast());
+        Some(read).filter(|s| !s.is_empty())
     }
 }

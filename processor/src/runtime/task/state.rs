@@ -33,8 +33,9 @@ impl Task {
         partitions.sort_unstable();
         partitions.dedup(); // co-partitioned inputs share partition n's state
         if !partitions.is_empty() {
-            let (states, records, handovers) =
-                changelog::restore(&cfg, &partitions, deadline, self.shared.standbys.as_ref())?;
+            let standbys = self.shared.standbys.clone();
+            let hand = move |p: i32| standbys.as_ref().map(|s| s.hand(p)).unwrap_or_default();
+            let (states, records, handovers) = changelog::restore(&cfg, &partitions, deadline, Some(&hand))?;
             self.shared.shutdown.stats().restored_records.add(records);
             self.shared.shutdown.stats().standby_handovers.add(handovers as u64);
             self.processing.restored(states);

@@ -167,14 +167,21 @@ impl Follower {
     /// backend keeps one that is trusted, else empty from the changelog's start.
     fn open(&self, partition: i32) -> Result<Warm> {
         let cfg = &self.cfg;
-        let mut state = PartitionState::new(&cfg.application_id, &cfg.stores, partition);
-        let (mut next, mut dated) = (Vec::new(), Vec::new());
-        for (store, spec) in cfg.stores.iter().enumerate() {
-            let topic = changelog_topic(&cfg.application_id, &spec.name);
+        let topics: Vec<String> = cfg.stores.iter().map(|s| changelog_topic(&cfg.application_id, &s.name)).collect();
+        // Asked before any store is opened: a disk store stays locked while it is open, and
+        // a task that takes the partition meanwhile waits for it.
+        let mut ends = Vec::with_capacity(topics.len());
+        for topic in &topics {
             let (low, high) = self
                 .watermarks
-                .fetch_watermarks(&topic, partition, Duration::from_secs(10))
+                .fetch_watermarks(topic, partition, Duration::from_secs(10))
                 .map_err(|e| Error::Internal(format!("end offsets of {topic} [{partition}]: {e}")))?;
+            ends.push((low, high));
+        }
+        let mut state = PartitionState::new(&cfg.application_id, &cfg.stores, partition);
+        let (mut next, mut dated) = (Vec::new(), Vec::new());
+        for (store, (spec, topic)) in cfg.stores.iter().zip(&topics).enumerate() {
+            let (low, high) = ends[store];
             let location = Location { application_id: &cfg.application_id, store: &spec.name, partition };
             let backend = state.backend_mut(store);
             let now = SystemTime::now();
@@ -182,7 +189,7 @@ impl Follower {
                 || crate::admin::Client::new(&cfg.bootstrap_servers).properties(cfg.consumer_properties.clone());
             let resumed = match backend.open(&location) {
                 Ok(Some(cp)) => {
-                    checkpoint::resume_from(&cp, low, high, now, || checkpoint::delete_retention(admin, &topic))
+                    checkpoint::resume_from(&cp, low, high, now, || checkpoint::delete_retention(admin, topic))
                         .ok()
                         .map(|from| (from, cp.written_at))
                 }
