@@ -9,10 +9,10 @@
 //! values are written first: the state. Then a paced writer feeds `rate` records per second,
 //! so every partition commits continuously. Once the preload is copied, every instance
 //! commits and, with standbys, the other instances' copies have applied the preload of
-//! instance 0's partitions (caught up), instance 0 is SIGKILLed and not restarted. The group moves its partitions after the session timeout;
-//! each moved partition's **wait** is the time from the kill to its first commit at another
-//! instance (from the instances' commit logs). At the end the group catches up and the copy
-//! is verified.
+//! instance 0's partitions (caught up), instance 0 is SIGKILLed and not restarted. The group
+//! moves its partitions after the session timeout; each moved partition's **wait** is the
+//! time from the kill to its first commit at another instance (from the instances' commit
+//! logs). At the end the group catches up and the copy is verified.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
