@@ -20,7 +20,10 @@ fn err(b: PipelineBuilder) -> String {
 
 #[test]
 fn rejects_what_would_break_the_guarantee() {
-    assert!(err(base().consumer_property("enable.auto.commit", "true")).contains("enable.auto.commit"));
+    for k in ["enable.auto.commit", "enable.auto.offset.store", "auto.commit.interval.ms"] {
+        assert!(err(base().consumer_property(k, "false")).contains(k), "{k}");
+        assert!(err(base().guarantee(Guarantee::AtLeastOnce).consumer_property(k, "1")).contains(k), "{k}");
+    }
     assert!(err(base().consumer_property("isolation.level", "read_uncommitted")).contains("read_committed"));
     assert!(err(base().transaction_timeout(Duration::from_millis(50))).contains("must exceed the commit interval"));
     assert!(err(base().producer_property("transaction.timeout.ms", "100")).contains("must exceed"));

@@ -152,6 +152,14 @@ impl PipelineConfig {
             // to the client.
             .set("fetch.queue.backoff.ms", "10")
             .set("statistics.interval.ms", self.statistics_interval.as_millis().to_string());
+        if self.guarantee == Guarantee::AtLeastOnce {
+            // At-least-once: the runtime stores each batch's offsets once its outputs are
+            // acknowledged, and librdkafka commits what is stored and not yet committed every
+            // commit interval. A commit that fails (sent in a rebalance's window, or while
+            // the coordinator moves) is so sent again, even when no record follows.
+            c.set("enable.auto.commit", "true")
+                .set("auto.commit.interval.ms", self.commit_interval.as_millis().max(1).to_string());
+        }
         self.group.apply(&mut c);
         self.consumer_properties.set_on(&mut c);
         c

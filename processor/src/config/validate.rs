@@ -57,8 +57,13 @@ impl PipelineBuilder {
             ));
         }
         let c = &self.consumer_properties;
-        if c.get("enable.auto.commit").is_some_and(|v| v != "false") {
-            return cfg_err("consumer property enable.auto.commit must stay false: offsets are committed by the runtime, after the outputs".into());
+        if let Some(k) = ["enable.auto.commit", "enable.auto.offset.store", "auto.commit.interval.ms"]
+            .into_iter()
+            .find(|k| c.get(k).is_some())
+        {
+            return cfg_err(format!(
+                "do not set the consumer property {k}: the runtime commits offsets once the outputs are committed (at-least-once: acknowledged), at the commit interval; set PipelineBuilder::commit_interval"
+            ));
         }
         if c.get("group.id").is_some() {
             return cfg_err("do not set group.id: the application_id is the group id".into());

@@ -23,6 +23,8 @@ use crate::runtime::{Shared, POLL_INTERVAL};
 use crate::state::changelog::group_reader_config;
 use rebalance::Rebalancer;
 
+#[cfg(test)]
+mod mock_cluster_tests;
 mod rebalance;
 
 /// Runs the consumer thread until shutdown or a fatal error.
@@ -83,8 +85,10 @@ pub(crate) fn run(shared: Arc<Shared>, control: Receiver<Control>) -> Result<()>
         while let Ok(msg) = control.try_recv() {
             match msg {
                 Control::CommitOffsets(offsets) => {
-                    if let Err(e) = consumer.commit(&to_tpl(&offsets), CommitMode::Async) {
-                        tracing::warn!(error = %e, "offset commit failed; the next one supersedes it");
+                    // A partition revoked since its batch cannot store: its revocation
+                    // committed the offset.
+                    if let Err(e) = consumer.store_offsets(&to_tpl(&offsets)) {
+                        tracing::debug!(error = %e, "acknowledged offsets not stored (partitions revoked meanwhile)");
                     }
                 }
                 Control::Fenced { task, error } => {

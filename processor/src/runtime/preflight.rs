@@ -58,7 +58,7 @@ pub(crate) fn preflight(cfg: &PipelineConfig) -> Result<Cluster> {
     impl ConsumerContext for Probe {}
 
     let mut cc = cfg.consumer_config();
-    cc.set("log_level", "3");
+    cc.set("log_level", "3").set("enable.auto.commit", "false");
     let probe: BaseConsumer<Probe> = cc.create_with_context(Probe::default()).map_err(|e| {
         Error::Config(format!("consumer configuration rejected by librdkafka: {}", crate::config::client_error(&e)))
     })?;

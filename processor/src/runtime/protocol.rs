@@ -35,7 +35,8 @@ pub(crate) struct RevokeReply {
 
 /// What a task tells the consumer thread.
 pub(crate) enum Control {
-    /// At-least-once: these next offsets are acknowledged; commit them.
+    /// At-least-once: these next offsets are acknowledged; store them for librdkafka's
+    /// periodic commit.
     CommitOffsets(Vec<(TopicPartition, i64)>),
     /// The task's producer was fenced, or its member left the group: give its partitions up.
     Fenced { task: u64, error: String },

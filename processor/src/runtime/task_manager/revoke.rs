@@ -116,6 +116,9 @@ impl TaskManager {
             }
         }
         if !lost && !acked.is_empty() {
+            // Stored first: librdkafka then never commits an older stored offset over this
+            // commit as it removes the partitions, and retries it there if this one fails.
+            let _ = consumer.store_offsets(&to_tpl(&acked));
             if let Err(e) = consumer.commit(&to_tpl(&acked), CommitMode::Sync) {
                 tracing::warn!(error = %e, "committing offsets on revocation failed; the next owner may reprocess (at-least-once)");
             }
