@@ -64,6 +64,9 @@ pub(crate) struct Processing {
     idle_since: HashMap<i32, (Topic, SystemTime)>,
     /// The wall clock, if not the machine's (the test driver's simulated clock).
     clock: Option<SystemTime>,
+    /// Partitions of the input topics, among which records sent to a repartition topic are
+    /// placed by key.
+    input_partitions: i32,
     /// Where the restored partitions are offered to queries, and this task's id, which
     /// names its offers ([`crate::query`]); `None` in the test driver.
     queries: Option<(Arc<Registry>, u64)>,
@@ -84,6 +87,7 @@ impl Processing {
             outputs: HashMap::new(),
             idle_since: HashMap::new(),
             clock: None,
+            input_partitions: 1,
             queries: None,
         }
     }
@@ -97,6 +101,11 @@ impl Processing {
     /// Makes timers follow `now` instead of the machine's clock (the test driver).
     pub(crate) fn set_clock(&mut self, now: SystemTime) {
         self.clock = Some(now);
+    }
+
+    /// The input topics' partition count (the cluster's, or the test driver's).
+    pub(crate) fn set_input_partitions(&mut self, n: i32) {
+        self.input_partitions = n.max(1);
     }
 
     pub(crate) fn config(&self) -> &PipelineConfig {
@@ -125,6 +134,7 @@ impl Processing {
             global: self.global.as_deref(),
             processors: &mut self.processors,
             outputs_per_partition: &mut self.outputs,
+            input_partitions: self.input_partitions,
             now,
             idle_since: &mut self.idle_since,
         }
@@ -337,6 +347,8 @@ pub(crate) struct BatchWork<'a> {
     sink_rows: &'a mut Vec<SinkRow<AnyRow>>,
     /// See [`Processing::idle_since`].
     idle_since: &'a mut HashMap<i32, (Topic, SystemTime)>,
+    /// See [`Processing::input_partitions`].
+    input_partitions: i32,
     /// The wall clock of this attempt (timers).
     now: SystemTime,
 }
@@ -394,6 +406,7 @@ impl Work for BatchWork<'_> {
                     }));
                 }
                 drop(rows);
+                self.processors.place(&self.cfg.repartition_topics, self.input_partitions);
                 self.processors.outputs()
             }
         };
@@ -418,6 +431,7 @@ impl Work for BatchWork<'_> {
                 *self.outputs_per_partition.entry((topic, partition)).or_default() += fired;
             }
         }
+        self.processors.place(&cfg.repartition_topics, self.input_partitions);
         if self.processors.has_rows() {
             return Err("a timer that fired without a record wrote sink rows: only timers that fire after a record may (see kafka_eos::timers)".into());
         }

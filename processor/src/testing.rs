@@ -105,6 +105,12 @@ impl Engine {
         self.processing.config()
     }
 
+    /// The input topics' partition count, among which records sent to a repartition topic
+    /// are placed by key (default 1).
+    pub fn set_input_partitions(&mut self, n: i32) {
+        self.processing.set_input_partitions(n);
+    }
+
     /// Whether `partition`'s state must be restored before its next record.
     pub fn needs_restore(&self, partition: i32) -> bool {
         self.processing.needs_restore(partition)

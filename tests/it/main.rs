@@ -18,6 +18,7 @@ mod joins;
 mod ops;
 mod query;
 mod rebalance;
+mod repartition;
 mod restore;
 mod scale;
 mod security;

@@ -64,6 +64,9 @@ pub struct PipelineBuilder {
     global_tables: Vec<crate::table::TableDef>,
     advertise: Option<super::pipeline::Advertise>,
     partitioner: Option<crate::query::Partitioner>,
+    /// Repartition topics: (the name given, the application id when it was declared, the
+    /// topic), see [`PipelineBuilder::repartition`].
+    repartitions: Vec<(String, Option<String>, Topic)>,
 }
 
 impl Pipeline {
@@ -647,6 +650,9 @@ impl PipelineBuilder {
 
 #[path = "builder_query.rs"]
 mod queryable;
+
+#[path = "builder_repartition.rs"]
+mod repartition;
 
 #[path = "validate.rs"]
 mod validate;

@@ -157,3 +157,27 @@ fn standby_replicas_need_a_store_and_a_classic_protocol() {
     assert_eq!(ok.config().standby_replicas, 2);
     assert_eq!(stateful(base()).build().unwrap().config().standby_replicas, 0, "off by default");
 }
+
+#[test]
+fn a_repartition_topic_is_named_after_the_application_and_read_and_written() {
+    let mut b = base();
+    let t = b.repartition("by-merchant");
+    assert_eq!(b.repartition("by-merchant"), t, "declared twice: the same topic");
+    let pipeline = b.build().unwrap();
+    let cfg = pipeline.config();
+    assert_eq!(t.as_str(), "app-by-merchant-repartition");
+    assert_eq!(cfg.input_topics.last().map(String::as_str), Some(t.as_str()), "read after the inputs");
+    assert_eq!(cfg.repartition_topics, [t.to_string()]);
+    assert!(cfg.output_topics.contains(&t.to_string()), "checked at start-up like an output");
+
+    let mut early = Pipeline::builder().bootstrap_servers("b:9092").input_topic("in").processor(|_, _| Ok(()));
+    early.repartition("r");
+    assert!(err(early.application_id("app")).contains("call application_id first"));
+    let mut bad = base();
+    bad.repartition("no spaces");
+    assert!(err(bad).contains("repartition name"));
+    let mut stateful = base();
+    stateful.repartition("r");
+    stateful.store::<u8, u8>("s");
+    assert!(err(stateful).contains("Rebalancing::Eager"), "state per partition n of both topics: a range assignor");
+}

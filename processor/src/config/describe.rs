@@ -42,6 +42,8 @@ pub struct TopologyDescription {
     /// The transactional.id patterns (`<partition>`, `<instance-id>`, `<k>` placeholders).
     transactional_ids: Vec<String>,
     inputs: Vec<String>,
+    /// The repartition topics: written by the processor, read back by it.
+    repartitions: Vec<String>,
     /// Partition n of every input topic is one task (a stateful pipeline over several inputs).
     co_partitioned: bool,
     processor: String,
@@ -91,14 +93,18 @@ impl TopologyDescription {
             guarantee: cfg.guarantee,
             rebalancing: cfg.rebalancing(),
             transactional_ids: transactional_ids(cfg),
-            inputs: cfg.input_topics.clone(),
+            inputs: cfg.input_topics.iter().filter(|t| !cfg.repartition_topics.contains(t)).cloned().collect(),
+            repartitions: cfg.repartition_topics.clone(),
             co_partitioned: cfg.co_partitioned(),
             processor: short_type_name(processor),
             stores,
             tables: (cfg.tables.iter().map(|t| (t.topic.clone(), false)))
                 .chain(cfg.global_tables.iter().map(|t| (t.topic.clone(), true)))
                 .collect(),
-            outputs: cfg.output_topics.iter().filter(|t| !late.iter().any(|(l, _)| l == *t)).cloned().collect(),
+            outputs: (cfg.output_topics.iter())
+                .filter(|t| !late.iter().any(|(l, _)| l == *t) && !cfg.repartition_topics.contains(t))
+                .cloned()
+                .collect(),
             late,
             dead_letter: match &cfg.processor_error_policy.then {
                 Exhausted::DeadLetter(t) => Some(t.clone()),
@@ -136,6 +142,9 @@ impl TopologyDescription {
         line("end".into());
         for (i, t) in self.inputs.iter().enumerate() {
             line(format!("{} --> processor", topic(&format!("input{i}"), t)));
+        }
+        for (i, t) in self.repartitions.iter().enumerate() {
+            line(format!("processor -- by new key --> {} --> processor", topic(&format!("repartition{i}"), t)));
         }
         for (i, (t, global)) in self.tables.iter().enumerate() {
             let edge = if *global { "global table" } else { "table" };
@@ -183,6 +192,13 @@ impl fmt::Display for TopologyDescription {
         match self.co_partitioned {
             true => row(f, "input", &format!("{inputs} (co-partitioned: partition n of each is one task)"))?,
             false => row(f, "input", &inputs)?,
+        }
+        for t in &self.repartitions {
+            row(
+                f,
+                "repartition",
+                &format!("{t} (written by key, read back: partition n with partition n of the input)"),
+            )?;
         }
         row(f, "processor", &self.processor)?;
         for s in &self.stores {

@@ -218,3 +218,24 @@ fn windows_sharing_a_late_topic_draw_it_once() {
 fn labels_escape_what_would_end_a_mermaid_label() {
     assert_eq!(label("a\"<b>"), "a#quot;#lt;b#gt;");
 }
+
+#[test]
+fn a_repartition_topic_is_drawn_as_a_loop_through_the_processor() {
+    let mut b = base("velo").input_topic("payments").guarantee(Guarantee::AtLeastOnce);
+    b.repartition("by-merchant");
+    let d = b.processor(|_, _| Ok(())).build().unwrap().describe();
+    assert_eq!(
+        d.to_string(),
+        "\
+application velo (group.id, transactional.id prefix)
+  guarantee   at-least-once; no transactions (idempotent producers)
+  rebalancing cooperative
+  input       payments
+  repartition velo-by-merchant-repartition (written by key, read back: partition n with partition n of the input)
+  processor   closure
+"
+    );
+    assert!(d
+        .mermaid()
+        .contains("processor -- by new key --> repartition0[/\"velo-by-merchant-repartition\"/] --> processor\n"));
+}

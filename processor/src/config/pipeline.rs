@@ -18,8 +18,11 @@ pub struct PipelineConfig {
     pub bootstrap_servers: String,
     /// The consumer `group.id` and the prefix of every `transactional.id`.
     pub application_id: String,
-    /// Topics consumed.
+    /// Topics consumed: the input topics, then the [repartition
+    /// topics](crate::PipelineBuilder::repartition).
     pub input_topics: Vec<String>,
+    /// The repartition topics, among the input and the output topics.
+    pub repartition_topics: Vec<String>,
     /// The delivery guarantee.
     pub guarantee: Guarantee,
     /// How often a task's batches close: one interval after the previous close (`Batch::add`).

@@ -6,8 +6,16 @@ use std::time::Duration;
 use super::*;
 
 impl PipelineBuilder {
-    pub(super) fn validate(self) -> Result<(PipelineConfig, ProcessorFactory, Vec<TransactionHook>)> {
+    pub(super) fn validate(mut self) -> Result<(PipelineConfig, ProcessorFactory, Vec<TransactionHook>)> {
         let cfg_err = |m: String| Err(Error::Config(m));
+        let user_inputs = self.input_topics.len();
+        let repartition_topics = match self.application_id.clone() {
+            Some(app) => match self.take_repartitions(&app) {
+                Ok(topics) => topics,
+                Err(m) => return cfg_err(m),
+            },
+            None => Vec::new(),
+        };
         let Some(bootstrap_servers) = self.bootstrap_servers.filter(|s| !s.trim().is_empty()) else {
             return cfg_err("bootstrap_servers is required (e.g. \"127.0.0.1:9092\")".into());
         };
@@ -20,7 +28,7 @@ impl PipelineBuilder {
                 "application_id {application_id:?} must be non-empty and use only letters, digits, '.', '_' and '-'"
             ));
         }
-        if self.input_topics.is_empty() {
+        if user_inputs == 0 {
             return cfg_err("at least one input_topic is required".into());
         }
         let Some(processor) = self.processor else {
@@ -184,6 +192,7 @@ impl PipelineBuilder {
                 bootstrap_servers,
                 application_id,
                 input_topics: self.input_topics,
+                repartition_topics,
                 guarantee: self.guarantee,
                 commit_interval,
                 max_records_per_transaction: max_records,

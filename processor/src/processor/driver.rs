@@ -198,6 +198,22 @@ impl Instances {
         &self.out
     }
 
+    /// Places the outputs sent to a [repartition topic](crate::PipelineBuilder::repartition)
+    /// without a partition on the partition of their key among `partitions` (murmur2, as
+    /// the Java client; a record without a key as the empty key), so that the runtime and
+    /// the test driver agree on where each key is processed.
+    pub(crate) fn place(&mut self, repartition_topics: &[String], partitions: i32) {
+        if repartition_topics.is_empty() {
+            return;
+        }
+        let murmur2 = crate::query::Partitioner::murmur2();
+        for out in self.out.iter_mut().filter(|o| o.partition.is_none()) {
+            if repartition_topics.iter().any(|t| t.as_str() == out.topic.as_str()) {
+                out.partition = Some(murmur2.partition(out.key.as_deref().unwrap_or_default(), partitions));
+            }
+        }
+    }
+
     /// The sink rows of the last [`process`](Self::process) call.
     pub(crate) fn take_rows(&mut self) -> std::vec::Drain<'_, crate::sink::erased::AnyRow> {
         self.rows.drain(..)

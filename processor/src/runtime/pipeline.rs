@@ -144,6 +144,7 @@ impl Pipeline {
             control: control_tx,
             shutdown: self.handle.clone(),
             brokers: cluster.brokers,
+            input_partitions: cluster.input_partitions,
             max_tasks: limits::task_bound(&self.cfg, cluster.brokers),
             queries: self.query.registry(),
             slots: match self.cfg.guarantee {

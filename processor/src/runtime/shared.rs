@@ -34,6 +34,9 @@ pub(crate) struct Shared {
     /// Brokers in the cluster's metadata at start-up (per-partition mode's open files scale
     /// with it: [`limits`](super::limits)).
     pub brokers: usize,
+    /// Partitions of the first input topic at start-up: the repartition topics have as many
+    /// ([`PipelineBuilder::repartition`](crate::PipelineBuilder::repartition)).
+    pub input_partitions: i32,
     /// Per-partition mode's bound on concurrent transaction cycles
     /// ([`PipelineConfig::max_concurrent_transactions`]); `None` in the other guarantees.
     pub slots: Option<Arc<slots::Slots>>,

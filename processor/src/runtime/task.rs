@@ -64,6 +64,7 @@ impl Task {
     ) -> Result<(Task, Resume)> {
         let control = shared.control.clone();
         let mut processing = Processing::new(shared.cfg.clone(), shared.rt.clone(), shared.processor.clone());
+        processing.set_input_partitions(shared.input_partitions);
         processing.serve_queries(shared.queries.clone(), id);
         let metrics = TaskMetrics::new(&shared.cfg.application_id, &label);
         let claimed = partitions.clone();

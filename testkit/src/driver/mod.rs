@@ -71,6 +71,8 @@
 //! that never wait, work from async tests too.)
 
 mod record;
+#[cfg(test)]
+mod repartition_tests;
 mod replay;
 #[cfg(test)]
 mod tests;
@@ -143,6 +145,10 @@ pub struct TestDriver {
     next_offset: BTreeMap<i32, i64>,
     /// Piped, not yet committed, in pipe order.
     pending: Vec<InputRecord>,
+    /// Committed records of the repartition topics, not yet processed, and each topic's
+    /// next offset per partition.
+    repartitioned: Vec<InputRecord>,
+    repartition_offsets: BTreeMap<(Topic, i32), i64>,
     batch_size: Option<usize>,
     clock_ms: i64,
     topics: BTreeMap<String, Vec<TestRecord>>,
@@ -175,6 +181,8 @@ impl TestDriver {
             input_topic,
             next_offset: BTreeMap::new(),
             pending: Vec::new(),
+            repartitioned: Vec::new(),
+            repartition_offsets: BTreeMap::new(),
             batch_size: Some(1),
             clock_ms: 0,
             topics: BTreeMap::new(),
@@ -189,6 +197,14 @@ impl TestDriver {
     /// Commits every `n` piped records (default 1); `None`: only on [`commit`](Self::commit).
     pub fn batch_size(mut self, n: Option<usize>) -> TestDriver {
         self.batch_size = n.map(|n| n.max(1));
+        self
+    }
+
+    /// The partition count of the input topics, among which records sent to a
+    /// [repartition topic](kafka_eos::PipelineBuilder::repartition) are placed by key, as
+    /// the runtime places them among the cluster's partitions (default 1).
+    pub fn partitions(mut self, n: i32) -> TestDriver {
+        self.engine.set_input_partitions(n);
         self
     }
 
@@ -239,14 +255,25 @@ impl TestDriver {
         inputs.into_iter().try_for_each(|i| self.pipe(i))
     }
 
-    /// Processes and commits the records piped since the last commit. On a processor error
+    /// Processes and commits the records piped since the last commit, then the records
+    /// they sent to repartition topics, and theirs, until none is left. On a processor error
     /// the policy stops on, the rest of the batch is dropped uncommitted and the error
     /// returned.
     pub fn commit(&mut self) -> Result<(), Error> {
-        let pending = std::mem::take(&mut self.pending);
-        if pending.is_empty() {
-            return Ok(());
+        for _round in 0..REPARTITION_ROUNDS {
+            let mut pending = std::mem::take(&mut self.pending);
+            pending.append(&mut self.repartitioned);
+            if pending.is_empty() {
+                return Ok(());
+            }
+            self.commit_batches(pending)?;
         }
+        Err(Error::Config(format!(
+            "records kept coming back through the repartition topics for {REPARTITION_ROUNDS} rounds: does the processor send the records of a repartition topic to it again?"
+        )))
+    }
+
+    fn commit_batches(&mut self, pending: Vec<InputRecord>) -> Result<(), Error> {
         let batches: Vec<Vec<InputRecord>> = if self.config().guarantee == Guarantee::ExactlyOncePerPartition {
             let mut by_partition: BTreeMap<i32, Vec<InputRecord>> = BTreeMap::new();
             for r in pending {
@@ -504,6 +531,9 @@ impl TestDriver {
                 timestamp: r.timestamp,
                 input: w.input,
             };
+            if self.config().repartition_topics.contains(&out.topic) {
+                self.repartition(r.topic, &out);
+            }
             self.topics.entry(out.topic.clone()).or_default().push(out);
             self.stats.records_out += 1;
         }
@@ -523,6 +553,30 @@ impl TestDriver {
         self.stats.transactions_committed += 1;
     }
 }
+
+impl TestDriver {
+    /// A committed record of a repartition topic becomes an input record of its partition
+    /// (the runtime placed it by key), processed after the batch that sent it.
+    fn repartition(&mut self, topic: Topic, out: &TestRecord) {
+        let partition = out.partition.unwrap_or(0);
+        let offset = self.repartition_offsets.entry((topic.clone(), partition)).or_insert(0);
+        self.repartitioned.push(InputRecord {
+            topic,
+            partition,
+            offset: *offset,
+            timestamp: out.timestamp.or(Some(self.clock_ms)),
+            key: out.key.clone(),
+            value: out.value.clone(),
+            headers: out.headers.clone(),
+        });
+        *offset += 1;
+        // Its partition's state is kept (crashes, snapshots) like an input partition's.
+        self.next_offset.entry(partition).or_insert(0);
+    }
+}
+
+/// How many times records may come back through the repartition topics in one commit.
+const REPARTITION_ROUNDS: usize = 1_000;
 
 impl Drop for TestDriver {
     /// The pipeline stops: every instance's `close` hook runs, as on a graceful shutdown.
