@@ -67,6 +67,10 @@ pub(crate) struct Processing {
     /// Partitions of the input topics, among which records sent to a repartition topic are
     /// placed by key.
     input_partitions: i32,
+    /// Whether rows handed to an [outbox sink](crate::PipelineBuilder::outbox_sink) become
+    /// outbox records (the runtime), or stay sink rows (the test driver, which shows them as
+    /// rows).
+    outbox_records: bool,
     /// Where the restored partitions are offered to queries, and this task's id, which
     /// names its offers ([`crate::query`]); `None` in the test driver.
     queries: Option<(Arc<Registry>, u64)>,
@@ -88,6 +92,7 @@ impl Processing {
             idle_since: HashMap::new(),
             clock: None,
             input_partitions: 1,
+            outbox_records: true,
             queries: None,
         }
     }
@@ -101,6 +106,11 @@ impl Processing {
     /// Makes timers follow `now` instead of the machine's clock (the test driver).
     pub(crate) fn set_clock(&mut self, now: SystemTime) {
         self.clock = Some(now);
+    }
+
+    /// Keeps the rows of an outbox sink as sink rows (the test driver).
+    pub(crate) fn keep_outbox_rows(&mut self) {
+        self.outbox_records = false;
     }
 
     /// The input topics' partition count (the cluster's, or the test driver's).
@@ -135,6 +145,7 @@ impl Processing {
             processors: &mut self.processors,
             outputs_per_partition: &mut self.outputs,
             input_partitions: self.input_partitions,
+            outbox: self.cfg.outbox.as_ref().filter(|_| self.outbox_records),
             now,
             idle_since: &mut self.idle_since,
         }
@@ -349,6 +360,8 @@ pub(crate) struct BatchWork<'a> {
     idle_since: &'a mut HashMap<i32, (Topic, SystemTime)>,
     /// See [`Processing::input_partitions`].
     input_partitions: i32,
+    /// The outbox its rows become records of, if any ([`Processing::outbox_records`]).
+    outbox: Option<&'a crate::sink::outbox::Outbox>,
     /// The wall clock of this attempt (timers).
     now: SystemTime,
 }
@@ -394,6 +407,12 @@ impl Work for BatchWork<'_> {
                     self.idle_since.insert(r.partition, (r.topic.clone(), self.now));
                     let stream = r.timestamp.filter(|_| timers.follows_records());
                     self.fire(&r.topic, r.partition, stream)?;
+                }
+                if let Some(outbox) = self.outbox {
+                    // Behind an outbox, rows are records of the batch's transaction.
+                    let records: Vec<OutputRecord> =
+                        self.processors.take_rows().map(|row| outbox.record(r, &row)).collect::<Result<_, _>>()?;
+                    self.processors.extend_outputs(records);
                 }
                 let mut rows = self.processors.take_rows();
                 if rows.len() > 0 {

@@ -97,7 +97,9 @@ impl Engine {
     /// driven on `rt`, which must be a multi-thread runtime.
     pub fn new(builder: PipelineBuilder, rt: Handle) -> Result<Engine> {
         let (cfg, factory, _hooks) = builder.validate_for_driver()?;
-        Ok(Engine { processing: Processing::new(Arc::new(cfg), rt, factory) })
+        let mut processing = Processing::new(Arc::new(cfg), rt, factory);
+        processing.keep_outbox_rows();
+        Ok(Engine { processing })
     }
 
     /// The validated configuration.

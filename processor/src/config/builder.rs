@@ -67,6 +67,8 @@ pub struct PipelineBuilder {
     /// Repartition topics: (the name given, the application id when it was declared, the
     /// topic), see [`PipelineBuilder::repartition`].
     repartitions: Vec<(String, Option<String>, Topic)>,
+    /// Sinks behind an outbox topic ([`PipelineBuilder::outbox_sink`]).
+    outboxes: Vec<crate::sink::outbox::OutboxSpec>,
 }
 
 impl Pipeline {
@@ -653,6 +655,9 @@ mod queryable;
 
 #[path = "builder_repartition.rs"]
 mod repartition;
+
+#[path = "builder_outbox.rs"]
+mod outbox;
 
 #[path = "validate.rs"]
 mod validate;

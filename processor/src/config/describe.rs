@@ -103,6 +103,7 @@ impl TopologyDescription {
                 .collect(),
             outputs: (cfg.output_topics.iter())
                 .filter(|t| !late.iter().any(|(l, _)| l == *t) && !cfg.repartition_topics.contains(t))
+                .filter(|t| cfg.outbox.as_ref().is_none_or(|o| o.topic.as_str() != t.as_str()))
                 .cloned()
                 .collect(),
             late,
@@ -110,7 +111,10 @@ impl TopologyDescription {
                 Exhausted::DeadLetter(t) => Some(t.clone()),
                 Exhausted::Stop => None,
             },
-            sink: cfg.sink.as_ref().map(|s| short_type_name(s.type_name())),
+            sink: cfg.sink.as_ref().map(|s| short_type_name(s.type_name())).or_else(|| {
+                let o = cfg.outbox.as_ref()?;
+                Some(format!("{} (behind the outbox {})", short_type_name(o.spec().type_name()), o.topic))
+            }),
         }
     }
 

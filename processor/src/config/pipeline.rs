@@ -96,6 +96,9 @@ pub struct PipelineConfig {
     /// The pipeline's sink, if one was declared
     /// ([`PipelineBuilder::sink`](crate::PipelineBuilder::sink)).
     pub(crate) sink: Option<crate::sink::erased::SinkFactory>,
+    /// The pipeline's sink behind an outbox topic, if declared
+    /// ([`PipelineBuilder::outbox_sink`](crate::PipelineBuilder::outbox_sink)).
+    pub(crate) outbox: Option<crate::sink::outbox::Outbox>,
     /// The pipeline's timers, if declared ([`crate::timers`]).
     pub(crate) timers: Option<crate::timers::Timers>,
     /// The tables, in declaration order

@@ -172,11 +172,27 @@ impl PipelineBuilder {
         if self.timers.len() > 1 {
             return cfg_err(format!("{} Timers are declared: a pipeline has at most one", self.timers.len()));
         }
-        if self.sinks.len() > 1 {
+        if self.sinks.len() + self.outboxes.len() > 1 {
             return cfg_err(format!(
                 "{} sinks are declared: a pipeline has at most one (its rows and offsets are written together)",
-                self.sinks.len()
+                self.sinks.len() + self.outboxes.len()
             ));
+        }
+        let outbox = self.outboxes.pop().map(|spec| crate::sink::outbox::Outbox::new(spec, &application_id));
+        if let Some(o) = &outbox {
+            let name = &o.spec().name;
+            if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c)) {
+                return cfg_err(format!(
+                    "outbox name {name:?} must be non-empty and use only letters, digits, '.', '_' and '-' (it names a topic)"
+                ));
+            }
+            if !self.guarantee.is_transactional() {
+                return cfg_err(format!(
+                    "outbox_sink({name:?}) needs an exactly-once guarantee (its rows are written in the batch's transaction); \
+                     under at-least-once, declare the sink with sink()"
+                ));
+            }
+            self.output_topics.push(o.topic.clone());
         }
         if let Err(m) = super::queryable::check(self.advertise.as_ref(), &self.stores, self.ops_address) {
             return cfg_err(m);
@@ -231,6 +247,7 @@ impl PipelineBuilder {
                 changelog_replication: self.changelog_replication.unwrap_or(-1),
                 fault: self.fault.build(),
                 sink: self.sinks.into_iter().next(),
+                outbox,
                 timers: self.timers.into_iter().next(),
                 tables: self.tables,
                 global_tables: self.global_tables,

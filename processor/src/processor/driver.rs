@@ -198,6 +198,11 @@ impl Instances {
         &self.out
     }
 
+    /// Adds `records` to the outputs of the last call (an outbox's rows).
+    pub(crate) fn extend_outputs(&mut self, records: Vec<OutputRecord>) {
+        self.out.extend(records);
+    }
+
     /// Places the outputs sent to a [repartition topic](crate::PipelineBuilder::repartition)
     /// without a partition on the partition of their key among `partitions` (murmur2, as
     /// the Java client; a record without a key as the empty key), so that the runtime and

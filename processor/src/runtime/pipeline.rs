@@ -93,6 +93,7 @@ impl Pipeline {
         // as `shutdown` does: the consumer thread and the tasks commit what they collected
         // and leave the group, in the background.
         let _stop_on_drop = StopOnDrop(self.handle.clone());
+        let applier = self.start_outbox()?;
         self.query.started(cluster.input_partitions);
         let _stop_queries = StopQueries(self.query.clone());
         #[cfg(feature = "ops-server")]
@@ -173,11 +174,33 @@ impl Pipeline {
         for task in watcher.into_iter().chain(ops) {
             task.abort();
         }
-        result?.map(|()| self.handle.summary())
+        let summary = result?.map(|()| self.handle.summary())?;
+        match applier {
+            Some(applier) => applier.finish().await.map(|()| summary),
+            None => Ok(summary),
+        }
     }
 }
 
 impl Pipeline {
+    /// An outbox sink: starts its applier ([`crate::sink::outbox`]), which stops this
+    /// pipeline if it fails, and is stopped with it.
+    fn start_outbox(&self) -> Result<Option<OutboxApplier>> {
+        let Some(outbox) = &self.cfg.outbox else { return Ok(None) };
+        let applier = outbox.applier(&self.cfg)?;
+        let handle = applier.shutdown_handle();
+        let main = self.handle.clone();
+        let join = tokio::spawn(async move {
+            let ended = applier.run().await;
+            if ended.is_err() {
+                main.shutdown();
+            }
+            ended
+        });
+        tracing::info!(topic = %outbox.topic, "outbox applier started");
+        Ok(Some(OutboxApplier { handle, join: Some(join) }))
+    }
+
     /// Standby replicas: starts the thread that keeps this instance's copies, if the
     /// pipeline has any. It ends with the pipeline.
     fn standbys(&self) -> Result<Option<Arc<crate::state::standby::Standbys>>> {
@@ -212,6 +235,32 @@ impl Pipeline {
         let shutdown = self.handle.clone();
         let stopping = Box::new(move || shutdown.is_shutdown());
         crate::query::endpoints::start(self.cfg.clone(), endpoint, self.query.adverts(), assigned, stopping).await
+    }
+}
+
+/// A running outbox applier; stopped when dropped (the pipeline ended early).
+struct OutboxApplier {
+    handle: ShutdownHandle,
+    join: Option<tokio::task::JoinHandle<Result<Summary>>>,
+}
+
+impl OutboxApplier {
+    /// Stops the applier after the pipeline stopped (what it has not applied, its next
+    /// start applies) and returns its error, if it failed.
+    async fn finish(mut self) -> Result<()> {
+        self.handle.shutdown();
+        let join = self.join.take().expect("joined once");
+        match join.await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => Err(e),
+            Err(e) => Err(Error::Internal(format!("the outbox applier panicked: {e}"))),
+        }
+    }
+}
+
+impl Drop for OutboxApplier {
+    fn drop(&mut self) {
+        self.handle.shutdown();
     }
 }
 

@@ -93,7 +93,7 @@ pub(crate) fn preflight(cfg: &PipelineConfig) -> Result<Cluster> {
             _ => attempt = (attempt * 2).min(Duration::from_secs(5)),
         }
     };
-    ensure_repartition_topics(cfg, &md)?;
+    ensure_internal_topics(cfg, &md)?;
     // Inputs, declared outputs and the dead-letter topic must exist before anything runs: a
     // missing output would otherwise surface only as produce timeouts in the first batch.
     let mut wanted = cfg.input_topics.clone();
@@ -163,26 +163,30 @@ pub(crate) fn preflight(cfg: &PipelineConfig) -> Result<Cluster> {
     Ok(Cluster { brokers, input_partitions: partitions(&cfg.input_topics[0]) as i32 })
 }
 
-/// Creates the [repartition topics](crate::PipelineBuilder::repartition) that do not exist,
-/// with the first input topic's partition count (they are co-partitioned with it) and the
-/// changelogs' replication; refuses one that exists with another count. Nothing to do
-/// while the input is missing: the topic check reports it.
-fn ensure_repartition_topics(cfg: &PipelineConfig, md: &rdkafka::metadata::Metadata) -> Result<()> {
+/// Creates the [repartition topics](crate::PipelineBuilder::repartition) and the
+/// [outbox](crate::PipelineBuilder::outbox_sink) topic that do not exist, with the first
+/// input topic's partition count (a repartition topic is co-partitioned with it, an outbox
+/// record goes to its input's partition) and the changelogs' replication; refuses one that
+/// exists with another count. Nothing to do while the input is missing: the topic check
+/// reports it.
+fn ensure_internal_topics(cfg: &PipelineConfig, md: &rdkafka::metadata::Metadata) -> Result<()> {
     let Some(input) = md.topics().iter().find(|t| t.name() == cfg.input_topics[0]).map(|t| t.partitions().len()) else {
         return Ok(());
     };
-    if cfg.repartition_topics.is_empty() || input == 0 {
+    let outbox = cfg.outbox.iter().map(|o| o.topic.to_string());
+    let internal: Vec<String> = cfg.repartition_topics.iter().cloned().chain(outbox).collect();
+    if internal.is_empty() || input == 0 {
         return Ok(());
     }
     let admin = crate::admin::Client::new(&cfg.bootstrap_servers).properties(cfg.consumer_properties.clone());
-    for topic in &cfg.repartition_topics {
+    for topic in &internal {
         match admin.create_topic_with(topic, input as i32, cfg.changelog_replication, &[("cleanup.policy", "delete")]) {
             Ok(()) => {}
             Err(Error::Config(m)) if m.contains("exists with") => {
                 return Err(Error::Config(format!(
-                    "repartition {m}; it must have the partition count of input topic {} ({input}), \
-                     whose partition n it is processed with. Delete it once the pipeline is stopped and every \
-                     record in it processed (it is recreated at start-up)",
+                    "the pipeline's {m}; it must have the partition count of input topic {} ({input}), \
+                     whose partition n it goes with. Delete it once the pipeline is stopped and every record \
+                     in it processed (it is recreated at start-up)",
                     cfg.input_topics[0]
                 )))
             }

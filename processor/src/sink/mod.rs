@@ -26,10 +26,11 @@
 //!   the batch, and the sink drops what it has already applied within the window.
 //! - **AtLeastOnce** sinks: written before the offsets commit; a replay applies again.
 //!
-//! Pipelines with state stores cannot use an ExactlyOnce sink: the stores' changelogs commit
-//! with the Kafka transaction, before the sink's offsets, so a replay after a crash between
-//! the two would apply the batch to state that already holds it. Keep such state in the
-//! database instead (an upsert that adds is exact there, since offsets commit with the rows).
+//! Pipelines with state stores cannot write an ExactlyOnce sink in their cycle: the stores'
+//! changelogs commit with the Kafka transaction, before the sink's offsets, so a replay after
+//! a crash between the two would apply the batch to state that already holds it. They write
+//! it through an outbox topic instead
+//! ([`PipelineBuilder::outbox_sink`](crate::PipelineBuilder::outbox_sink)).
 //!
 //! # Threads
 //! Sink calls run on the partition task's own OS thread (`Handle::block_on`), never on an
@@ -50,6 +51,7 @@ pub use crate::partition::PartitionRange;
 use crate::record::Topic;
 
 pub(crate) mod erased;
+pub(crate) mod outbox;
 
 /// What a sink promises; decides who owns the input offsets and when the sink is written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

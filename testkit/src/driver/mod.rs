@@ -62,14 +62,18 @@
 //! Kafka itself: partitioning of outputs without an explicit partition (the record keeps
 //! `partition: None`), producer timestamps, broker errors and their retries, fencing,
 //! rebalances (partitions never move), the commit interval (batches end by count or by
-//! call), transaction hooks and metrics. Those are the integration tests' and the chaos
-//! suite's business; `tests/it/equivalence.rs` shows the driver and a real broker agree.
+//! call), transaction hooks and metrics, an [outbox sink](kafka_eos::PipelineBuilder::outbox_sink)'s
+//! topic and applier (its records are shown as committed sink rows, `sink_rows::<W>()`).
+//! Those are the integration tests' and the chaos suite's business; `tests/it/equivalence.rs`
+//! shows the driver and a real broker agree.
 //!
 //! Call the driver from plain `#[test]` functions: an async processor whose future has to
 //! wait is driven to completion on the driver's own runtime with `Handle::block_on`, which
 //! panics on a thread that is already running async code. (Sync processors, and async ones
 //! that never wait, work from async tests too.)
 
+#[cfg(test)]
+mod outbox_tests;
 mod record;
 #[cfg(test)]
 mod repartition_tests;

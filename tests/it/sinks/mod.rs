@@ -4,6 +4,7 @@
 //! that kill their server; `pipeline` runs whole pipelines into them on the real broker.
 //! A server that cannot start fails the test: a skipped test would look green.
 
+mod outbox;
 mod pipeline;
 mod postgres;
 mod redis;

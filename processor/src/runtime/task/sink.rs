@@ -44,8 +44,10 @@ impl TaskSink {
             return Err(Error::Config(
                 "an exactly-once sink cannot be combined with state stores: their changelogs commit \
                  with the Kafka transaction, before the sink's offsets, so a crash between the two \
-                 would replay a batch onto state that already holds it. Keep that state in the sink's \
-                 database (its offsets commit with its rows), or use an effectively-once sink"
+                 would replay a batch onto state that already holds it. Declare the sink with \
+                 PipelineBuilder::outbox_sink (its rows then commit with the transaction, and reach the \
+                 sink from an outbox topic), keep that state in the sink's database, or use an \
+                 effectively-once sink"
                     .into(),
             ));
         }
