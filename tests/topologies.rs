@@ -33,6 +33,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use kafka_eos::{Pipeline, PipelineBuilder};
+use kafka_eos_cli::workloads::card_velocity;
 use kafka_eos_cli::workloads::financial_close::{self, Topics};
 
 const BLESS: &str = "KAFKA_EOS_BLESS_TOPOLOGIES=1 cargo test -p kafka-eos-cli --test topologies";
@@ -66,6 +67,16 @@ fn examples() -> BTreeMap<&'static str, Pipeline> {
             ),
         ),
         ("financial_close", financial_close::pipeline(base("financial-close"), &close)),
+        (
+            "card_velocity",
+            card_velocity::pipeline(
+                base("card-velocity"),
+                ("payments", "merchant-totals", "late-payments"),
+                "host=127.0.0.1",
+                "card-velocity",
+            )
+            .expect("windows"),
+        ),
         (
             "financial_close-ledger",
             financial_close_main::ledger::pipeline(base("financial-close-ledger"), "payments", "host=127.0.0.1".into()),
