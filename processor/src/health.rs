@@ -240,12 +240,14 @@ impl Health {
         let threshold = self.threshold.as_millis() as u64;
         let healthy =
             partitions.iter().all(|p| p.stalled_ms < threshold) && starting.iter().all(|t| t.starting_ms < threshold);
+        // One instant for every wait, so that their order is their start's.
+        let now = Instant::now();
         let mut unserved: Vec<UnservedPartition> = (self.unserved.lock().unwrap_or_else(|p| p.into_inner()).iter())
             .map(|((topic, partition), (reason, since))| UnservedPartition {
                 topic: topic.to_string(),
                 partition: *partition,
                 reason: reason.clone(),
-                unserved_ms: since.elapsed().as_millis() as u64,
+                unserved_ms: now.saturating_duration_since(*since).as_millis() as u64,
             })
             .collect();
         unserved.sort_by(|a, b| {

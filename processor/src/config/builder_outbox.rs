@@ -1,10 +1,16 @@
 //! The builder's outbox sink: an exactly-once sink beside state stores
 //! ([`PipelineBuilder::outbox_sink`]).
 
+use std::sync::Arc;
+
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::PipelineBuilder;
+use crate::error::BoxError;
+use crate::processor::driver::ProcessorFactory;
+use crate::processor::FnProcessor;
+use crate::sink::erased::{AnyRow, SinkFactory};
 use crate::sink::outbox::OutboxSpec;
 use crate::sink::{Sink, SinkHandle};
 
@@ -18,9 +24,8 @@ impl PipelineBuilder {
     /// with the pipeline — group `<application-id>-<name>-outbox` — turns each into the
     /// sink's row with `to_row` and writes it to the sink `connect` makes, the outbox
     /// offsets stored with the rows. The topic is created at start-up with the input's
-    /// partition count and the changelogs' replication.
-    ///
-    /// `docs/sinks.md` (*Beside state: the outbox*) shows it with the PostgreSQL sink.
+    /// partition count and the changelogs' replication. `docs/sinks.md` (*Beside state: the
+    /// outbox*) shows it with the PostgreSQL sink.
     ///
     /// Exactly once from input record to row under the exactly-once guarantees (refused
     /// under at-least-once, where [`sink`](Self::sink) applies rows directly). The rows reach
@@ -34,8 +39,23 @@ impl PipelineBuilder {
         Fut: std::future::Future<Output = std::result::Result<S, S::Error>> + Send + 'static,
         T: Fn(W) -> S::Row + Send + Sync + 'static,
     {
-        let (spec, handle) = OutboxSpec::new(name.as_ref(), connect, to_row);
-        self.outboxes.push(spec);
-        handle
+        let encode = Arc::new(|row: &AnyRow| -> Result<Vec<u8>, BoxError> {
+            let row = row.downcast_ref::<W>().ok_or("a row of another type than the outbox's")?;
+            Ok(bincode::serialize(row)?)
+        });
+        let (to_row, rows) = (Arc::new(to_row), SinkHandle::<S::Row>::new());
+        let apply = FnProcessor(move |ctx: &mut crate::Context<'_>, record: &crate::InputRecord| {
+            let written: W = bincode::deserialize(record.value.as_deref().unwrap_or_default())
+                .map_err(|e| format!("an outbox record that is not of the outbox's row type: {e}"))?;
+            ctx.sink(&rows, (*to_row)(written));
+            Ok(())
+        });
+        self.outboxes.push(OutboxSpec {
+            name: name.as_ref().to_string(),
+            encode,
+            applier: ProcessorFactory::new(apply).named("outbox applier"),
+            sink: SinkFactory::new(connect),
+        });
+        SinkHandle::new()
     }
 }

@@ -184,48 +184,22 @@ fn a_repartition_topic_is_named_after_the_application_and_read_and_written() {
 
 #[test]
 fn an_outbox_sink_needs_an_exactly_once_guarantee_and_is_the_only_sink() {
+    use crate::sink::test_sinks::{Ledger, Never};
     #[derive(serde::Serialize, serde::Deserialize)]
     struct Row;
-    #[derive(Debug)]
-    struct Never;
-    impl std::fmt::Display for Never {
-        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            f.write_str("never")
-        }
-    }
-    impl std::error::Error for Never {}
-    impl crate::sink::SinkError for Never {
-        fn class(&self) -> crate::sink::SinkErrorClass {
-            crate::sink::SinkErrorClass::Fatal
-        }
-    }
-    struct Nowhere;
-    impl crate::sink::Sink for Nowhere {
-        type Row = ();
-        type Error = Never;
-        fn guarantee(&self) -> crate::sink::SinkGuarantee {
-            crate::sink::SinkGuarantee::ExactlyOnce
-        }
-        async fn on_assigned(&mut self, p: &[(crate::Topic, i32)]) -> Result<Vec<Option<i64>>, Self::Error> {
-            Ok(vec![None; p.len()])
-        }
-        async fn write(&mut self, _: &crate::sink::SinkBatch<()>) -> Result<(), Self::Error> {
-            Ok(())
-        }
-    }
-    let connect = || async { Ok(Nowhere) };
+    let connect = || async { Ok::<_, Never>(Ledger) };
     let mut ok = base();
-    ok.outbox_sink("ledger", connect, |_: Row| ());
+    ok.outbox_sink("ledger", connect, |_: Row| 0);
     let pipeline = ok.build().unwrap();
     assert!(pipeline.config().output_topics.contains(&"app-ledger-outbox".to_string()), "checked at start-up");
     let mut alo = base().guarantee(Guarantee::AtLeastOnce);
-    alo.outbox_sink("ledger", connect, |_: Row| ());
+    alo.outbox_sink("ledger", connect, |_: Row| 0);
     assert!(err(alo).contains("exactly-once guarantee"));
     let mut two = base();
-    two.outbox_sink("ledger", connect, |_: Row| ());
+    two.outbox_sink("ledger", connect, |_: Row| 0);
     two.sink(connect);
     assert!(err(two).contains("at most one"));
     let mut bad = base();
-    bad.outbox_sink("led ger", connect, |_: Row| ());
+    bad.outbox_sink("led ger", connect, |_: Row| 0);
     assert!(err(bad).contains("outbox name"));
 }

@@ -113,7 +113,7 @@ impl TopologyDescription {
             },
             sink: cfg.sink.as_ref().map(|s| short_type_name(s.type_name())).or_else(|| {
                 let o = cfg.outbox.as_ref()?;
-                Some(format!("{} (behind the outbox {})", short_type_name(o.spec().type_name()), o.topic))
+                Some(format!("{} (behind the outbox {})", short_type_name(o.spec().sink.type_name()), o.topic))
             }),
         }
     }

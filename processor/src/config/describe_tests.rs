@@ -5,7 +5,7 @@ use super::*;
 use crate::codec::Raw;
 use crate::operators::{Dedup, TumblingWindows};
 use crate::record::Topic;
-use crate::sink::{Sink, SinkBatch, SinkError, SinkErrorClass, SinkGuarantee};
+use crate::sink::test_sinks::{Ledger, Never};
 use crate::state::backend::{Change, KeyValueBackend, MemoryBackend};
 use crate::state::StoreSpec;
 use crate::{Pipeline, PipelineBuilder, ProcessorErrorPolicy};
@@ -29,32 +29,6 @@ impl KeyValueBackend for Shelf {
     }
     fn size_bytes(&self) -> usize {
         self.0.size_bytes()
-    }
-}
-
-#[derive(Debug, thiserror::Error)]
-#[error("never")]
-struct Never;
-
-impl SinkError for Never {
-    fn class(&self) -> SinkErrorClass {
-        SinkErrorClass::Fatal
-    }
-}
-
-struct Ledger;
-
-impl Sink for Ledger {
-    type Row = i64;
-    type Error = Never;
-    fn guarantee(&self) -> SinkGuarantee {
-        SinkGuarantee::AtLeastOnce
-    }
-    async fn on_assigned(&mut self, partitions: &[(Topic, i32)]) -> Result<Vec<Option<i64>>, Never> {
-        Ok(vec![None; partitions.len()])
-    }
-    async fn write(&mut self, _batch: &SinkBatch<i64>) -> Result<(), Never> {
-        Ok(())
     }
 }
 

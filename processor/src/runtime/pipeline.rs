@@ -187,7 +187,7 @@ impl Pipeline {
     /// pipeline if it fails, and is stopped with it.
     fn start_outbox(&self) -> Result<Option<OutboxApplier>> {
         let Some(outbox) = &self.cfg.outbox else { return Ok(None) };
-        let applier = outbox.applier(&self.cfg)?;
+        let applier = Pipeline::new((applier_config(&self.cfg, outbox), outbox.spec().applier.clone(), Vec::new()));
         let handle = applier.shutdown_handle();
         let main = self.handle.clone();
         let join = tokio::spawn(async move {
@@ -235,6 +235,33 @@ impl Pipeline {
         let shutdown = self.handle.clone();
         let stopping = Box::new(move || shutdown.is_shutdown());
         crate::query::endpoints::start(self.cfg.clone(), endpoint, self.query.adverts(), assigned, stopping).await
+    }
+}
+
+/// The outbox applier's configuration: `cfg`'s cluster, client properties, timeouts, group
+/// protocol and error policy, reading the outbox at-least-once into the sink (whose stored
+/// offsets make it exactly once), with no state, tables, outputs or ops server.
+fn applier_config(cfg: &PipelineConfig, outbox: &crate::sink::outbox::Outbox) -> PipelineConfig {
+    let topic = outbox.topic.to_string();
+    PipelineConfig {
+        application_id: topic.clone(),
+        input_topics: vec![topic],
+        repartition_topics: Vec::new(),
+        guarantee: crate::Guarantee::AtLeastOnce,
+        handle_signals: false,
+        standby_replicas: 0,
+        ops_address: None,
+        stores: Vec::new(),
+        output_topics: Vec::new(),
+        late_topics: Vec::new(),
+        fault: None,
+        sink: Some(outbox.spec().sink.clone()),
+        outbox: None,
+        timers: None,
+        tables: Vec::new(),
+        global_tables: Vec::new(),
+        advertise: None,
+        ..cfg.clone()
     }
 }
 

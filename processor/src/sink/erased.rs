@@ -181,20 +181,7 @@ impl std::fmt::Debug for SinkFactory {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[derive(Debug)]
-    struct Never;
-    impl std::fmt::Display for Never {
-        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            f.write_str("never")
-        }
-    }
-    impl std::error::Error for Never {}
-    impl SinkError for Never {
-        fn class(&self) -> SinkErrorClass {
-            SinkErrorClass::Retriable
-        }
-    }
+    use crate::sink::test_sinks::Never;
 
     #[test]
     fn a_call_after_the_runtime_shut_down_fails_instead_of_panicking() {

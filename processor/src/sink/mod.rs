@@ -52,6 +52,8 @@ use crate::record::Topic;
 
 pub(crate) mod erased;
 pub(crate) mod outbox;
+#[cfg(test)]
+pub(crate) mod test_sinks;
 
 /// What a sink promises; decides who owns the input offsets and when the sink is written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
