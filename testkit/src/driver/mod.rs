@@ -345,7 +345,8 @@ impl TestDriver {
             }
             Ok(attempt) => {
                 self.apply(attempt, 0);
-                Ok(())
+                // What the timers sent to repartition topics.
+                self.commit()
             }
             Err(source) => {
                 self.engine.abort();
