@@ -4,7 +4,6 @@ use std::time::Duration;
 use super::*;
 use crate::codec::Raw;
 use crate::operators::{Dedup, TumblingWindows};
-use crate::record::Topic;
 use crate::sink::test_sinks::{Ledger, Never};
 use crate::state::backend::{Change, KeyValueBackend, MemoryBackend};
 use crate::state::StoreSpec;
