@@ -76,16 +76,9 @@ impl Default for Generate {
     }
 }
 
-fn splitmix(x: u64) -> u64 {
-    let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
-
 /// Payment `i` of the sequence `g` describes.
 pub fn payment(g: &Generate, i: u64) -> Payment {
-    let h = splitmix(i);
+    let h = super::splitmix(i);
     let card = match h % 10 {
         0 => format!("hot-{}", (h >> 8) % g.hot_cards.max(1)),
         _ => format!("card-{}", (h >> 8) % g.cards.max(1)),

@@ -124,9 +124,9 @@ pub fn write_merchants(admin: &admin::Client, topic: &str, partitions: i32, g: &
 /// carry it. Deterministic: the same `g` and `i` always give the same records.
 pub fn payment_records(g: &Generate, i: u64, partitions: i32) -> Vec<InputRecordSpec> {
     let span_ms = g.days as i64 * DAY_MS;
-    let mut h = splitmix(g.seed ^ i);
+    let mut h = super::splitmix(g.seed ^ i);
     let mut unit = || {
-        h = splitmix(h);
+        h = super::splitmix(h);
         (h >> 11) as f64 / (1u64 << 53) as f64
     };
     let merchant = (unit() * g.merchants as f64) as u32;
@@ -148,13 +148,6 @@ pub fn tick_records(g: &Generate, partitions: i32) -> Vec<InputRecordSpec> {
     let time_ms = EPOCH_MS + g.days as i64 * DAY_MS + 2 * DAY_MS;
     let value = serde_json::to_vec(&Event::Tick { time_ms }).expect("json");
     (0..partitions).map(|p| (Some(p), b"tick".to_vec(), value.clone())).collect()
-}
-
-fn splitmix(x: u64) -> u64 {
-    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
 }
 
 /// The comparison of the streamed result with the batch recomputation.
