@@ -155,9 +155,11 @@ fn main() {
             }
         }
         if p == SWEEP_PARTITIONS && !args.quick {
-            // The cost of state: the same copy writing one changelog record per input record.
-            for g in [Guarantee::AtLeastOnce, Guarantee::ExactlyOncePerPartition] {
-                let subject = Subject::Stateful(g).name().into();
+            // The cost of state: the same copy writing one changelog record per input record;
+            // and of a repartition hop: every record read, written and committed twice.
+            let costs = [Guarantee::AtLeastOnce, Guarantee::ExactlyOncePerPartition].map(Subject::Stateful);
+            for subject in costs.into_iter().chain([Subject::Repartition]) {
+                let subject = subject.name().into();
                 configs.push(Config { partitions: p, subject, interval_ms: Some(BASE_INTERVAL_MS) });
             }
             for &ms in &sweep_intervals {

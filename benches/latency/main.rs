@@ -47,8 +47,10 @@ use report::{Run, Txn};
 const STREAMS: &str = "kafka-streams-eos-v2";
 /// Kafka Streams' default commit interval under exactly-once, and ours.
 const DEFAULT_COMMIT_MS: u64 = 100;
+/// The per-partition copy through a repartition topic: the cost of one hop.
+const REPARTITION: &str = "exactly-once+repartition";
 /// Every system, in the order they run.
-const SYSTEMS: [&str; 4] = ["exactly-once", "exactly-once-per-consumer", "at-least-once", STREAMS];
+const SYSTEMS: [&str; 5] = ["exactly-once", "exactly-once-per-consumer", "at-least-once", REPARTITION, STREAMS];
 /// `--quick`'s systems: the comparison, per-partition exactly-once against Streams.
 const QUICK_SYSTEMS: [&str; 2] = ["exactly-once", STREAMS];
 /// How long a system may take to get its partitions.
@@ -206,8 +208,11 @@ fn run_system(
     let running = match (system, peers) {
         (STREAMS, Some(peers)) => Running::streams(peers, bootstrap, &input, &output, plan.commit_ms)?,
         _ => {
-            let guarantee: Guarantee = system.parse().map_err(|e| format!("{system}: {e:?}"))?;
-            Running::pipeline(rt, bootstrap, &input, &output, guarantee, plan.commit_ms, txns.clone())?
+            let (guarantee, hop) = match system {
+                REPARTITION => (Guarantee::ExactlyOncePerPartition, true),
+                _ => (system.parse().map_err(|e| format!("{system}: {e:?}"))?, false),
+            };
+            Running::pipeline(rt, bootstrap, &input, &output, (guarantee, hop), plan.commit_ms, txns.clone())?
         }
     };
     let result = load(running, rt, bootstrap, &output, plan);
@@ -270,13 +275,14 @@ impl Running {
     /// The copy of the README's first example, without the state and the error policy:
     /// every record to the output partition of its input partition, key and value
     /// unchanged, the default commit interval unless `commit_ms`; every transaction
-    /// recorded into `txns`.
+    /// recorded into `txns`. With `hop`, each input record goes to a repartition topic by
+    /// its key first, and its copy is sent from there.
     fn pipeline(
         rt: &tokio::runtime::Runtime,
         bootstrap: &str,
         input: &str,
         output: &str,
-        guarantee: Guarantee,
+        (guarantee, hop): (Guarantee, bool),
         commit_ms: Option<u64>,
         txns: Arc<Mutex<Vec<Txn>>>,
     ) -> Result<Running, String> {
@@ -295,10 +301,14 @@ impl Running {
                 builder = builder.transaction_timeout(interval * 3);
             }
         }
+        let hop = hop.then(|| builder.repartition("hop"));
         let out = builder.output_topic(output);
         let pipeline = builder
             .processor(move |ctx, r| {
-                let mut o = OutputRecord::to(&out).partition(r.partition);
+                let mut o = match &hop {
+                    Some(hop) if r.topic != *hop => OutputRecord::to(hop),
+                    _ => OutputRecord::to(&out).partition(r.partition),
+                };
                 o.key = r.key.clone();
                 o.value = r.value.clone();
                 ctx.emit(o);

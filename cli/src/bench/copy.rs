@@ -35,23 +35,33 @@ pub fn copy(
     let progress = Progress::for_input(input, CpuSource::SelfProcess);
     let transactions = match subject {
         Subject::Ceiling => ceiling(input, output, &app_id, &progress, opts.time_limit)?,
-        Subject::Pipeline(_) | Subject::Stateful(_) => {
+        Subject::Pipeline(_) | Subject::Stateful(_) | Subject::Repartition => {
             rt.block_on(pipeline(input, output, &app_id, subject, &progress, opts))?
         }
     };
     let peak = peak_rss(None);
-    let verified = if opts.verify && progress.is_done() { Some(check(input, output, subject)?) } else { None };
+    let verified = match subject {
+        _ if !opts.verify || !progress.is_done() => None,
+        Subject::Repartition => Some(check_hop(input, &repartition_topic(&app_id), output)?),
+        _ => Some(check(input, output, subject)?),
+    };
     let restore = match subject {
         Subject::Stateful(g) if progress.is_done() => Some(restore(input, &app_id, g)?),
         _ => None,
     };
-    if let Subject::Stateful(_) = subject {
-        let changelog = kafka_eos::state::changelog_topic(&app_id, BENCH_STORE);
-        delete_topics(&input.bootstrap, &input.client_properties, &[changelog]);
+    match subject {
+        Subject::Stateful(_) => {
+            let changelog = kafka_eos::state::changelog_topic(&app_id, BENCH_STORE);
+            delete_topics(&input.bootstrap, &input.client_properties, &[changelog]);
+        }
+        Subject::Repartition => {
+            delete_topics(&input.bootstrap, &input.client_properties, &[repartition_topic(&app_id)])
+        }
+        _ => {}
     }
     let commit_interval_ms = match subject {
         Subject::Ceiling => None,
-        Subject::Pipeline(_) | Subject::Stateful(_) => Some(opts.tuning.commit_interval.as_millis() as u64),
+        _ => Some(opts.tuning.commit_interval.as_millis() as u64),
     };
     Ok(CopyResult {
         peak_rss_above_baseline_bytes: match (peak, baseline) {
@@ -84,6 +94,31 @@ pub fn check(input: &Input, output: &str, subject: Subject) -> Result<Verified> 
     })
 }
 
+/// The repartition topic of [`Subject::Repartition`]'s application `app_id`.
+fn repartition_topic(app_id: &str) -> String {
+    format!("{app_id}-{HOP}-repartition")
+}
+
+/// Verifies both stages of [`Subject::Repartition`] (each output's origin is the record
+/// one stage before): every input once in the repartition topic, every repartitioned record
+/// once in `output`.
+fn check_hop(input: &Input, hop: &str, output: &str) -> Result<Verified> {
+    let stage = |from: &str, to: &str| {
+        let mut cfg = VerifyConfig::new(&input.bootstrap, from, to);
+        cfg.client_properties = input.client_properties.clone();
+        verify(&cfg)
+    };
+    let (first, second) = (stage(&input.topic, hop)?, stage(hop, output)?);
+    let ok = first.is_exactly_once() && second.is_exactly_once() && first.input_records == input.records;
+    Ok(Verified {
+        input_records: first.input_records,
+        output_records: second.output_records,
+        duplicates: first.duplicates + second.duplicates,
+        missing: first.missing + second.missing,
+        ok,
+    })
+}
+
 /// Runs a pipeline until `progress` reaches its target (or the time limit), then shuts it
 /// down gracefully. Returns the committed transactions.
 async fn pipeline(
@@ -96,10 +131,15 @@ async fn pipeline(
 ) -> Result<u64> {
     let guarantee = match subject {
         Subject::Pipeline(g) | Subject::Stateful(g) => g,
+        Subject::Repartition => Guarantee::ExactlyOncePerPartition,
         Subject::Ceiling => return Err(Error::Internal("the ceiling is not a pipeline".into())),
     };
     let counter = progress.clone();
     let extra = opts.hook.clone();
+    // Through a repartition topic every record is read twice: progress counts input
+    // records, half the records read.
+    let reads = if subject == Subject::Repartition { 2 } else { 1 };
+    let read = std::sync::atomic::AtomicU64::new(0);
     let mut builder = Pipeline::builder()
         .bootstrap_servers(&input.bootstrap)
         .application_id(app_id)
@@ -111,7 +151,8 @@ async fn pipeline(
         .handle_signals(false)
         .on_transaction(move |e| {
             if e.outcome == Outcome::Committed {
-                counter.add(e.records as u64);
+                let n = read.fetch_add(e.records as u64, std::sync::atomic::Ordering::Relaxed) + e.records as u64;
+                counter.set(n / reads);
             }
             if let Some(h) = &extra {
                 h(e);
@@ -134,6 +175,20 @@ async fn pipeline(
                 let n = store.get(&key)?.unwrap_or(0);
                 store.put(&key, &(n + 1))?;
                 ctx.emit(copy_of(r));
+                Ok(())
+            })
+        }
+        Subject::Repartition => {
+            let hop = builder.repartition(HOP);
+            builder.processor(move |ctx, r| {
+                if r.topic == hop {
+                    ctx.emit(copy_of(r));
+                } else {
+                    let mut o = OutputRecord::to(&hop);
+                    o.key = r.key.clone();
+                    o.value = r.value.clone();
+                    ctx.emit(o);
+                }
                 Ok(())
             })
         }
@@ -189,6 +244,9 @@ fn process_threads() -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
     status.lines().find_map(|l| l.strip_prefix("Threads:")).and_then(|n| n.trim().parse().ok())
 }
+
+/// The repartition topic's name in [`Subject::Repartition`]'s application.
+const HOP: &str = "hop";
 
 /// The store of [`Subject::Stateful`].
 const BENCH_STORE: &str = "counts";

@@ -80,6 +80,10 @@ pub enum Subject {
     /// stores are restored from their changelogs to measure the restore rate
     /// ([`CopyResult::restore`]).
     Stateful(Guarantee),
+    /// The per-partition exactly-once pipeline through a repartition topic: each record is
+    /// sent to the topic by its key, and its copy is sent from there (a second batch, a
+    /// second transaction): what one hop costs.
+    Repartition,
 }
 
 impl Subject {
@@ -94,13 +98,16 @@ impl Subject {
             Subject::Stateful(Guarantee::ExactlyOncePerPartition) => "exactly-once+state",
             Subject::Stateful(Guarantee::ExactlyOncePerConsumer) => "exactly-once-per-consumer+state",
             Subject::Stateful(Guarantee::AtLeastOnce) => "at-least-once+state",
+            Subject::Repartition => "exactly-once+repartition",
         }
     }
 
     /// The subject [`name`](Self::name) names.
     pub fn from_name(name: &str) -> Option<Subject> {
-        if name == "ceiling" {
-            return Some(Subject::Ceiling);
+        match name {
+            "ceiling" => return Some(Subject::Ceiling),
+            "exactly-once+repartition" => return Some(Subject::Repartition),
+            _ => {}
         }
         match name.strip_suffix("+state") {
             Some(g) => g.parse().ok().map(Subject::Stateful),

@@ -81,6 +81,9 @@ pub struct InstanceConfig {
     /// `Some(payments)`: run the financial-close workload (input = payments, output =
     /// revenue, late payments to `<output>-late`) instead of the 1:1 copy.
     pub financial_close_payments: Option<u64>,
+    /// Run the card-velocity workload (input = payments, output = merchant totals, late
+    /// payments to `<output>-late`, alerts to the PostgreSQL of `sink`) instead of the copy.
+    pub card_velocity: bool,
     /// `Some(dir)`: keep the stores on disk under `dir` (`kafka-eos-disk`), so a restart
     /// restores only the changelogs' tails.
     pub state_dir: Option<std::path::PathBuf>,
@@ -130,6 +133,7 @@ impl InstanceConfig {
             transaction_timeout: Duration::from_secs(30),
             status_interval: Duration::from_millis(500),
             financial_close_payments: None,
+            card_velocity: false,
             state_dir: None,
             sink: None,
             commit_log: None,
@@ -169,6 +173,7 @@ impl InstanceConfig {
         .into_iter()
         .chain(self.rebalancing.iter().flat_map(|r| ["--rebalancing".into(), r.as_str().into()]))
         .chain(self.financial_close_payments.iter().flat_map(|n| ["--financial-close-payments".into(), n.to_string()]))
+        .chain(self.card_velocity.then(|| "--card-velocity".into()))
         .chain(self.sink.iter().flat_map(|s| ["--sink".into(), s.clone()]))
         .chain(self.state_dir.iter().flat_map(|d| ["--state-dir".into(), d.display().to_string()]))
         .chain(self.commit_log.iter().flat_map(|d| ["--commit-log".into(), d.display().to_string()]))
@@ -436,7 +441,14 @@ fn builder(cfg: &InstanceConfig, flags: Flags) -> kafka_eos::Result<PipelineBuil
         }
         Ok(())
     };
-    let builder = if let Some(spec) = &cfg.sink {
+    let builder = if cfg.card_velocity {
+        let conn = cfg.sink.as_deref().and_then(|s| s.strip_prefix("postgres=")).ok_or_else(|| {
+            kafka_eos::Error::Config("--card-velocity needs --sink postgres=<connection string>".into())
+        })?;
+        let late = format!("{out}-late");
+        crate::workloads::card_velocity::pipeline(builder, (&cfg.input, &out, &late), conn, &cfg.application_id)
+            .map_err(|e| kafka_eos::Error::Config(format!("card velocity: {e}")))?
+    } else if let Some(spec) = &cfg.sink {
         super::sink::instance_pipeline(builder.input_topic(&cfg.input), spec, &cfg.application_id, before)?
     } else if cfg.financial_close_payments.is_some() {
         crate::workloads::financial_close::pipeline(builder, &cfg.financial_close_topics())
@@ -509,6 +521,7 @@ mod tests {
             transaction_timeout: Duration::from_secs(8),
             status_interval: Duration::from_millis(500),
             financial_close_payments: Some(7),
+            card_velocity: false,
             state_dir: None,
             sink: None,
             commit_log: Some("/tmp/c".into()),

@@ -18,7 +18,7 @@ pub use super::workload::Workload;
 
 /// The features of the runtime and the workloads that exercise them under faults; an empty
 /// list is a feature no cell covers yet.
-pub const FEATURES: [(&str, &[Workload]); 12] = [
+pub const FEATURES: [(&str, &[Workload]); 15] = [
     ("stateless copy", &[Workload::Copy]),
     ("state in memory (changelogs, restore)", &[Workload::Close]),
     ("state on disk (local checkpoint, tail restore)", &[Workload::CloseDisk]),
@@ -29,6 +29,9 @@ pub const FEATURES: [(&str, &[Workload]); 12] = [
     ("standby replicas (a moved partition continues a warm copy)", &[Workload::CloseStandby]),
     ("PostgreSQL sink", &[Workload::Postgres]),
     ("Redis sink", &[Workload::Redis, Workload::RedisNoDedup]),
+    ("repartition topics (processing by another key)", &[Workload::Velocity]),
+    ("window triggers (threshold)", &[Workload::Velocity]),
+    ("exactly-once sink beside state (outbox)", &[Workload::Velocity]),
     ("stream–stream join", &[]),
     ("dead-lettering", &[]),
 ];
@@ -131,13 +134,15 @@ fn short(g: Guarantee) -> &'static str {
 /// The merge gate's slice: the timers workload, whose outputs mostly commit in transactions
 /// of timers alone, under crashes and coordinator kills; the copy under held `EndTxn`
 /// requests (a commit resumed, a late `EndTxn`); the exactly-once sink under crashes of
-/// its instances and its server; and state taken over from standby copies after crashes.
-const CI: [(Workload, Guarantee, Scenario); 5] = [
+/// its instances and its server; state taken over from standby copies after crashes; and
+/// card velocity (repartition, outbox, triggers) under crashes of its instances.
+const CI: [(Workload, Guarantee, Scenario); 6] = [
     (Workload::Timers, Guarantee::ExactlyOncePerPartition, Scenario::ProcessKill),
     (Workload::Timers, Guarantee::ExactlyOncePerPartition, Scenario::CoordinatorKill),
     (Workload::Copy, Guarantee::ExactlyOncePerPartition, Scenario::EndTxnHeld),
     (Workload::Postgres, Guarantee::ExactlyOncePerPartition, Scenario::SinkKill),
     (Workload::CloseStandby, Guarantee::ExactlyOncePerPartition, Scenario::ProcessKill),
+    (Workload::Velocity, Guarantee::ExactlyOncePerPartition, Scenario::ProcessKill),
 ];
 
 /// Whether the cell (`workload`, `guarantee`, `fault`) runs, and where, or why not.
@@ -150,7 +155,7 @@ pub fn verdict(workload: Workload, guarantee: Guarantee, fault: Scenario) -> Ver
     if fault == Scenario::SinkKill && workload.sink().is_none() {
         return Inapplicable("no sink server to kill: the workload writes to Kafka");
     }
-    if fault == Scenario::ProduceHeld && workload.sink().is_some() {
+    if fault == Scenario::ProduceHeld && !workload.produces() {
         return Inapplicable("the sink workload produces no output records for the proxy to hold");
     }
     if !transactional
@@ -167,10 +172,13 @@ pub fn verdict(workload: Workload, guarantee: Guarantee, fault: Scenario) -> Ver
              its no-loss check runs on the copy, timers and sink workloads",
         );
     }
-    if fault == Scenario::RandomAborts && workload.close() {
+    if !transactional && workload == Workload::Velocity {
+        return Inapplicable("the outbox sink is refused under at-least-once: its rows would apply twice on a replay");
+    }
+    if fault == Scenario::RandomAborts && (workload.close() || workload == Workload::Velocity) {
         return Inapplicable(
-            "deliberate failures come from the instance's per-record hook, which the close (the example's \
-             pipeline, run as it ships) does not call: the cell would inject nothing",
+            "deliberate failures come from the instance's per-record hook, which the close and card velocity (the \
+             examples' pipelines, run as they ship) do not call: the cell would inject nothing",
         );
     }
     if CI.contains(&(workload, guarantee, fault)) {
@@ -245,8 +253,10 @@ mod tests {
             for g in GUARANTEES {
                 let runs =
                     all.iter().filter(|(c, v)| c.workload == w && c.guarantee == g && matches!(v, Verdict::Runs(_)));
-                // The close under at-least-once is the one pair the matrix leaves out whole.
-                assert_eq!(runs.count() == 0, w.close() && g == Guarantee::AtLeastOnce, "{w} {g:?}");
+                // The close and card velocity under at-least-once are the pairs the matrix
+                // leaves out whole.
+                let out = (w.close() || w == Workload::Velocity) && g == Guarantee::AtLeastOnce;
+                assert_eq!(runs.count() == 0, out, "{w} {g:?}");
             }
             assert_eq!(w.name().parse::<Workload>(), Ok(w));
         }
@@ -283,6 +293,17 @@ mod tests {
             let stall = verdict(w, Guarantee::ExactlyOncePerConsumer, Scenario::Stall);
             assert!(matches!(stall, Verdict::Runs(_)), "{w}");
         }
+    }
+
+    #[test]
+    fn card_velocity_runs_under_kills_of_instances_brokers_and_postgres_in_both_modes() {
+        for g in [Guarantee::ExactlyOncePerPartition, Guarantee::ExactlyOncePerConsumer] {
+            for f in [Scenario::ProcessKill, Scenario::BrokerKill, Scenario::SinkKill, Scenario::ProduceHeld] {
+                assert!(matches!(verdict(Workload::Velocity, g, f), Verdict::Runs(_)), "{g:?} {f}");
+            }
+        }
+        let ci = verdict(Workload::Velocity, Guarantee::ExactlyOncePerPartition, Scenario::ProcessKill);
+        assert_eq!(ci, Verdict::Runs(Tier::Ci));
     }
 
     #[test]

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use kafka_eos_testkit::write::Writer;
 
-use crate::workloads::financial_close::payment_records;
+use crate::workloads::{card_velocity, financial_close, InputRecordSpec};
 
 /// Virtual time, advanced by the input thread, capped by the suite.
 #[derive(Debug, Default)]
@@ -80,15 +80,24 @@ pub(crate) struct InputSpec {
     pub records: u64,
     pub value_size: usize,
     pub duration: Duration,
-    /// The financial-close workload's payments instead of the numbered sequence: `records`
-    /// payments (with their redelivered copies), and no closing heartbeat: the pipeline's
-    /// timers close the last days once the partitions are idle.
-    pub payments: Option<crate::workloads::financial_close::Generate>,
+    /// What the `records` input items are.
+    pub items: Items,
+}
+
+/// What the input's items are.
+pub(crate) enum Items {
+    /// The numbered sequence: record `i` has key `i` and a value of `value_size` bytes
+    /// starting with `i`, on partition `i % partitions`.
+    Sequence,
+    /// The financial close's payments (each with its redelivered copies), and no closing
+    /// heartbeat: the pipeline's timers close the last days once the partitions are idle.
+    Close(financial_close::Generate),
+    /// Card velocity's payments, each on its card's partition.
+    Velocity(card_velocity::Generate),
 }
 
 impl Input {
-    /// Starts writing record `i` (key `i`, a value of `value_size` bytes starting with `i`)
-    /// to partition `i % partitions`, paced by the clock. The clock starts capped at 0: the
+    /// Starts writing the input's items, paced by the clock. The clock starts capped at 0: the
     /// suite lifts the cap when it runs its plan.
     pub(crate) fn start(spec: InputSpec) -> Result<Input, String> {
         let clock = Arc::new(Clock::default());
@@ -134,9 +143,10 @@ fn produce(producer: Writer, spec: &InputSpec, clock: &Clock, stop: &AtomicBool)
         last = now;
         let due = due(spec.records, v, spec.duration);
         while next < due && !stop.load(Ordering::SeqCst) {
-            let records = match &spec.payments {
-                Some(g) => payment_records(g, next, spec.partitions),
-                None => {
+            let records: Vec<InputRecordSpec> = match &spec.items {
+                Items::Close(g) => financial_close::payment_records(g, next, spec.partitions),
+                Items::Velocity(g) => vec![card_velocity::payment_record(g, next, spec.partitions)],
+                Items::Sequence => {
                     let key = next.to_string();
                     let n = key.len().min(value.len());
                     value[..n].copy_from_slice(&key.as_bytes()[..n]);

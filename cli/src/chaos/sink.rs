@@ -106,6 +106,14 @@ impl Server {
         }
     }
 
+    /// The PostgreSQL server, if it is one.
+    pub(crate) fn postgres(&self) -> Option<&Postgres> {
+        match self {
+            Server::Postgres(pg) => Some(pg),
+            Server::Redis { .. } => None,
+        }
+    }
+
     /// The instances' `--sink` argument.
     pub(crate) fn spec(&self) -> String {
         match self {

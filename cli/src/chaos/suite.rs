@@ -23,7 +23,7 @@ use super::fleet::Fleet;
 use super::instance::InstanceConfig;
 use super::matrix::{verdict, Cell, Verdict, Workload};
 use super::net::Net;
-use super::pace::{Input, InputSpec};
+use super::pace::{Input, InputSpec, Items};
 use super::plan::{Plan, PlanParams, Scenario};
 use super::reader::{utc_time_of_day, wall_ms, Reader};
 use super::report::{ScenarioResult, SuiteReport};
@@ -33,9 +33,10 @@ use super::subject::{java_command, JavaInstance, Subject};
 
 mod act;
 mod checks;
+mod velocity;
 mod wait;
 use crate::java::JavaApps;
-use crate::workloads::financial_close;
+use crate::workloads::{card_velocity, financial_close};
 use kafka_eos::config::Properties;
 use kafka_eos::{Guarantee, Summary};
 use kafka_eos_testkit::admin;
@@ -392,8 +393,9 @@ impl<'a, 'r> Run<'a, 'r> {
         let rf = cfg.replication.unwrap_or(3);
         let min_isr = if rf >= 3 { "2" } else { "1" };
         let stateful = cell.workload.close();
+        let velocity = cell.workload == Workload::Velocity;
         let late_topic = format!("{output_topic}-late");
-        let topics = [&input_topic, &output_topic].into_iter().chain(stateful.then_some(&late_topic));
+        let topics = [&input_topic, &output_topic].into_iter().chain((stateful || velocity).then_some(&late_topic));
         for t in topics {
             ctx.client
                 .create_topic_with(t, cfg.partitions, rf, &[("min.insync.replicas", min_isr)])
@@ -406,6 +408,7 @@ impl<'a, 'r> Run<'a, 'r> {
             session_timeout: SESSION_TIMEOUT,
             transaction_timeout: TRANSACTION_TIMEOUT,
             financial_close_payments: stateful.then_some(cfg.records),
+            card_velocity: velocity,
             // One directory per instance slot, kept by the slot's restarts (the fleet puts
             // the slot in for `{slot}`), as a pod's volume would be.
             state_dir: (cell.workload == Workload::CloseDisk).then(|| ctx.log_dir.join("state-{slot}")),
@@ -436,6 +439,9 @@ impl<'a, 'r> Run<'a, 'r> {
                 .map_err(|e| format!("writing the merchant table {}: {e}", t.merchants))?;
         }
         let sink = cell.workload.sink().map(Server::start).transpose()?;
+        if let (true, Some(pg)) = (velocity, sink.as_ref().and_then(Server::postgres)) {
+            pg.psql("postgres", &velocity::alerts_ddl()).map_err(|e| format!("creating the alert table: {e}"))?;
+        }
         if let Some(server) = &sink {
             args.extend(["--sink".to_string(), server.spec()]);
         }
@@ -517,7 +523,14 @@ impl<'a, 'r> Run<'a, 'r> {
             records: cfg.records,
             value_size: cfg.value_size,
             duration: self.plan.duration,
-            payments: self.close_topics.as_ref().map(|_| close_generate(cfg.records)),
+            items: match self.cell.workload {
+                _ if self.close_topics.is_some() => Items::Close(close_generate(cfg.records)),
+                Workload::Velocity => Items::Velocity(card_velocity::Generate {
+                    payments: cfg.records,
+                    ..card_velocity::Generate::default()
+                }),
+                _ => Items::Sequence,
+            },
         })?;
         self.fleet.scale_to(self.plan.instances, STOP_TIMEOUT)?;
         // The clock (and so the input) starts once an instance is up.
@@ -573,6 +586,11 @@ impl<'a, 'r> Run<'a, 'r> {
             self.fleet.start()?;
         }
         let mut caught_up = self.wait_caught_up()?;
+        let velocity = self.cell.workload == Workload::Velocity;
+        if caught_up && velocity {
+            self.mark("group caught up: waiting for the last alerts and merchant totals");
+            caught_up = self.wait_velocity()?;
+        }
         if caught_up && self.close_topics.is_some() {
             self.mark("group caught up: waiting for the timers to close the last days");
             caught_up = self.wait_closed()?;
@@ -586,6 +604,7 @@ impl<'a, 'r> Run<'a, 'r> {
         self.fleet.shutdown(STOP_TIMEOUT);
         self.mark("instances stopped");
         match reader {
+            _ if velocity => self.check_velocity(caught_up),
             Some(reader) => self.check(reader, caught_up),
             None if self.sink.is_some() => self.check_sink(caught_up),
             None => self.reconcile(caught_up),

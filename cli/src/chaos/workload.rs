@@ -24,11 +24,15 @@ pub enum Workload {
     /// The financial close with its stores in memory and a standby replica of every
     /// partition on every other instance: a partition that moves continues a warm copy.
     CloseStandby,
+    /// The card-velocity example: hopping windows with a threshold trigger, alerts into
+    /// PostgreSQL through an outbox sink, per-merchant totals through a repartition topic;
+    /// checked against a batch recomputation of the input, and every alert row written once.
+    Velocity,
 }
 
 impl Workload {
     /// Every workload, in table order.
-    pub const ALL: [Workload; 8] = [
+    pub const ALL: [Workload; 9] = [
         Workload::Copy,
         Workload::Timers,
         Workload::Close,
@@ -37,6 +41,7 @@ impl Workload {
         Workload::Redis,
         Workload::RedisNoDedup,
         Workload::CloseStandby,
+        Workload::Velocity,
     ];
 
     /// The name on the command line and in result rows.
@@ -50,17 +55,23 @@ impl Workload {
             Workload::Redis => "redis",
             Workload::RedisNoDedup => "redis-no-dedup",
             Workload::CloseStandby => "close-standby",
+            Workload::Velocity => "velocity",
         }
     }
 
-    /// The server the workload writes to instead of an output topic.
+    /// The server the workload writes to (besides its output topics, for `velocity`).
     pub(crate) fn sink(self) -> Option<SinkKind> {
         match self {
-            Workload::Postgres => Some(SinkKind::Postgres),
+            Workload::Postgres | Workload::Velocity => Some(SinkKind::Postgres),
             Workload::Redis => Some(SinkKind::Redis { dedup: true }),
             Workload::RedisNoDedup => Some(SinkKind::Redis { dedup: false }),
             _ => None,
         }
+    }
+
+    /// Whether the workload writes output records to Kafka (the sink workloads write none).
+    pub(crate) fn produces(self) -> bool {
+        !matches!(self, Workload::Postgres | Workload::Redis | Workload::RedisNoDedup)
     }
 
     /// The financial close, on either backend, with or without standbys.

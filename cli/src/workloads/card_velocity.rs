@@ -87,8 +87,15 @@ pub fn payment(g: &Generate, i: u64) -> Payment {
     Payment { card, merchant, cents: 100 + (h >> 40) as i64 % 10_000, time_ms: EPOCH_MS + i as i64 * g.every_ms }
 }
 
-/// Writes payments `range` to `topic`, in event-time order, each on its card's partition
-/// (murmur2, as the Java client places keys).
+/// Payment `i` as a record of a `partitions`-partition topic: its card's partition (murmur2,
+/// as the Java client places keys), the card as key, the payment as JSON.
+pub fn payment_record(g: &Generate, i: u64, partitions: i32) -> super::InputRecordSpec {
+    let p = payment(g, i);
+    let value = serde_json::to_vec(&p).expect("a payment encodes");
+    (Some(Partitioner::murmur2().partition(p.card.as_bytes(), partitions)), p.card.into_bytes(), value)
+}
+
+/// Writes payments `range` to `topic`, in event-time order, each on its card's partition.
 pub fn generate(
     admin: &admin::Client,
     topic: &str,
@@ -96,13 +103,7 @@ pub fn generate(
     g: &Generate,
     range: std::ops::Range<u64>,
 ) -> Result<()> {
-    let murmur2 = Partitioner::murmur2();
-    let records = range.map(|i| {
-        let p = payment(g, i);
-        let value = serde_json::to_vec(&p).expect("a payment encodes");
-        (Some(murmur2.partition(p.card.as_bytes(), partitions)), p.card.into_bytes(), value)
-    });
-    admin.produce(topic, records.collect::<Vec<_>>())
+    admin.produce(topic, range.map(|i| payment_record(g, i, partitions)).collect::<Vec<_>>())
 }
 
 /// What the first `payments` payments must give: every (card, window start) that reaches
@@ -117,11 +118,15 @@ pub struct Expected {
 
 /// The batch recomputation, from the generator alone.
 pub fn expected(g: &Generate, payments: u64) -> Expected {
+    expected_from((0..payments).map(|i| payment(g, i)))
+}
+
+/// The batch recomputation of `payments`, in any order.
+pub fn expected_from(payments: impl IntoIterator<Item = Payment>) -> Expected {
     let (size, advance) = (WINDOW.as_millis() as i64, ADVANCE.as_millis() as i64);
     let mut counts: BTreeMap<(String, i64), u64> = BTreeMap::new();
     let mut e = Expected::default();
-    for i in 0..payments {
-        let p = payment(g, i);
+    for p in payments {
         let last = p.time_ms.div_euclid(advance) * advance;
         for start in (0..size / advance).map(|k| last - k * advance) {
             *counts.entry((p.card.clone(), start)).or_default() += 1;

@@ -96,8 +96,7 @@ pub fn generate(
     Ok(stats)
 }
 
-/// A record to produce: (partition, key, value).
-pub type InputRecordSpec = (Option<i32>, Vec<u8>, Vec<u8>);
+pub use super::InputRecordSpec;
 
 /// Merchant `m`'s row of the merchant table: a fee of 1.00 % to 3.49 %.
 pub fn merchant(m: u32) -> Merchant {

@@ -5,6 +5,9 @@
 pub mod card_velocity;
 pub mod financial_close;
 
+/// A record to produce: (partition, key, value).
+pub type InputRecordSpec = (Option<i32>, Vec<u8>, Vec<u8>);
+
 /// SplitMix64: the generators' deterministic mix of a record's index into its fields.
 pub(crate) fn splitmix(x: u64) -> u64 {
     let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);

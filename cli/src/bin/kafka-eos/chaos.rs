@@ -150,6 +150,10 @@ struct InstanceArgs {
     /// payments in its sequence, instead of the 1:1 copy.
     #[arg(long)]
     financial_close_payments: Option<u64>,
+    /// Run the card-velocity workload (input: payments, output: merchant totals, alerts to
+    /// the PostgreSQL of --sink postgres=...) instead of the 1:1 copy.
+    #[arg(long, requires = "sink")]
+    card_velocity: bool,
     /// Write to a sink instead of the output topic: `postgres=<connection string>`,
     /// `redis=<url>` (with dedup) or `redis-plain=<url>` (without).
     #[arg(long)]
@@ -317,6 +321,7 @@ fn run_instance(a: InstanceArgs) -> Result<ExitCode, Box<dyn std::error::Error>>
         transaction_timeout: Duration::from_millis(a.transaction_timeout_ms),
         status_interval: Duration::from_millis(a.status_interval_ms),
         financial_close_payments: a.financial_close_payments,
+        card_velocity: a.card_velocity,
         sink: a.sink,
         state_dir: a.state_dir,
         commit_log: a.commit_log,

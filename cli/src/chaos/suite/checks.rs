@@ -149,7 +149,7 @@ impl Run<'_, '_> {
 
 /// What the instances did, as last reported, and how each crash ended: the notes of the
 /// scenarios checked without the concurrent reader.
-fn fleet_notes(fleet: &super::super::fleet::Fleet, t: &kafka_eos::Summary) -> Vec<String> {
+pub(super) fn fleet_notes(fleet: &super::super::fleet::Fleet, t: &kafka_eos::Summary) -> Vec<String> {
     let mut notes = vec![format!(
         "instances: {} started, {} crashed; as last reported: {} transactions committed, {} aborted, {} producers fenced, {} assignments, {} changelog records restored, {} partitions continued from standby copies",
         fleet.started,

@@ -68,7 +68,10 @@ impl Run<'_, '_> {
     pub(super) fn wait_caught_up(&mut self) -> Result<bool, String> {
         let timeout = Duration::from_secs(300).max(Duration::from_millis(self.ctx.cfg.records / 2));
         let (started, deadline) = (Instant::now(), Instant::now() + timeout);
-        let topics = vec![self.input_topic.clone()];
+        let mut topics = vec![self.input_topic.clone()];
+        if self.cell.workload == super::Workload::Velocity {
+            topics.push(format!("{}-by-merchant-repartition", self.app));
+        }
         let mut last = String::new();
         while Instant::now() < deadline {
             match self.ctx.client.group_lag(&self.app, &topics) {
