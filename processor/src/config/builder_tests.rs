@@ -1,5 +1,6 @@
 //! The builder's validation: what it refuses, and the ids it derives.
 use super::*;
+use crate::state::StoreSpec;
 use crate::Pipeline;
 
 fn base() -> PipelineBuilder {
