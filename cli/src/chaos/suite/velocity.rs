@@ -66,7 +66,8 @@ impl Verdict {
 /// Compares what the stages left with the recomputation: a missing alert or merchant
 /// update is lost; an alert written or sent twice, or a merchant updated more often than
 /// it was paid, is a duplicate; anything else that differs (an alert that should not be, a
-/// wrong count or total, a late payment where none is late) is other.
+/// wrong count or total, a row the write log missed, a late payment where none is late) is
+/// other.
 pub(crate) fn compare(want: &Expected, got: &Streamed) -> Verdict {
     let mut v = Verdict::default();
     for key in &want.alerts {
@@ -77,6 +78,8 @@ pub(crate) fn compare(want: &Expected, got: &Streamed) -> Verdict {
         let wrong = payments != ALERT_AT as i64;
         v.count(|v| &mut v.other, u64::from(wrong), || format!("alert {key:?} with {payments} payments"));
         v.count(|v| &mut v.duplicate, writes.saturating_sub(1), || format!("alert {key:?} written {writes} times"));
+        // A row without a logged write means the log is not working: nothing it says counts.
+        v.count(|v| &mut v.other, u64::from(writes == 0), || format!("alert {key:?} with no logged write"));
     }
     let (sent, distinct) = got.outbox;
     v.count(|v| &mut v.duplicate, sent - distinct.min(sent), || format!("{sent} outbox records, {distinct} distinct"));
@@ -254,5 +257,10 @@ mod tests {
         s.late = 2;
         let v = compare(&want(), &s);
         assert_eq!((v.lost, v.duplicate, v.other), (0, 0, 2 + 1 + 2), "{v:?}");
+
+        let mut s = exact();
+        s.alerts.insert(("hot-1".into(), 0), (ALERT_AT as i64, 0));
+        let v = compare(&want(), &s);
+        assert_eq!((v.lost, v.duplicate, v.other), (0, 0, 1), "{v:?}");
     }
 }
