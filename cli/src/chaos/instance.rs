@@ -84,6 +84,9 @@ pub struct InstanceConfig {
     /// Run the card-velocity workload (input = payments, output = merchant totals, late
     /// payments to `<output>-late`, alerts to the PostgreSQL of `sink`) instead of the copy.
     pub card_velocity: bool,
+    /// Run the join workload (input = orders and shipments, output = their pairs, poison
+    /// orders dead-lettered to `<output>-dlq`) instead of the copy.
+    pub join: bool,
     /// `Some(dir)`: keep the stores on disk under `dir` (`kafka-eos-disk`), so a restart
     /// restores only the changelogs' tails.
     pub state_dir: Option<std::path::PathBuf>,
@@ -134,6 +137,7 @@ impl InstanceConfig {
             status_interval: Duration::from_millis(500),
             financial_close_payments: None,
             card_velocity: false,
+            join: false,
             state_dir: None,
             sink: None,
             commit_log: None,
@@ -174,6 +178,7 @@ impl InstanceConfig {
         .chain(self.rebalancing.iter().flat_map(|r| ["--rebalancing".into(), r.as_str().into()]))
         .chain(self.financial_close_payments.iter().flat_map(|n| ["--financial-close-payments".into(), n.to_string()]))
         .chain(self.card_velocity.then(|| "--card-velocity".into()))
+        .chain(self.join.then(|| "--join".into()))
         .chain(self.sink.iter().flat_map(|s| ["--sink".into(), s.clone()]))
         .chain(self.state_dir.iter().flat_map(|d| ["--state-dir".into(), d.display().to_string()]))
         .chain(self.commit_log.iter().flat_map(|d| ["--commit-log".into(), d.display().to_string()]))
@@ -448,6 +453,8 @@ fn builder(cfg: &InstanceConfig, flags: Flags) -> kafka_eos::Result<PipelineBuil
         let late = format!("{out}-late");
         crate::workloads::card_velocity::pipeline(builder, (&cfg.input, &out, &late), conn, &cfg.application_id)
             .map_err(|e| kafka_eos::Error::Config(format!("card velocity: {e}")))?
+    } else if cfg.join {
+        super::join::pipeline(builder.input_topic(&cfg.input), &out, before)?
     } else if let Some(spec) = &cfg.sink {
         super::sink::instance_pipeline(builder.input_topic(&cfg.input), spec, &cfg.application_id, before)?
     } else if cfg.financial_close_payments.is_some() {
@@ -522,6 +529,7 @@ mod tests {
             status_interval: Duration::from_millis(500),
             financial_close_payments: Some(7),
             card_velocity: false,
+            join: false,
             state_dir: None,
             sink: None,
             commit_log: Some("/tmp/c".into()),

@@ -32,8 +32,8 @@ pub const FEATURES: [(&str, &[Workload]); 15] = [
     ("repartition topics (processing by another key)", &[Workload::Velocity]),
     ("window triggers (threshold)", &[Workload::Velocity]),
     ("exactly-once sink beside state (outbox)", &[Workload::Velocity]),
-    ("stream–stream join", &[]),
-    ("dead-lettering", &[]),
+    ("stream–stream join", &[Workload::Join]),
+    ("dead-lettering", &[Workload::Join]),
 ];
 
 /// The faults of the matrix, in table order: the suite's scenarios less the presets (which

@@ -44,6 +44,7 @@
 mod delayed;
 pub(crate) mod fleet;
 mod instance;
+mod join;
 pub mod matrix;
 mod net;
 mod pace;

@@ -94,6 +94,8 @@ pub(crate) enum Items {
     Close(financial_close::Generate),
     /// Card velocity's payments, each on its card's partition.
     Velocity(card_velocity::Generate),
+    /// The join's orders and shipments ([`crate::chaos::join::record`]).
+    Join,
 }
 
 impl Input {
@@ -146,6 +148,7 @@ fn produce(producer: Writer, spec: &InputSpec, clock: &Clock, stop: &AtomicBool)
             let records: Vec<InputRecordSpec> = match &spec.items {
                 Items::Close(g) => financial_close::payment_records(g, next, spec.partitions),
                 Items::Velocity(g) => vec![card_velocity::payment_record(g, next, spec.partitions)],
+                Items::Join => vec![super::join::record(next, spec.partitions)],
                 Items::Sequence => {
                     let key = next.to_string();
                     let n = key.len().min(value.len());

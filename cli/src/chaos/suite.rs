@@ -405,9 +405,11 @@ impl<'a, 'r> Run<'a, 'r> {
         if self.cluster.is_some() {
             wait_full_isr(ctx.client, Duration::from_secs(120))?;
         }
-        // The concurrent reader joins outputs to inputs 1:1 by origin: the copy only.
-        let reader = match (&self.close_topics, &self.sink) {
-            (None, None) => Some(Reader::start(ctx.client, &self.output_topic, cfg.partitions, &self.input_topic)?),
+        // The concurrent reader joins outputs to inputs 1:1 by origin: the copies only.
+        let reader = match self.cell.workload {
+            Workload::Copy | Workload::Timers => {
+                Some(Reader::start(ctx.client, &self.output_topic, cfg.partitions, &self.input_topic)?)
+            }
             _ => None,
         };
         let input = Input::start(InputSpec {
@@ -419,6 +421,7 @@ impl<'a, 'r> Run<'a, 'r> {
             duration: self.plan.duration,
             items: match self.cell.workload {
                 _ if self.close_topics.is_some() => Items::Close(close_generate(cfg.records)),
+                Workload::Join => Items::Join,
                 Workload::Velocity => Items::Velocity(card_velocity::Generate {
                     payments: cfg.records,
                     ..card_velocity::Generate::default()
@@ -499,6 +502,7 @@ impl<'a, 'r> Run<'a, 'r> {
         self.mark("instances stopped");
         match reader {
             _ if velocity => self.check_velocity(caught_up),
+            _ if self.cell.workload == Workload::Join => self.check_join(caught_up),
             Some(reader) => self.check(reader, caught_up),
             None if self.sink.is_some() => self.check_sink(caught_up),
             None => self.reconcile(caught_up),

@@ -28,11 +28,15 @@ pub enum Workload {
     /// PostgreSQL through an outbox sink, per-merchant totals through a repartition topic;
     /// checked against a batch recomputation of the input, and every alert row written once.
     Velocity,
+    /// A windowed stream–stream join of orders and shipments, one order in 500 undecodable
+    /// and dead-lettered; checked by key: one joined record per order, one dead letter per
+    /// poison order.
+    Join,
 }
 
 impl Workload {
     /// Every workload, in table order.
-    pub const ALL: [Workload; 9] = [
+    pub const ALL: [Workload; 10] = [
         Workload::Copy,
         Workload::Timers,
         Workload::Close,
@@ -42,6 +46,7 @@ impl Workload {
         Workload::RedisNoDedup,
         Workload::CloseStandby,
         Workload::Velocity,
+        Workload::Join,
     ];
 
     /// The name on the command line and in result rows.
@@ -56,6 +61,7 @@ impl Workload {
             Workload::RedisNoDedup => "redis-no-dedup",
             Workload::CloseStandby => "close-standby",
             Workload::Velocity => "velocity",
+            Workload::Join => "join",
         }
     }
 

@@ -154,6 +154,10 @@ struct InstanceArgs {
     /// the PostgreSQL of --sink postgres=...) instead of the 1:1 copy.
     #[arg(long, requires = "sink")]
     card_velocity: bool,
+    /// Run the join workload (input: orders and shipments, output: their pairs, poison
+    /// orders dead-lettered to `<output>-dlq`) instead of the 1:1 copy.
+    #[arg(long)]
+    join: bool,
     /// Write to a sink instead of the output topic: `postgres=<connection string>`,
     /// `redis=<url>` (with dedup) or `redis-plain=<url>` (without).
     #[arg(long)]
@@ -322,6 +326,7 @@ fn run_instance(a: InstanceArgs) -> Result<ExitCode, Box<dyn std::error::Error>>
         status_interval: Duration::from_millis(a.status_interval_ms),
         financial_close_payments: a.financial_close_payments,
         card_velocity: a.card_velocity,
+        join: a.join,
         sink: a.sink,
         state_dir: a.state_dir,
         commit_log: a.commit_log,

@@ -40,6 +40,27 @@ impl Run<'_, '_> {
         Ok(())
     }
 
+    /// The join's check (see the `join` module): lost pairs and dead letters, repeated
+    /// ones, and outputs or dead letters that should not be there.
+    pub(super) fn check_join(self, caught_up: bool) -> Result<(), String> {
+        let vc = verify_config(self.ctx.client, &self.input_topic, &self.output_topic, Duration::from_secs(300));
+        let found = super::super::join::check(&vc, &self.input_topic, &self.output_topic)?;
+        let t = self.fleet.totals();
+        let r = &mut *self.result;
+        if r.scenario == Scenario::RandomAborts {
+            r.faults = t.transactions_aborted;
+        }
+        r.records = found.records;
+        (r.anomalies.lost.at_end, r.anomalies.duplicate.at_end, r.anomalies.other.at_end) =
+            (found.lost, found.duplicate, found.other);
+        r.notes.extend(found.notes);
+        r.notes.extend(fleet_notes(&self.fleet, &t));
+        if !caught_up {
+            return Err("the pipeline did not catch up (see notes); the counts above are as found".into());
+        }
+        Ok(())
+    }
+
     /// A sink scenario's check, from the sink's server: lost effects, duplicated ones (Redis
     /// with dedup), rows or offsets that should not be there (see the `sink` module).
     pub(super) fn check_sink(self, caught_up: bool) -> Result<(), String> {

@@ -33,7 +33,12 @@ impl<'a, 'r> Run<'a, 'r> {
         let stateful = cell.workload.close();
         let velocity = cell.workload == Workload::Velocity;
         let late_topic = format!("{output_topic}-late");
-        let topics = [&input_topic, &output_topic].into_iter().chain((stateful || velocity).then_some(&late_topic));
+        let join = cell.workload == Workload::Join;
+        let dlq_topic = format!("{output_topic}-dlq");
+        let topics = [&input_topic, &output_topic]
+            .into_iter()
+            .chain((stateful || velocity).then_some(&late_topic))
+            .chain(join.then_some(&dlq_topic));
         for t in topics {
             ctx.client
                 .create_topic_with(t, cfg.partitions, rf, &[("min.insync.replicas", min_isr)])
@@ -47,6 +52,7 @@ impl<'a, 'r> Run<'a, 'r> {
             transaction_timeout: TRANSACTION_TIMEOUT,
             financial_close_payments: stateful.then_some(cfg.records),
             card_velocity: velocity,
+            join,
             // One directory per instance slot, kept by the slot's restarts (the fleet puts
             // the slot in for `{slot}`), as a pod's volume would be.
             state_dir: (cell.workload == Workload::CloseDisk).then(|| ctx.log_dir.join("state-{slot}")),
