@@ -430,7 +430,7 @@ impl TxnProducer {
                     if once || err.class != ErrorClass::Retriable || backoff >= deadline.remaining() {
                         return Err(err);
                     }
-                    self.resumed_commit |= step == Step::Commit;
+                    self.resumed_commit |= matches!(step, Step::Commit | Step::Abort);
                     let what = if step == Step::Commit { "resuming the commit" } else { "retrying" };
                     tracing::warn!(transactional_id = ?self.transactional_id, error = %err, "{what}");
                     deadline.sleep(backoff);

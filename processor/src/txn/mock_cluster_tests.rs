@@ -205,6 +205,29 @@ fn a_commit_that_times_out_is_resumed_until_its_answer_even_when_interrupted() {
     assert!(!quick.must_be_replaced(), "a commit answered at once leaves the producer in use");
 }
 
+/// An abort whose call times out while its `EndTxn` has no answer yet (the coordinator's
+/// broker down, back later) is retried, and librdkafka sends the `EndTxn` again: the first
+/// one may still arrive, and a late `EndTxn(abort)` of the same epoch aborts the producer's
+/// next transaction half-done — its records, while the offsets it sends next open a new
+/// transaction and commit alone (records lost). So, like a resumed commit, a retried abort
+/// leaves the producer to be replaced before its next transaction.
+#[test]
+fn an_abort_that_times_out_and_is_retried_leaves_the_producer_to_be_replaced() {
+    let (mock, mut p, _) = setup_with(|b| {
+        b.transaction_timeout(Duration::from_secs(1)).producer_property("reconnect.backoff.max.ms", "500")
+    });
+    produce_one(&mut p).expect("produce");
+    mock.broker_down(1).expect("broker down");
+    let aborting = std::thread::spawn(move || p.abort(soon(30)).map(|()| p));
+    std::thread::sleep(Duration::from_secs(7));
+    mock.broker_up(1).expect("broker up");
+    let p = aborting.join().unwrap().expect("retried until the coordinator answered");
+    assert!(p.must_be_replaced(), "a retried abort's producer begins no other transaction");
+    let (_mock, mut quick, _) = setup_with(|b| b);
+    produce_one(&mut quick).and_then(|()| quick.abort(soon(30))).expect("an abort answered at once");
+    assert!(!quick.must_be_replaced(), "an abort answered at once leaves the producer in use");
+}
+
 /// `send_offsets_to_transaction` without an answer (the broker is down) is made once and
 /// fails retriable: a `TxnOffsetCommit` may still land later, in a later transaction of the
 /// same epoch, so the task reconciles rather than retrying or aborting on this producer.
