@@ -327,11 +327,13 @@ impl TxnProducer {
         Ok(())
     }
 
-    /// Whether this producer must not begin another transaction: a commit of its epoch was
-    /// resumed after a call timed out, so an `EndTxn` of that call may still arrive, and a
-    /// late `EndTxn` commits the next transaction of the same epoch half-done (KAFKA-17754;
-    /// librdkafka speaks only the classic protocol, without KIP-890's epoch bump per
-    /// transaction). A fresh producer's `init_transactions` bumps the epoch, which fences it.
+    /// Whether this producer must not begin another transaction: a commit or an abort of
+    /// its epoch was called again after a call timed out, so an `EndTxn` of that call may
+    /// still arrive, and a late `EndTxn` ends the next transaction of the same epoch
+    /// half-done — a commit commits part of it, an abort aborts its records while the
+    /// offsets sent next commit alone (KAFKA-17754; librdkafka speaks only the classic
+    /// protocol, without KIP-890's epoch bump per transaction). A fresh producer's
+    /// `init_transactions` bumps the epoch, which fences the late request.
     pub(crate) fn must_be_replaced(&self) -> bool {
         self.resumed_commit
     }

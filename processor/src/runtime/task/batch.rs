@@ -325,7 +325,13 @@ impl Batch {
             Ok(()) => {
                 task.shared.shutdown.stats().transactions_aborted.inc();
                 tracing::debug!(task = task.id, "open transaction of the collecting batch aborted");
-                true
+                match task.renew_if_end_retried() {
+                    Ok(()) => true,
+                    Err(reason) => {
+                        task.settle(BatchEnd::NoProducer(reason), &[]);
+                        false
+                    }
+                }
             }
             // Its fate unknown: the producer cannot be trusted with the next batch.
             Err(e) => {

@@ -28,6 +28,9 @@ pub(super) enum BatchEnd {
     /// An exactly-once sink refused the batch for an owner that claimed the partitions
     /// since: like a fenced producer, the partitions go back to the group.
     SinkFenced(String),
+    /// The producer had to be replaced (a late `EndTxn` of a retried call could end its
+    /// next transaction) and no fresh one could be initialised: the partitions go back.
+    NoProducer(String),
 }
 
 /// What an attempt leads to.

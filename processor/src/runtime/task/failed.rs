@@ -73,7 +73,9 @@ impl Task {
         match producer.abort(deadline.with_grace(ABORT_GRACE)) {
             Ok(()) => {
                 self.shared.shutdown.stats().transactions_aborted.inc();
-                Ok(())
+                self.renew_if_end_retried().map_err(|reason| {
+                    (Outcome::GaveUp { reason: reason.clone() }, Next::End(BatchEnd::NoProducer(reason)))
+                })
             }
             Err(e) => Err(match reconcile::verdict(&e, self.transactional_id.is_some()) {
                 Verdict::Reconcile => self.fence_and_reconcile(batch, e, deadline, CycleStats::default()),
@@ -216,6 +218,12 @@ impl Task {
                 tracing::warn!(task = self.id, %reason, "fenced by the sink; the partitions go back to the group");
                 self.give_partitions_back(reason);
             }
+            BatchEnd::NoProducer(reason) => {
+                tracing::warn!(task = self.id, %reason, "no fresh producer; the partitions go back to the group");
+                self.shared.shutdown.stats().producers_fenced.inc();
+                crate::metrics::producer_fenced(&self.shared.cfg.application_id);
+                self.give_partitions_back(reason);
+            }
         }
     }
 
@@ -321,20 +329,23 @@ impl Task {
     /// sent. No transaction is open, so nothing is replayed. If no fresh producer can be
     /// initialised, the partitions go back to the group.
     pub(super) fn renew_producer_if_resumed(&mut self) {
+        if let Err(reason) = self.renew_if_end_retried() {
+            self.settle(BatchEnd::NoProducer(reason), &[]);
+        }
+    }
+
+    /// Replaces the producer if its last commit or abort call was retried after a timeout
+    /// (see [`TxnProducer::must_be_replaced`](crate::txn::TxnProducer::must_be_replaced)),
+    /// before it begins another transaction: the fresh producer's `init_transactions` bumps
+    /// the epoch, fencing a late `EndTxn` of the retried call. `Err` says why no fresh
+    /// producer could be initialised (the producer is then gone).
+    pub(super) fn renew_if_end_retried(&mut self) -> Result<(), String> {
         if !self.producer.as_ref().is_some_and(|p| p.must_be_replaced()) {
-            return;
+            return Ok(());
         }
         self.producer = None;
-        match self.ensure_producer() {
-            Ok(()) => {
-                tracing::info!(task = self.id, "producer replaced after a resumed commit, fencing its late EndTxn")
-            }
-            Err(e) => {
-                tracing::warn!(task = self.id, error = %e, "no fresh producer after a resumed commit; the partitions go back to the group");
-                self.shared.shutdown.stats().producers_fenced.inc();
-                crate::metrics::producer_fenced(&self.shared.cfg.application_id);
-                self.give_partitions_back(e.to_string());
-            }
-        }
+        self.ensure_producer().map_err(|e| format!("no fresh producer after a retried EndTxn call: {e}"))?;
+        tracing::info!(task = self.id, "producer replaced after a retried commit or abort, fencing its late EndTxn");
+        Ok(())
     }
 }
