@@ -64,10 +64,10 @@ pub(crate) struct TxnProducer {
     inner: Arc<BaseProducer<DeliveryTracker>>,
     /// A transactional call was abandoned ([`watchdog`]) and may still run: no further call.
     wedged: bool,
-    /// A commit of this epoch was resumed: one of its `EndTxn` requests may still be on its
-    /// way, and would land in the next transaction of the epoch
+    /// A commit or abort of this epoch was called again after a timeout: one of its `EndTxn`
+    /// requests may still be on its way, and would end the next transaction of the epoch
     /// ([`must_be_replaced`](Self::must_be_replaced)).
-    resumed_commit: bool,
+    end_retried: bool,
     transactional_id: Option<String>,
     /// A topic known to exist (the first input): its metadata is the connection warm-up of
     /// [`init`](Self::init).
@@ -109,7 +109,7 @@ impl TxnProducer {
         Ok(TxnProducer {
             inner: Arc::new(inner),
             wedged: false,
-            resumed_commit: false,
+            end_retried: false,
             transactional_id,
             warm_up_topic: cfg.input_topics.first().cloned(),
             origin_header: cfg.origin_header,
@@ -335,7 +335,7 @@ impl TxnProducer {
     /// protocol, without KIP-890's epoch bump per transaction). A fresh producer's
     /// `init_transactions` bumps the epoch, which fences the late request.
     pub(crate) fn must_be_replaced(&self) -> bool {
-        self.resumed_commit
+        self.end_retried
     }
 
     /// Aborts the open transaction, if any. librdkafka's abort waits for every outstanding
@@ -432,7 +432,7 @@ impl TxnProducer {
                     if once || err.class != ErrorClass::Retriable || backoff >= deadline.remaining() {
                         return Err(err);
                     }
-                    self.resumed_commit |= matches!(step, Step::Commit | Step::Abort);
+                    self.end_retried |= matches!(step, Step::Commit | Step::Abort);
                     let what = if step == Step::Commit { "resuming the commit" } else { "retrying" };
                     tracing::warn!(transactional_id = ?self.transactional_id, error = %err, "{what}");
                     deadline.sleep(backoff);

@@ -301,7 +301,7 @@ impl Batch {
     fn commit(&mut self, task: &mut Task) {
         self.last_closed = Some(Instant::now());
         match self.attempts(task) {
-            BatchEnd::Committed => task.renew_producer_if_resumed(),
+            BatchEnd::Committed => task.renew_producer_if_end_retried(),
             end => task.settle(end, &self.records),
         }
         task.processing.batch_done();

@@ -328,7 +328,7 @@ impl Task {
     /// replaced, the fresh producer's epoch fencing that request, before anything else is
     /// sent. No transaction is open, so nothing is replayed. If no fresh producer can be
     /// initialised, the partitions go back to the group.
-    pub(super) fn renew_producer_if_resumed(&mut self) {
+    pub(super) fn renew_producer_if_end_retried(&mut self) {
         if let Err(reason) = self.renew_if_end_retried() {
             self.settle(BatchEnd::NoProducer(reason), &[]);
         }

@@ -17,8 +17,9 @@ use crate::partition::TopicPartition;
 #[derive(Default)]
 pub(super) struct Rewinds {
     rewinding: HashSet<TopicPartition>,
-    /// The partitions of the last batch dropped by an interrupt, moved back once the
-    /// revocation is answered (`Task::rewind_dropped`).
+    /// The partitions of the batches dropped by an interrupt (the one being written and the
+    /// one collected behind it, say), moved back once the revocation is answered
+    /// (`Task::rewind_dropped`).
     dropped: Vec<TopicPartition>,
 }
 
@@ -34,10 +35,15 @@ impl Rewinds {
     }
 
     /// A batch of `partitions` was dropped uncommitted: the records after it are in the
-    /// inbox already, and committing one of them would commit past the dropped ones.
+    /// inbox already, and committing one of them would commit past the dropped ones. Added
+    /// to the batches dropped before it: a partition of any of them left out would stay held.
     pub(super) fn batch_dropped(&mut self, partitions: Vec<TopicPartition>) {
-        self.rewinding.extend(partitions.iter().cloned());
-        self.dropped = partitions;
+        for tp in partitions {
+            if !self.dropped.contains(&tp) {
+                self.dropped.push(tp.clone());
+            }
+            self.rewinding.insert(tp);
+        }
     }
 
     /// The consumer moved `partitions` back: their records from here on follow the rewind.
@@ -47,7 +53,7 @@ impl Rewinds {
         }
     }
 
-    /// The partitions of the last dropped batch, to move back once a revocation is answered.
+    /// The partitions of the dropped batches, to move back once a revocation is answered.
     pub(super) fn take_dropped(&mut self) -> Vec<TopicPartition> {
         std::mem::take(&mut self.dropped)
     }
@@ -56,5 +62,39 @@ impl Rewinds {
     pub(super) fn revoked(&mut self, partitions: &[TopicPartition]) {
         self.dropped.retain(|tp| !partitions.contains(tp));
         self.rewound(partitions);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tp(p: i32) -> TopicPartition {
+        ("in".into(), p)
+    }
+
+    /// Two batches dropped by one interruption (the one being written, then the one
+    /// collected behind it): the kept partitions of both are moved back, whichever came last.
+    #[test]
+    fn every_batch_dropped_before_the_revocation_is_answered_is_rewound() {
+        let mut r = Rewinds::default();
+        r.batch_dropped(vec![tp(0), tp(1)]);
+        r.batch_dropped(vec![tp(0)]);
+        r.revoked(&[tp(0)]);
+        assert_eq!(r.take_dropped(), vec![tp(1)], "partition 1 of the first batch is kept, so rewound");
+        assert!(r.holds(&tp(1)) && !r.holds(&tp(0)), "kept: held until rewound; revoked: let go");
+        assert!(r.take_dropped().is_empty(), "taken once");
+    }
+
+    /// Nothing dropped, or everything dropped revoked: nothing to move back.
+    #[test]
+    fn no_drop_or_every_dropped_partition_revoked_rewinds_nothing() {
+        let mut r = Rewinds::default();
+        assert!(r.take_dropped().is_empty());
+        r.batch_dropped(vec![tp(2)]);
+        r.batch_dropped(vec![tp(2), tp(3)]);
+        r.revoked(&[tp(2), tp(3)]);
+        assert!(r.take_dropped().is_empty());
+        assert!(!r.holds(&tp(2)) && !r.holds(&tp(3)));
     }
 }
