@@ -20,6 +20,10 @@
 //! instead of slowing the input down. When every record is visible (or the drain time is
 //! up) the system is stopped. Records sent in the first `warmup` seconds are not counted.
 //!
+//! In quick mode (CI's) the run is also the latency guard: the exactly-once copy's p99
+//! against `benches/baseline.json`'s `latency` limits, and against Kafka Streams' p99 of
+//! the same run (`kafka_eos_cli::bench::latency_guard`); a failed check fails the bench.
+//!
 //! `report.rs` prints the percentiles, the worst latency of each second and, for every
 //! second whose worst record waited more than a second, the pipeline's transactions
 //! (`on_transaction` hook) that were in flight while it waited; it writes the per-second
@@ -44,7 +48,7 @@ use load::{Epoch, Reader, Schedule};
 use report::{Run, Txn};
 
 /// The Kafka Streams system's name.
-const STREAMS: &str = "kafka-streams-eos-v2";
+pub const STREAMS: &str = "kafka-streams-eos-v2";
 /// Kafka Streams' default commit interval under exactly-once, and ours.
 const DEFAULT_COMMIT_MS: u64 = 100;
 /// The per-partition copy through a repartition topic: the cost of one hop.
@@ -165,8 +169,12 @@ fn main() {
         }
     }
     let bootstrap = shared.as_ref().map(|c| c.bootstrap_servers()).unwrap_or_default();
-    report::finish(&runs, &plan, &args, &bootstrap);
+    let guard = args.quick.then(|| report::guard(&runs, &plan));
+    report::finish(&runs, &plan, &args, &bootstrap, guard.as_deref());
     drop(shared);
+    if guard.is_some_and(|checks| checks.iter().any(|c| !c.passed)) {
+        failures.push("the latency guard failed (above)".into());
+    }
     if !failures.is_empty() {
         eprintln!("latency: {} system(s) failed:\n  {}", failures.len(), failures.join("\n  "));
         std::process::exit(1);

@@ -8,10 +8,11 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use kafka_eos::observe::{Outcome, TransactionEvent};
+use kafka_eos_cli::bench::latency_guard::{latency_checks, Check, GuardedRun, LatencyLimits};
 use kafka_eos_cli::bench::table;
 
 use crate::common::plot::{time_chart, Series};
-use crate::common::{results_dir, write_results, Args};
+use crate::common::{results_dir, workspace_dir, write_results, Args};
 use crate::load::{Epoch, Seen, Sent, LATE};
 use crate::Plan;
 
@@ -271,8 +272,43 @@ fn quiet_partitions(txns: &[Txn], epoch: &Epoch, partitions: i32, from: f64, to:
     format!("    longest time without a commit, per partition: {}\n", parts.join(", "))
 }
 
-/// The summary table of every system, the CSV, the plot and the result file.
-pub fn finish(runs: &[Run], plan: &Plan, args: &Args, bootstrap: &str) {
+/// The quick run's guard (see `main.rs`): the checks, printed.
+pub fn guard(runs: &[Run], plan: &Plan) -> Vec<Check> {
+    let path = workspace_dir().join("benches").join("baseline.json");
+    let limits: LatencyLimits = match std::fs::read_to_string(&path)
+        .map_err(|e| e.to_string())
+        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).map_err(|e| e.to_string()))
+        .and_then(|v| serde_json::from_value(v["latency"].clone()).map_err(|e| format!("its `latency` section: {e}")))
+    {
+        Ok(l) => l,
+        Err(e) => panic!("cannot read the latency limits of {}: {e}", path.display()),
+    };
+    let p99 = |r: &Run| r.figures(plan).quantiles_ms[2];
+    let eo = runs.iter().find(|r| r.system == "exactly-once").map(|r| GuardedRun {
+        p99_ms: p99(r),
+        duplicates: r.seen.duplicates,
+        unseen: (r.sent.records - r.sent.failed).saturating_sub(r.seen.distinct),
+    });
+    let streams = runs.iter().find(|r| r.system == crate::STREAMS).map(p99);
+    let checks = latency_checks(eo, streams, &limits);
+    println!("\nlatency guard (limits: {})", limits.measured);
+    if streams.is_none() {
+        println!("  Kafka Streams did not run: its ratio is not checked");
+    }
+    let rows: Vec<Vec<String>> = checks
+        .iter()
+        .map(|c| {
+            let now = c.now.map_or("-".into(), |x| format!("{x:.2}"));
+            vec![c.what.clone(), now, format!("{:.2}", c.limit), (if c.passed { "ok" } else { "FAILED" }).into()]
+        })
+        .collect();
+    print!("{}", table(&["check", "this run", "limit", "verdict"], &rows));
+    checks
+}
+
+/// The summary table of every system, the CSV, the plot and the result file (with the
+/// guard's checks in quick mode).
+pub fn finish(runs: &[Run], plan: &Plan, args: &Args, bootstrap: &str, guard: Option<&[Check]>) {
     if runs.is_empty() {
         return;
     }
@@ -317,8 +353,15 @@ pub fn finish(runs: &[Run], plan: &Plan, args: &Args, bootstrap: &str) {
             })
         })
         .collect();
+    let guard: Option<Vec<serde_json::Value>> = guard.map(|checks| {
+        checks
+            .iter()
+            .map(|c| serde_json::json!({ "check": c.what, "now": c.now, "limit": c.limit, "passed": c.passed }))
+            .collect()
+    });
     let run = serde_json::json!({
         "partitions": s.partitions, "rate": s.rate, "seconds": s.seconds, "warmup_seconds": plan.warmup,
+        "guard": guard,
     });
     write_results(&format!("latency-{}", plan.name), args.mode(), bootstrap, run, results);
 }

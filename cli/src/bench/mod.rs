@@ -47,6 +47,7 @@
 
 pub mod broker_log;
 mod copy;
+pub mod latency_guard;
 mod measure;
 mod table;
 #[cfg(test)]
