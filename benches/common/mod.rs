@@ -81,7 +81,7 @@ pub struct Args {
     #[arg(long)]
     pub warmup_secs: Option<u64>,
     /// latency: seconds of unreported load on a new broker before the systems run (default
-    /// 60, 0 with `--quick`): the broker's first minutes under load are slower for every
+    /// 60, 20 with `--quick`): the broker's first minutes under load are slower for every
     /// system, so without it the first system pays for them alone.
     #[arg(long)]
     pub broker_warmup_secs: Option<u64>,

@@ -283,13 +283,13 @@ pub fn guard(runs: &[Run], plan: &Plan) -> Vec<Check> {
         Ok(l) => l,
         Err(e) => panic!("cannot read the latency limits of {}: {e}", path.display()),
     };
-    let p99 = |r: &Run| r.figures(plan).quantiles_ms[2];
+    let p90 = |r: &Run| r.figures(plan).quantiles_ms[1];
     let eo = runs.iter().find(|r| r.system == "exactly-once").map(|r| GuardedRun {
-        p99_ms: p99(r),
+        p90_ms: p90(r),
         duplicates: r.seen.duplicates,
         unseen: (r.sent.records - r.sent.failed).saturating_sub(r.seen.distinct),
     });
-    let streams = runs.iter().find(|r| r.system == crate::STREAMS).map(p99);
+    let streams = runs.iter().find(|r| r.system == crate::STREAMS).map(p90);
     let checks = latency_checks(eo, streams, &limits);
     println!("\nlatency guard (limits: {})", limits.measured);
     if streams.is_none() {

@@ -1,22 +1,24 @@
 //! The latency bench's regression guard (`cargo bench --bench latency -- --quick`, run by
-//! CI): the exactly-once copy's p99 against an absolute bound and against Kafka Streams'
-//! p99 measured in the same run, and not one record lost or seen twice.
+//! CI): the exactly-once copy's p90 against an absolute bound and against Kafka Streams'
+//! p90 measured in the same run, and not one record lost or seen twice.
 //!
-//! A p99 moves with the machine's load, so the bound sits well above a quiet run's (a
-//! regression it is meant to catch, a batch waiting an extra interval or a stalled task,
-//! adds at least a commit interval); the ratio to Streams, measured minutes apart on the
-//! same broker, moves less with the load than either figure. Without Java (no Streams) the
-//! ratio is not checked, and the guard says so.
+//! p90, not p99: a quick run counts 15,000 records, so its p99 is set by its worst second,
+//! and one slow second of a young broker (input acknowledgements held for a third of a
+//! second) makes it swing by a factor of four between otherwise equal runs; the p90 moves
+//! by a third. A regression the guard is meant to catch (a batch waiting an extra
+//! interval, a task that stalls every few seconds) moves the p90 by an interval or more.
+//! The ratio to Streams, measured a minute apart on the same broker, moves less with the
+//! machine's load than either figure. Without Java (no Streams) the ratio is not checked.
 
 use serde::Deserialize;
 
 /// `benches/baseline.json`'s `latency` section.
 #[derive(Clone, Debug, Deserialize)]
 pub struct LatencyLimits {
-    /// The most the exactly-once copy's p99 may be, ms.
-    pub p99_max_ms: f64,
-    /// The most its p99 may be as a multiple of Kafka Streams' p99 in the same run.
-    pub p99_over_streams_max: f64,
+    /// The most the exactly-once copy's p90 may be, ms.
+    pub p90_max_ms: f64,
+    /// The most its p90 may be as a multiple of Kafka Streams' p90 in the same run.
+    pub p90_over_streams_max: f64,
     /// How the limits were chosen.
     pub measured: String,
 }
@@ -24,8 +26,8 @@ pub struct LatencyLimits {
 /// What the guard reads of the exactly-once system's run.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct GuardedRun {
-    /// Its p99 over the counted records, ms.
-    pub p99_ms: f64,
+    /// Its p90 over the counted records, ms.
+    pub p90_ms: f64,
     /// Records seen more than once.
     pub duplicates: u64,
     /// Records acknowledged by the broker but never visible by the end.
@@ -46,29 +48,29 @@ pub struct Check {
 }
 
 /// The checks, given the exactly-once run (`None`: it failed or did not run, which fails
-/// the guard: a guard that measures nothing guards nothing) and Streams' p99 (`None`: not
+/// the guard: a guard that measures nothing guards nothing) and Streams' p90 (`None`: not
 /// run, so its check is left out).
-pub fn latency_checks(eo: Option<GuardedRun>, streams_p99_ms: Option<f64>, limits: &LatencyLimits) -> Vec<Check> {
+pub fn latency_checks(eo: Option<GuardedRun>, streams_p90_ms: Option<f64>, limits: &LatencyLimits) -> Vec<Check> {
     let Some(run) = eo else {
         return vec![Check { what: "exactly-once ran".into(), now: None, limit: 1.0, passed: false }];
     };
     let mut checks = vec![
         Check {
-            what: "exactly-once p99 ms".into(),
-            now: Some(run.p99_ms),
-            limit: limits.p99_max_ms,
-            passed: run.p99_ms.is_finite() && run.p99_ms <= limits.p99_max_ms,
+            what: "exactly-once p90 ms".into(),
+            now: Some(run.p90_ms),
+            limit: limits.p90_max_ms,
+            passed: run.p90_ms.is_finite() && run.p90_ms <= limits.p90_max_ms,
         },
         Check { what: "duplicates".into(), now: Some(run.duplicates as f64), limit: 0.0, passed: run.duplicates == 0 },
         Check { what: "not visible".into(), now: Some(run.unseen as f64), limit: 0.0, passed: run.unseen == 0 },
     ];
-    if let Some(streams) = streams_p99_ms.filter(|s| s.is_finite() && *s > 0.0) {
-        let ratio = run.p99_ms / streams;
+    if let Some(streams) = streams_p90_ms.filter(|s| s.is_finite() && *s > 0.0) {
+        let ratio = run.p90_ms / streams;
         checks.push(Check {
-            what: "exactly-once p99 / Kafka Streams' p99".into(),
+            what: "exactly-once p90 / Kafka Streams' p90".into(),
             now: Some(ratio),
-            limit: limits.p99_over_streams_max,
-            passed: ratio.is_finite() && ratio <= limits.p99_over_streams_max,
+            limit: limits.p90_over_streams_max,
+            passed: ratio.is_finite() && ratio <= limits.p90_over_streams_max,
         });
     }
     checks
@@ -79,11 +81,11 @@ mod tests {
     use super::*;
 
     fn limits() -> LatencyLimits {
-        LatencyLimits { p99_max_ms: 300.0, p99_over_streams_max: 1.5, measured: String::new() }
+        LatencyLimits { p90_max_ms: 200.0, p90_over_streams_max: 1.5, measured: String::new() }
     }
 
-    fn run(p99_ms: f64) -> GuardedRun {
-        GuardedRun { p99_ms, duplicates: 0, unseen: 0 }
+    fn run(p90_ms: f64) -> GuardedRun {
+        GuardedRun { p90_ms, duplicates: 0, unseen: 0 }
     }
 
     fn failed(checks: &[Check]) -> Vec<&str> {
@@ -98,13 +100,13 @@ mod tests {
     }
 
     #[test]
-    fn a_p99_over_the_bound_or_the_ratio_fails() {
-        assert_eq!(failed(&latency_checks(Some(run(301.0)), Some(290.0), &limits())), ["exactly-once p99 ms"]);
+    fn a_p90_over_the_bound_or_the_ratio_fails() {
+        assert_eq!(failed(&latency_checks(Some(run(201.0)), Some(190.0), &limits())), ["exactly-once p90 ms"]);
         assert_eq!(
-            failed(&latency_checks(Some(run(200.0)), Some(120.0), &limits())),
-            ["exactly-once p99 / Kafka Streams' p99"]
+            failed(&latency_checks(Some(run(190.0)), Some(120.0), &limits())),
+            ["exactly-once p90 / Kafka Streams' p90"]
         );
-        assert_eq!(failed(&latency_checks(Some(run(f64::NAN)), None, &limits())), ["exactly-once p99 ms"]);
+        assert_eq!(failed(&latency_checks(Some(run(f64::NAN)), None, &limits())), ["exactly-once p90 ms"]);
     }
 
     #[test]
