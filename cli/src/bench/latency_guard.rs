@@ -2,13 +2,13 @@
 //! CI): the exactly-once copy's p90 against an absolute bound and against Kafka Streams'
 //! p90 measured in the same run, and not one record lost or seen twice.
 //!
-//! p90, not p99: a quick run counts 15,000 records, so its p99 is set by its worst second,
-//! and one slow second of a young broker (input acknowledgements held for a third of a
-//! second) makes it swing by a factor of four between otherwise equal runs; the p90 moves
-//! by a third. A regression the guard is meant to catch (a batch waiting an extra
-//! interval, a task that stalls every few seconds) moves the p90 by an interval or more.
-//! The ratio to Streams, measured a minute apart on the same broker, moves less with the
-//! machine's load than either figure. Without Java (no Streams) the ratio is not checked.
+//! p90, not p99: a quick run counts few records, so its p99 is set by its worst second,
+//! and one slow second of a young broker moves it far between otherwise equal runs, while
+//! the p90 hardly moves (docs/benchmarks.md, "The regression guard", has the spread). A
+//! regression the guard is meant to catch (a batch waiting an extra interval, a task that
+//! stalls every few seconds) moves the p90 by an interval or more. The ratio to Streams,
+//! measured a minute apart on the same broker, moves less with the machine's load than
+//! either figure. Without Java (no Streams) the ratio is not checked.
 
 use serde::Deserialize;
 
