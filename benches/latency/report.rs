@@ -105,6 +105,11 @@ impl Run {
             .collect()
     }
 
+    /// Records the broker acknowledged that the reader never saw.
+    fn unseen(&self) -> u64 {
+        (self.sent.records - self.sent.failed).saturating_sub(self.seen.distinct)
+    }
+
     /// Every counted record's latency, sorted.
     fn counted(&self, plan: &Plan) -> Vec<u32> {
         let mut all: Vec<u32> = self.seen.by_second.iter().skip(plan.warmup as usize).flatten().copied().collect();
@@ -193,7 +198,7 @@ pub fn print_run(run: &Run, plan: &Plan) {
     }
     let counted_acks = s.worst_ack_by_second.iter().skip(plan.warmup as usize);
     println!("  input: slowest acknowledgement {:.0} ms", counted_acks.max().copied().unwrap_or(0) as f64 / 1e3);
-    let unseen = (s.records - s.failed).saturating_sub(run.seen.distinct);
+    let unseen = run.unseen();
     println!(
         "  reader: {} distinct records visible, {unseen} not visible by the end, {} duplicates",
         run.seen.distinct, run.seen.duplicates
@@ -287,7 +292,7 @@ pub fn guard(runs: &[Run], plan: &Plan) -> Vec<Check> {
     let eo = runs.iter().find(|r| r.system == "exactly-once").map(|r| GuardedRun {
         p90_ms: p90(r),
         duplicates: r.seen.duplicates,
-        unseen: (r.sent.records - r.sent.failed).saturating_sub(r.seen.distinct),
+        unseen: r.unseen(),
     });
     let streams = runs.iter().find(|r| r.system == crate::STREAMS).map(p90);
     let checks = latency_checks(eo, streams, &limits);
