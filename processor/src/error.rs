@@ -246,6 +246,25 @@ pub enum Error {
         /// The sink's error, as it returned it.
         source: BoxError,
     },
+    /// A partition's position kept going back below the group's committed offset (librdkafka's
+    /// `auto.offset.reset` on a fetch out of range or a truncated log): its committed offset
+    /// lies outside the partition's log. Nothing below the committed offset was processed.
+    #[error(
+        "partition {partition} was read from offset {offset}, below its committed offset \
+         {committed}, after every rewind: the committed offset lies outside the partition's \
+         log (the topic was deleted and created again, or the cluster lost records). Nothing \
+         below the committed offset was processed. To read the partition from its start, reset \
+         the group's offsets (kafka-consumer-groups --reset-offsets --group <application id> \
+         --topic <topic> --to-earliest --execute) and restart"
+    )]
+    OffsetReset {
+        /// `topic-partition`.
+        partition: String,
+        /// Where its records started.
+        offset: i64,
+        /// The group's committed offset for it.
+        committed: i64,
+    },
     /// A bug or an unexpected state inside kafka-eos.
     #[error("internal error: {0} (please report this)")]
     Internal(String),

@@ -144,3 +144,60 @@ async fn a_partition_whose_producer_cannot_start_is_retried_while_the_others_run
     assert_eq!(summary.records_in, RECORDS, "{summary:?}");
     assert_eq!(summary.rebalances, 1, "retried in place, no rebalance: {summary:?}");
 }
+
+/// A partition whose committed offset lies past its log's end (the topic deleted and created
+/// again, say) sends librdkafka's `auto.offset.reset` to the partition's start, below the
+/// committed offset. Nothing below the committed offset is processed, in either exactly-once
+/// mode: the partition is rewound, and when its position keeps going back the pipeline stops
+/// with an error that names the partition and the fix; the committed offset stays, no output
+/// is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_position_reset_below_the_committed_offset_is_never_processed() {
+    use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+    use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+    for guarantee in [Guarantee::ExactlyOncePerPartition, Guarantee::ExactlyOncePerConsumer] {
+        let t = topics("reset", 1, 1_000, 100).await;
+        let app = unique("reset");
+        let group = |t: &crate::common::Topics| -> BaseConsumer {
+            ClientConfig::new()
+                .set("bootstrap.servers", &t.bootstrap)
+                .set("group.id", &app)
+                .set("enable.auto.commit", "false")
+                .create()
+                .expect("consumer")
+        };
+        let committed = |t: &crate::common::Topics| -> Offset {
+            let mut wanted = TopicPartitionList::new();
+            wanted.add_partition(&t.input, 0);
+            group(t).committed_offsets(wanted, Duration::from_secs(10)).expect("committed offsets").elements()[0]
+                .offset()
+        };
+        let mut past_the_end = TopicPartitionList::new();
+        past_the_end.add_partition_offset(&t.input, 0, Offset::Offset(5_000)).unwrap();
+        group(&t).commit(&past_the_end, CommitMode::Sync).expect("commit past the end");
+
+        let run = spawn(t.pipeline(&app, guarantee));
+        let handle = run.handle.clone();
+        let Ok(ended) = tokio::time::timeout(Duration::from_secs(60), run.finish()).await else {
+            handle.shutdown();
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            let report = t.verify().await;
+            panic!(
+                "{guarantee:?}: still running after 60 s; {} records written, committed offset now {:?}",
+                report.output_records,
+                committed(&t)
+            );
+        };
+        let err = ended.expect_err("the pipeline must stop");
+        match &err {
+            Error::OffsetReset { partition, offset, committed } => {
+                assert_eq!((partition.as_str(), *offset, *committed), (format!("{}-0", t.input).as_str(), 0, 5_000));
+            }
+            other => panic!("{guarantee:?}: expected an offset reset, got {other}"),
+        }
+        assert!(err.to_string().contains("--reset-offsets"), "the message says what to do: {err}");
+        let report = t.verify().await;
+        assert_eq!(report.output_records, 0, "{guarantee:?}: nothing below the committed offset processed");
+        assert_eq!(committed(&t), Offset::Offset(5_000), "{guarantee:?}: the committed offset stays");
+    }
+}

@@ -156,6 +156,7 @@ impl Pipeline {
             },
             global,
             standbys,
+            offsets_reader: std::sync::Mutex::new(None),
         });
         let (done_tx, done_rx) = tokio::sync::oneshot::channel();
         let thread_shared = shared.clone();

@@ -2,8 +2,11 @@
 //! processor, the control channel a task reports on ([`Control`]), and the bounds on tasks
 //! and transactions.
 
-use std::sync::{Arc, OnceLock};
-use std::time::Duration;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::BaseConsumer;
+use rdkafka::TopicPartitionList;
 
 use super::protocol::Control;
 use super::shutdown::ShutdownHandle;
@@ -52,6 +55,9 @@ pub(crate) struct Shared {
     /// The instance's standby copies ([`crate::state::standby`]), which a restore continues;
     /// `None` without standby replicas.
     pub standbys: Option<Arc<crate::state::standby::Standbys>>,
+    /// The instance's reader of the group's committed offsets, made at its first use
+    /// ([`Shared::stable_committed_offsets`]).
+    pub offsets_reader: Mutex<Option<Arc<BaseConsumer>>>,
 }
 
 impl Shared {
@@ -59,6 +65,31 @@ impl Shared {
     /// it is gone.
     pub(crate) fn group_metadata(&self) -> Option<Arc<rdkafka::consumer::ConsumerGroupMetadata>> {
         self.group.get().and_then(|read| read())
+    }
+
+    /// The group's committed offsets of `partitions`, read as stable
+    /// ([`stable_committed_offsets`](crate::state::changelog::stable_committed_offsets)) by
+    /// the instance's one reader, which the tasks share: one client however many tasks ask.
+    pub(crate) fn stable_committed_offsets(
+        &self,
+        partitions: &TopicPartitionList,
+        deadline: Instant,
+    ) -> Result<TopicPartitionList, String> {
+        let reader = {
+            let mut slot = self.offsets_reader.lock().unwrap_or_else(|p| p.into_inner());
+            match slot.as_ref() {
+                Some(reader) => reader.clone(),
+                None => {
+                    let made: BaseConsumer = crate::state::changelog::group_reader_config(&self.cfg)
+                        .create()
+                        .map_err(|e| format!("offsets reader: {}", crate::config::client_error(&e)))?;
+                    slot.insert(Arc::new(made)).clone()
+                }
+            }
+        };
+        // It is never polled otherwise: its events (a broker down, say) would pile up.
+        while reader.poll(Duration::ZERO).is_some() {}
+        crate::state::changelog::stable_committed_offsets(&*reader, partitions, deadline).map_err(|e| e.to_string())
     }
 }
 

@@ -34,6 +34,7 @@ mod batch;
 mod cadence;
 mod end;
 mod failed;
+mod floor;
 mod positions;
 mod revoke;
 mod rewind;
@@ -75,6 +76,7 @@ impl Task {
             timer_attempts: 0,
             tables: None,
             positions: HashMap::new(),
+            floors: floor::Floors::default(),
             offsets: rdkafka::TopicPartitionList::new(),
             _member: shared.slots.as_ref().map(|s| s.join()),
             label,
@@ -114,6 +116,7 @@ impl Task {
             Some(sink) => sink.claim(&task.shared, &claimed, task.id)?,
             None => Vec::new(),
         };
+        task.floors.moved(&claimed, &resume);
         Ok((task, resume))
     }
 
@@ -157,6 +160,9 @@ impl Task {
                     if self.stopped || self.producer.is_none() || !self.owned.contains(&tp) || self.rewinds.holds(&tp) {
                         continue; // never committed: read again by the partition's next owner, or after the rewind
                     }
+                    if !self.above_floor(&tp, r.offset, &mut batch) {
+                        continue;
+                    }
                     if self.needs_restore(r.partition) {
                         // Never inside an open transaction: a restore can outlast its timeout.
                         if batch.is_open() {
@@ -178,6 +184,9 @@ impl Task {
                     batch.end(&mut self);
                     self.owned.extend(partitions.iter().cloned());
                     let resume = self.ensure_producer().and_then(|()| self.claim_retrying(&partitions));
+                    if let Ok(resume) = &resume {
+                        self.floors.moved(&partitions, resume);
+                    }
                     let _ = reply.send(resume.map_err(|e| {
                         self.stop(Error::Internal(format!("assignment failed: {e}")));
                         e

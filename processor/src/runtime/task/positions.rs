@@ -10,14 +10,12 @@
 use std::collections::HashMap;
 use std::time::Instant;
 
-use rdkafka::consumer::BaseConsumer;
 use rdkafka::{Offset, TopicPartitionList};
 
 use super::Task;
 use crate::error::Error;
 use crate::partition::TopicPartition;
 use crate::runtime::interrupt::Deadline;
-use crate::state::changelog::{group_reader_config, stable_committed_offsets};
 
 impl Task {
     /// Where the owned partitions stand: the known positions, or, if none is known, the
@@ -40,32 +38,40 @@ impl Task {
 
     /// The group's stable committed offsets of the owned partitions (those with one).
     fn fetch_positions(&self, deadline: Instant) -> Result<HashMap<TopicPartition, i64>, Error> {
-        let cfg = &self.shared.cfg;
-        let reader: BaseConsumer = group_reader_config(cfg)
-            .create()
-            .map_err(|e| Error::Internal(format!("offset reader: {}", crate::config::client_error(&e))))?;
+        let owned: Vec<TopicPartition> = self.owned.iter().cloned().collect();
+        self.committed_offsets(&owned, deadline, "where the partitions stand")
+    }
+
+    /// The group's stable committed offsets of `partitions` (those with one), read by the
+    /// instance's offsets reader until `deadline`; `what` names the read in the error.
+    pub(super) fn committed_offsets(
+        &self,
+        partitions: &[TopicPartition],
+        deadline: Instant,
+        what: &str,
+    ) -> Result<HashMap<TopicPartition, i64>, Error> {
         let mut wanted = TopicPartitionList::new();
-        for (topic, partition) in &self.owned {
+        for (topic, partition) in partitions {
             wanted.add_partition(topic, *partition);
         }
-        let committed = stable_committed_offsets(&reader, &wanted, deadline).map_err(|e| Error::TaskTimeout {
-            what: format!("reading where the partitions of {} stand", self.who()),
-            timeout: cfg.task_timeout,
-            last: e.to_string(),
+        let committed = self.shared.stable_committed_offsets(&wanted, deadline).map_err(|last| Error::TaskTimeout {
+            what: format!("reading {what} for {}", self.who()),
+            timeout: self.shared.cfg.task_timeout,
+            last,
         })?;
         Ok(committed
             .elements()
             .iter()
             .filter_map(|e| {
                 let offset = e.offset().to_raw().filter(|o| *o >= 0)?;
-                let tp = self.owned.iter().find(|(t, p)| t.as_str() == e.topic() && *p == e.partition())?;
+                let tp = partitions.iter().find(|(t, p)| t.as_str() == e.topic() && *p == e.partition())?;
                 Some((tp.clone(), offset))
             })
             .collect())
     }
 
-    /// Forgets where `partitions` stand (revoked), or every partition (`None`: a producer
-    /// given up).
+    /// Forgets where `partitions` stand, and their floors (revoked), or every partition's
+    /// (`None`: a producer given up; the partitions are rewound or handed back).
     pub(super) fn forget_positions(&mut self, partitions: Option<&[TopicPartition]>) {
         match partitions {
             Some(partitions) => {
@@ -75,5 +81,6 @@ impl Task {
             }
             None => self.positions.clear(),
         }
+        self.floors.forget(partitions);
     }
 }

@@ -108,19 +108,29 @@ impl Task {
     pub(super) fn rewind_dropped(&mut self) {
         let kept: Vec<TopicPartition> =
             self.rewinds.take_dropped().into_iter().filter(|tp| self.owned.contains(tp)).collect();
-        if kept.is_empty() || self.producer.is_none() {
+        self.rewind(kept);
+    }
+
+    /// Has the consumer move `partitions` back to where they resume: their committed offsets
+    /// or, with an exactly-once sink, the offsets it stored (see [`Task::rewind_dropped`]).
+    /// Their records are dropped as they come until it has.
+    pub(super) fn rewind(&mut self, partitions: Vec<TopicPartition>) {
+        if partitions.is_empty() || self.producer.is_none() {
             return;
         }
+        self.rewinds.wait_for(&partitions);
         if !self.sink_is_exactly_once() {
-            let _ = self.control.send(Control::Rewind { task: self.id, partitions: kept, resume: Vec::new() });
+            self.floors.moved(&partitions, &[]);
+            let _ = self.control.send(Control::Rewind { task: self.id, partitions, resume: Vec::new() });
             return;
         }
-        match self.claim_retrying(&kept) {
+        match self.claim_retrying(&partitions) {
             Ok(resume) => {
-                let _ = self.control.send(Control::Rewind { task: self.id, partitions: kept, resume });
+                self.floors.moved(&partitions, &resume);
+                let _ = self.control.send(Control::Rewind { task: self.id, partitions, resume });
             }
             Err(e) if self.interrupt.expired().is_some() => {
-                tracing::warn!(task = self.id, error = %e, partitions = ?kept, "interrupted while asking the sink where the kept partitions of a dropped batch resume; their records stay dropped until they are revoked");
+                tracing::warn!(task = self.id, error = %e, ?partitions, "interrupted while asking the sink where the partitions resume; their records stay dropped until they are revoked");
             }
             Err(e) => self.stop(e),
         }

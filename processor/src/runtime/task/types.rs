@@ -5,6 +5,7 @@ use std::sync::mpsc::Sender;
 use std::sync::Arc;
 use std::time::Instant;
 
+use super::floor::Floors;
 use super::rewind::Rewinds;
 use super::sink::TaskSink;
 use crate::metrics::TaskMetrics;
@@ -49,8 +50,10 @@ pub(crate) struct Task {
     pub(super) tables: Option<crate::table::reader::TableReader>,
     /// Where the owned partitions stand: the next offset each is committed at, as this
     /// task's own transactions (or a read of the group's offsets) left it
-    /// ([`positions`]).
+    /// ([`positions`](super::positions)).
     pub(super) positions: HashMap<TopicPartition, i64>,
+    /// The lowest offset each owned partition's next record may have ([`floor`]).
+    pub(super) floors: Floors,
     /// The offsets the batch in flight commits, kept for its reconcile.
     pub(super) offsets: rdkafka::TopicPartitionList,
     /// Per-partition mode: counted by the transaction slots while the task lives (the bound

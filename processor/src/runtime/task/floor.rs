@@ -1,0 +1,233 @@
+//! The floor under each partition: in a transactional mode no record below the offset the
+//! group has the partition committed at is processed.
+//!
+//! librdkafka moves a partition's position on its own when `auto.offset.reset` applies — a
+//! fetch out of range, a log truncation found after a leader change — to the partition's
+//! start, below its committed offset. Processing from there would commit the records read
+//! again a second time and move the committed offset back. So each partition has a floor: the
+//! group's stable committed offset, read at its first record after an assignment or a rewind
+//! (or the offset an exactly-once sink had it resume at), then the offset after the last
+//! record taken. A record below its floor is dropped, the batch collected so far is committed,
+//! and the partition rewound; a partition that falls below its floor again after
+//! [`REWINDS_BEFORE_STOP`] rewinds in a row stops the pipeline ([`Error::OffsetReset`]): its
+//! committed offset is out of its log's range.
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use super::batch::Batch;
+use super::Task;
+use crate::error::Error;
+use crate::partition::TopicPartition;
+use crate::runtime::interrupt::Deadline;
+
+/// Rewinds in a row after which a partition still below its floor stops the pipeline.
+pub(super) const REWINDS_BEFORE_STOP: u32 = 3;
+
+/// Whether a record at `offset` may be processed, given its partition's floor.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Intake {
+    /// At or above the floor.
+    Take,
+    /// The floor is not known yet: read the committed offset first.
+    ReadFloor,
+    /// Below the floor: the position was moved back under the committed offset.
+    Below { floor: i64 },
+}
+
+/// The decision for a record at `offset` of a partition whose floor is `floor`.
+pub(super) fn intake(offset: i64, floor: Option<i64>) -> Intake {
+    match floor {
+        None => Intake::ReadFloor,
+        Some(floor) if offset < floor => Intake::Below { floor },
+        Some(_) => Intake::Take,
+    }
+}
+
+/// The owned partitions' floors, and the rewinds in a row each fell below its floor.
+#[derive(Default)]
+pub(super) struct Floors {
+    at: HashMap<TopicPartition, i64>,
+    rewinds: HashMap<TopicPartition, u32>,
+}
+
+impl Floors {
+    pub(super) fn get(&self, tp: &TopicPartition) -> Option<i64> {
+        self.at.get(tp).copied()
+    }
+
+    /// A record at `offset` was taken: the next one comes after it.
+    pub(super) fn took(&mut self, tp: &TopicPartition, offset: i64) {
+        match self.at.get_mut(tp) {
+            Some(floor) => *floor = offset + 1,
+            None => {
+                self.at.insert(tp.clone(), offset + 1);
+            }
+        }
+        if !self.rewinds.is_empty() {
+            self.rewinds.remove(tp);
+        }
+    }
+
+    /// `partitions` are moved to `resume` (an exactly-once sink's offsets) or, those not in
+    /// it, to their committed offsets (read again at their first record).
+    pub(super) fn moved(&mut self, partitions: &[TopicPartition], resume: &[(TopicPartition, i64)]) {
+        for tp in partitions {
+            match resume.iter().find(|(r, _)| r == tp) {
+                Some((_, offset)) => self.at.insert(tp.clone(), *offset),
+                None => self.at.remove(tp),
+            };
+        }
+    }
+
+    /// The read committed offsets of `partitions`; a partition the group has none for starts
+    /// at its beginning, as `auto.offset.reset=earliest` has it.
+    pub(super) fn read(&mut self, partitions: &[TopicPartition], committed: &HashMap<TopicPartition, i64>) {
+        for tp in partitions {
+            self.at.insert(tp.clone(), committed.get(tp).copied().unwrap_or(0));
+        }
+    }
+
+    /// `tp` fell below its floor once more: how many times in a row now.
+    pub(super) fn fell_below(&mut self, tp: &TopicPartition) -> u32 {
+        let n = self.rewinds.entry(tp.clone()).or_default();
+        *n += 1;
+        *n
+    }
+
+    /// Forgets `partitions` (revoked), or every partition (`None`).
+    pub(super) fn forget(&mut self, partitions: Option<&[TopicPartition]>) {
+        match partitions {
+            Some(partitions) => {
+                for tp in partitions {
+                    self.at.remove(tp);
+                    self.rewinds.remove(tp);
+                }
+            }
+            None => {
+                self.at.clear();
+                self.rewinds.clear();
+            }
+        }
+    }
+}
+
+impl Task {
+    /// Whether `r` may be processed (see the module docs). `false`: it is dropped, the batch
+    /// collected so far ended, and its partition rewound (or the pipeline stopped).
+    pub(super) fn above_floor(&mut self, tp: &TopicPartition, offset: i64, batch: &mut Batch) -> bool {
+        if self.transactional_id.is_none() {
+            return true; // at-least-once: a record read again is allowed
+        }
+        let floor = match intake(offset, self.floors.get(tp)) {
+            Intake::Take => {
+                self.floors.took(tp, offset);
+                return true;
+            }
+            Intake::Below { floor } => floor,
+            Intake::ReadFloor => match self.read_floors() {
+                Ok(()) => match intake(offset, self.floors.get(tp)) {
+                    Intake::Below { floor } => floor,
+                    _ => {
+                        self.floors.took(tp, offset);
+                        return true;
+                    }
+                },
+                Err(e) => {
+                    tracing::warn!(task = self.id, partition = ?tp, error = %e, "cannot read the partition's committed offset; rewinding it");
+                    self.rewind_below_floor(tp.clone(), batch);
+                    return false;
+                }
+            },
+        };
+        let times = self.floors.fell_below(tp);
+        if times > REWINDS_BEFORE_STOP {
+            self.stop(Error::OffsetReset { partition: format!("{}-{}", tp.0, tp.1), offset, committed: floor });
+            return false;
+        }
+        tracing::warn!(
+            task = self.id,
+            partition = ?tp,
+            offset,
+            floor,
+            times,
+            "a record below the partition's committed offset (its position was reset): not processed; rewinding the partition"
+        );
+        self.rewind_below_floor(tp.clone(), batch);
+        false
+    }
+
+    /// Reads the committed offsets of every owned partition with no floor.
+    fn read_floors(&mut self) -> Result<(), Error> {
+        let unknown: Vec<TopicPartition> =
+            self.owned.iter().filter(|tp| self.floors.get(tp).is_none()).cloned().collect();
+        let deadline = Deadline::interruptible(Instant::now() + self.shared.cfg.task_timeout, &self.interrupt);
+        let committed = self.committed_offsets(&unknown, deadline.instant(), "the committed offsets")?;
+        self.floors.read(&unknown, &committed);
+        Ok(())
+    }
+
+    /// Ends the batch collected so far (its records of `tp` are above the floor), so that the
+    /// committed offset `tp` is rewound to includes them, then rewinds `tp`.
+    fn rewind_below_floor(&mut self, tp: TopicPartition, batch: &mut Batch) {
+        batch.end(self);
+        if self.stopped || self.rewinds.holds(&tp) || !self.owned.contains(&tp) {
+            return; // the batch's end stopped, rewound or handed back the partition already
+        }
+        self.rewind(vec![tp]);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    fn tp(p: i32) -> TopicPartition {
+        ("in".into(), p)
+    }
+
+    #[test]
+    fn a_record_is_taken_exactly_when_it_is_at_or_above_a_known_floor() {
+        let floors: Vec<Option<i64>> = std::iter::once(None).chain((0..=20).map(Some)).collect();
+        for offset in 0..=20 {
+            for &floor in &floors {
+                let expected = match floor {
+                    None => Intake::ReadFloor,
+                    Some(f) if offset >= f => Intake::Take,
+                    Some(f) => Intake::Below { floor: f },
+                };
+                assert_eq!(intake(offset, floor), expected, "offset {offset}, floor {floor:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_floor_follows_the_records_taken_the_reads_and_the_moves() {
+        let mut f = Floors::default();
+        assert_eq!(f.get(&tp(0)), None, "unknown until read");
+        f.read(&[tp(0), tp(1)], &HashMap::from([(tp(0), 500)]));
+        assert_eq!((f.get(&tp(0)), f.get(&tp(1))), (Some(500), Some(0)), "no committed offset: its beginning");
+        f.took(&tp(0), 500);
+        assert_eq!(intake(500, f.get(&tp(0))), Intake::Below { floor: 501 }, "a record read twice is below");
+        f.moved(&[tp(0), tp(1)], &[(tp(1), 42)]);
+        assert_eq!(
+            (f.get(&tp(0)), f.get(&tp(1))),
+            (None, Some(42)),
+            "to the committed offset: read again; to the sink's: known"
+        );
+        f.moved(&[], &[]);
+        f.read(&[], &HashMap::new());
+        assert_eq!(f.get(&tp(1)), Some(42), "empty moves and reads change nothing");
+    }
+
+    #[test]
+    fn the_rewinds_in_a_row_count_until_a_record_is_taken() {
+        let mut f = Floors::default();
+        assert_eq!((f.fell_below(&tp(0)), f.fell_below(&tp(0)), f.fell_below(&tp(1))), (1, 2, 1));
+        f.took(&tp(0), 7);
+        assert_eq!(f.fell_below(&tp(0)), 1, "a record taken ends the row");
+        f.forget(Some(&[tp(1)]));
+        assert_eq!(f.fell_below(&tp(1)), 1, "forgotten with the partition");
+        f.forget(None);
+        assert_eq!((f.get(&tp(0)), f.fell_below(&tp(0))), (None, 1));
+    }
+}
