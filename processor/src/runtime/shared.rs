@@ -77,7 +77,7 @@ impl Shared {
     ) -> Result<TopicPartitionList, String> {
         let reader = {
             let mut slot = self.offsets_reader.lock().unwrap_or_else(|p| p.into_inner());
-            match slot.as_ref() {
+            let reader = match slot.as_ref() {
                 Some(reader) => reader.clone(),
                 None => {
                     let made: BaseConsumer = crate::state::changelog::group_reader_config(&self.cfg)
@@ -85,10 +85,12 @@ impl Shared {
                         .map_err(|e| format!("offsets reader: {}", crate::config::client_error(&e)))?;
                     slot.insert(Arc::new(made)).clone()
                 }
-            }
+            };
+            // It is never polled otherwise: its events (a broker down, say) would pile up.
+            // Drained under the lock: one poller at a time.
+            while reader.poll(Duration::ZERO).is_some() {}
+            reader
         };
-        // It is never polled otherwise: its events (a broker down, say) would pile up.
-        while reader.poll(Duration::ZERO).is_some() {}
         crate::state::changelog::stable_committed_offsets(&*reader, partitions, deadline).map_err(|e| e.to_string())
     }
 }
