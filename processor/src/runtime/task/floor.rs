@@ -56,6 +56,20 @@ impl Floors {
         self.at.get(tp).copied()
     }
 
+    /// The decision for a record of `tp` at `offset` ([`intake`]), with the floor moved past
+    /// it when it is taken: one lookup per record.
+    pub(super) fn take(&mut self, tp: &TopicPartition, offset: i64) -> Intake {
+        let Some(floor) = self.at.get_mut(tp) else { return Intake::ReadFloor };
+        let verdict = intake(offset, Some(*floor));
+        if verdict == Intake::Take {
+            *floor = offset + 1;
+            if !self.rewinds.is_empty() {
+                self.rewinds.remove(tp);
+            }
+        }
+        verdict
+    }
+
     /// A record at `offset` was taken: the next one comes after it.
     pub(super) fn took(&mut self, tp: &TopicPartition, offset: i64) {
         match self.at.get_mut(tp) {
@@ -119,11 +133,8 @@ impl Task {
         if self.transactional_id.is_none() {
             return true; // at-least-once: a record read again is allowed
         }
-        let floor = match intake(offset, self.floors.get(tp)) {
-            Intake::Take => {
-                self.floors.took(tp, offset);
-                return true;
-            }
+        let floor = match self.floors.take(tp, offset) {
+            Intake::Take => return true,
             Intake::Below { floor } => floor,
             Intake::ReadFloor => match self.read_floors() {
                 Ok(()) => match intake(offset, self.floors.get(tp)) {
@@ -217,6 +228,22 @@ mod tests {
         f.moved(&[], &[]);
         f.read(&[], &HashMap::new());
         assert_eq!(f.get(&tp(1)), Some(42), "empty moves and reads change nothing");
+    }
+
+    #[test]
+    fn take_decides_as_intake_and_moves_the_floor_past_what_it_takes() {
+        for start in [None, Some(0), Some(5), Some(10)] {
+            for offset in 0..=12 {
+                let mut f = Floors::default();
+                if let Some(s) = start {
+                    f.read(&[tp(0)], &HashMap::from([(tp(0), s)]));
+                }
+                let verdict = f.take(&tp(0), offset);
+                assert_eq!(verdict, intake(offset, start), "start {start:?}, offset {offset}");
+                let after = if verdict == Intake::Take { Some(offset + 1) } else { start };
+                assert_eq!(f.get(&tp(0)), after, "start {start:?}, offset {offset}");
+            }
+        }
     }
 
     #[test]
