@@ -136,7 +136,7 @@ impl Task {
         let floor = match self.floors.take(tp, offset) {
             Intake::Take => return true,
             Intake::Below { floor } => floor,
-            Intake::ReadFloor => match self.read_floors() {
+            Intake::ReadFloor => match self.read_floor(tp) {
                 Ok(()) => match intake(offset, self.floors.get(tp)) {
                     Intake::Below { floor } => floor,
                     _ => {
@@ -168,13 +168,15 @@ impl Task {
         false
     }
 
-    /// Reads the committed offsets of every owned partition with no floor.
-    fn read_floors(&mut self) -> Result<(), Error> {
-        let unknown: Vec<TopicPartition> =
-            self.owned.iter().filter(|tp| self.floors.get(tp).is_none()).cloned().collect();
-        let deadline = Deadline::interruptible(Instant::now() + self.shared.cfg.task_timeout, &self.interrupt);
-        let committed = self.committed_offsets(&unknown, deadline.instant(), "the committed offsets")?;
-        self.floors.read(&unknown, &committed);
+    /// Reads `tp`'s committed offset, as its floor. Its partition's alone: another owned
+    /// partition's offset may still be unstable (a previous owner's transaction still open),
+    /// and waiting for it would hold this one. Bounded by the call timeout: librdkafka has
+    /// just read the same offset to start the partition.
+    fn read_floor(&mut self, tp: &TopicPartition) -> Result<(), Error> {
+        let deadline = Deadline::interruptible(Instant::now() + self.shared.cfg.call_timeout(), &self.interrupt);
+        let one = std::slice::from_ref(tp);
+        let committed = self.committed_offsets(one, deadline.instant(), "the committed offset")?;
+        self.floors.read(one, &committed);
         Ok(())
     }
 

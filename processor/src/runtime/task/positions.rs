@@ -54,9 +54,10 @@ impl Task {
         for (topic, partition) in partitions {
             wanted.add_partition(topic, *partition);
         }
+        let started = Instant::now();
         let committed = self.shared.stable_committed_offsets(&wanted, deadline).map_err(|last| Error::TaskTimeout {
             what: format!("reading {what} for {}", self.who()),
-            timeout: self.shared.cfg.task_timeout,
+            timeout: deadline.saturating_duration_since(started),
             last,
         })?;
         Ok(committed
