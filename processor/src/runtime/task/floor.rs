@@ -9,17 +9,14 @@
 //! (or the offset an exactly-once sink had it resume at), then the offset after the last
 //! record taken. A record below its floor is dropped, the batch collected so far is committed,
 //! and the partition rewound; a partition that falls below its floor again after
-//! [`REWINDS_BEFORE_STOP`] rewinds in a row stops the pipeline ([`Error::OffsetReset`]): its
-//! committed offset is out of its log's range.
+//! [`REWINDS_BEFORE_STOP`] rewinds in a row stops the pipeline
+//! ([`Error::OffsetReset`](crate::Error::OffsetReset)): its committed offset is out of its
+//! log's range. This module holds the floors and the decisions; the task's side (the check
+//! at each record, the read, the rewind: `Task::above_floor`) is in `positions.rs`.
 
 use std::collections::HashMap;
-use std::time::Instant;
 
-use super::batch::Batch;
-use super::Task;
-use crate::error::Error;
 use crate::partition::TopicPartition;
-use crate::runtime::interrupt::Deadline;
 
 /// Rewinds in a row after which a partition still below its floor stops the pipeline.
 pub(super) const REWINDS_BEFORE_STOP: u32 = 3;
@@ -123,71 +120,6 @@ impl Floors {
                 self.rewinds.clear();
             }
         }
-    }
-}
-
-impl Task {
-    /// Whether `r` may be processed (see the module docs). `false`: it is dropped, the batch
-    /// collected so far ended, and its partition rewound (or the pipeline stopped).
-    pub(super) fn above_floor(&mut self, tp: &TopicPartition, offset: i64, batch: &mut Batch) -> bool {
-        if self.transactional_id.is_none() {
-            return true; // at-least-once: a record read again is allowed
-        }
-        let floor = match self.floors.take(tp, offset) {
-            Intake::Take => return true,
-            Intake::Below { floor } => floor,
-            Intake::ReadFloor => match self.read_floor(tp) {
-                Ok(()) => match intake(offset, self.floors.get(tp)) {
-                    Intake::Below { floor } => floor,
-                    _ => {
-                        self.floors.took(tp, offset);
-                        return true;
-                    }
-                },
-                Err(e) => {
-                    tracing::warn!(task = self.id, partition = ?tp, error = %e, "cannot read the partition's committed offset; rewinding it");
-                    self.rewind_below_floor(tp.clone(), batch);
-                    return false;
-                }
-            },
-        };
-        let times = self.floors.fell_below(tp);
-        if times > REWINDS_BEFORE_STOP {
-            self.stop(Error::OffsetReset { partition: format!("{}-{}", tp.0, tp.1), offset, committed: floor });
-            return false;
-        }
-        tracing::warn!(
-            task = self.id,
-            partition = ?tp,
-            offset,
-            floor,
-            times,
-            "a record below the partition's committed offset (its position was reset): not processed; rewinding the partition"
-        );
-        self.rewind_below_floor(tp.clone(), batch);
-        false
-    }
-
-    /// Reads `tp`'s committed offset, as its floor. Its partition's alone: another owned
-    /// partition's offset may still be unstable (a previous owner's transaction still open),
-    /// and waiting for it would hold this one. Bounded by the call timeout: librdkafka has
-    /// just read the same offset to start the partition.
-    fn read_floor(&mut self, tp: &TopicPartition) -> Result<(), Error> {
-        let deadline = Deadline::interruptible(Instant::now() + self.shared.cfg.call_timeout(), &self.interrupt);
-        let one = std::slice::from_ref(tp);
-        let committed = self.committed_offsets(one, deadline.instant(), "the committed offset")?;
-        self.floors.read(one, &committed);
-        Ok(())
-    }
-
-    /// Ends the batch collected so far (its records of `tp` are above the floor), so that the
-    /// committed offset `tp` is rewound to includes them, then rewinds `tp`.
-    fn rewind_below_floor(&mut self, tp: TopicPartition, batch: &mut Batch) {
-        batch.end(self);
-        if self.stopped || self.rewinds.holds(&tp) || !self.owned.contains(&tp) {
-            return; // the batch's end stopped, rewound or handed back the partition already
-        }
-        self.rewind(vec![tp]);
     }
 }
 

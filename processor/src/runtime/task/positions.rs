@@ -1,4 +1,5 @@
-//! Where a task's partitions stand: what a transaction of timers alone commits.
+//! Where a task's partitions stand: what a transaction of timers alone commits, and the
+//! floor no record may be below ([`floor`](super::floor)), checked at each record here.
 //!
 //! A batch's transaction commits the batch's next offsets; a transaction of timers alone
 //! commits where its partitions stand, with its own mark, so that its outcome can be read back
@@ -12,6 +13,8 @@ use std::time::Instant;
 
 use rdkafka::{Offset, TopicPartitionList};
 
+use super::batch::Batch;
+use super::floor::{intake, Intake, REWINDS_BEFORE_STOP};
 use super::Task;
 use crate::error::Error;
 use crate::partition::TopicPartition;
@@ -83,5 +86,70 @@ impl Task {
             None => self.positions.clear(),
         }
         self.floors.forget(partitions);
+    }
+}
+
+impl Task {
+    /// Whether `r` may be processed (see the module docs). `false`: it is dropped, the batch
+    /// collected so far ended, and its partition rewound (or the pipeline stopped).
+    pub(super) fn above_floor(&mut self, tp: &TopicPartition, offset: i64, batch: &mut Batch) -> bool {
+        if self.transactional_id.is_none() {
+            return true; // at-least-once: a record read again is allowed
+        }
+        let floor = match self.floors.take(tp, offset) {
+            Intake::Take => return true,
+            Intake::Below { floor } => floor,
+            Intake::ReadFloor => match self.read_floor(tp) {
+                Ok(()) => match intake(offset, self.floors.get(tp)) {
+                    Intake::Below { floor } => floor,
+                    _ => {
+                        self.floors.took(tp, offset);
+                        return true;
+                    }
+                },
+                Err(e) => {
+                    tracing::warn!(task = self.id, partition = ?tp, error = %e, "cannot read the partition's committed offset; rewinding it");
+                    self.rewind_below_floor(tp.clone(), batch);
+                    return false;
+                }
+            },
+        };
+        let times = self.floors.fell_below(tp);
+        if times > REWINDS_BEFORE_STOP {
+            self.stop(Error::OffsetReset { partition: format!("{}-{}", tp.0, tp.1), offset, committed: floor });
+            return false;
+        }
+        tracing::warn!(
+            task = self.id,
+            partition = ?tp,
+            offset,
+            floor,
+            times,
+            "a record below the partition's committed offset (its position was reset): not processed; rewinding the partition"
+        );
+        self.rewind_below_floor(tp.clone(), batch);
+        false
+    }
+
+    /// Reads `tp`'s committed offset, as its floor. Its partition's alone: another owned
+    /// partition's offset may still be unstable (a previous owner's transaction still open),
+    /// and waiting for it would hold this one. Bounded by the call timeout: librdkafka has
+    /// just read the same offset to start the partition.
+    fn read_floor(&mut self, tp: &TopicPartition) -> Result<(), Error> {
+        let deadline = Deadline::interruptible(Instant::now() + self.shared.cfg.call_timeout(), &self.interrupt);
+        let one = std::slice::from_ref(tp);
+        let committed = self.committed_offsets(one, deadline.instant(), "the committed offset")?;
+        self.floors.read(one, &committed);
+        Ok(())
+    }
+
+    /// Ends the batch collected so far (its records of `tp` are above the floor), so that the
+    /// committed offset `tp` is rewound to includes them, then rewinds `tp`.
+    fn rewind_below_floor(&mut self, tp: TopicPartition, batch: &mut Batch) {
+        batch.end(self);
+        if self.stopped || self.rewinds.holds(&tp) || !self.owned.contains(&tp) {
+            return; // the batch's end stopped, rewound or handed back the partition already
+        }
+        self.rewind(vec![tp]);
     }
 }
