@@ -49,7 +49,8 @@ pub(super) struct Floors {
 }
 
 impl Floors {
-    pub(super) fn get(&self, tp: &TopicPartition) -> Option<i64> {
+    #[cfg(test)]
+    fn get(&self, tp: &TopicPartition) -> Option<i64> {
         self.at.get(tp).copied()
     }
 
@@ -65,19 +66,6 @@ impl Floors {
             }
         }
         verdict
-    }
-
-    /// A record at `offset` was taken: the next one comes after it.
-    pub(super) fn took(&mut self, tp: &TopicPartition, offset: i64) {
-        match self.at.get_mut(tp) {
-            Some(floor) => *floor = offset + 1,
-            None => {
-                self.at.insert(tp.clone(), offset + 1);
-            }
-        }
-        if !self.rewinds.is_empty() {
-            self.rewinds.remove(tp);
-        }
     }
 
     /// `partitions` are moved to `resume` (an exactly-once sink's offsets) or, those not in
@@ -151,7 +139,7 @@ mod tests {
         assert_eq!(f.get(&tp(0)), None, "unknown until read");
         f.read(&[tp(0), tp(1)], &HashMap::from([(tp(0), 500)]));
         assert_eq!((f.get(&tp(0)), f.get(&tp(1))), (Some(500), Some(0)), "no committed offset: its beginning");
-        f.took(&tp(0), 500);
+        assert_eq!(f.take(&tp(0), 500), Intake::Take);
         assert_eq!(intake(500, f.get(&tp(0))), Intake::Below { floor: 501 }, "a record read twice is below");
         f.moved(&[tp(0), tp(1)], &[(tp(1), 42)]);
         assert_eq!(
@@ -184,7 +172,8 @@ mod tests {
     fn the_rewinds_in_a_row_count_until_a_record_is_taken() {
         let mut f = Floors::default();
         assert_eq!((f.fell_below(&tp(0)), f.fell_below(&tp(0)), f.fell_below(&tp(1))), (1, 2, 1));
-        f.took(&tp(0), 7);
+        f.read(&[tp(0)], &HashMap::new());
+        assert_eq!(f.take(&tp(0), 7), Intake::Take);
         assert_eq!(f.fell_below(&tp(0)), 1, "a record taken ends the row");
         f.forget(Some(&[tp(1)]));
         assert_eq!(f.fell_below(&tp(1)), 1, "forgotten with the partition");

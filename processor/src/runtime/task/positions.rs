@@ -14,7 +14,7 @@ use std::time::Instant;
 use rdkafka::{Offset, TopicPartitionList};
 
 use super::batch::Batch;
-use super::floor::{intake, Intake, REWINDS_BEFORE_STOP};
+use super::floor::{Intake, REWINDS_BEFORE_STOP};
 use super::Task;
 use crate::error::Error;
 use crate::partition::TopicPartition;
@@ -100,12 +100,10 @@ impl Task {
             Intake::Take => return true,
             Intake::Below { floor } => floor,
             Intake::ReadFloor => match self.read_floor(tp) {
-                Ok(()) => match intake(offset, self.floors.get(tp)) {
+                // Read: the floor is known now.
+                Ok(()) => match self.floors.take(tp, offset) {
                     Intake::Below { floor } => floor,
-                    _ => {
-                        self.floors.took(tp, offset);
-                        return true;
-                    }
+                    _ => return true,
                 },
                 Err(e) => {
                     tracing::warn!(task = self.id, partition = ?tp, error = %e, "cannot read the partition's committed offset; rewinding it");
