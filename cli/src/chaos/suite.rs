@@ -277,14 +277,17 @@ pub fn run_cells(
         if let Some(proxy) = cluster.as_ref().and_then(|c| c.proxy()) {
             proxy.heal_all(); // a scenario that failed half-way leaves no fault behind
         }
-        if !result.passed() {
-            // The brokers' logs go with the instances' (the cluster's own directory is
-            // removed with it).
+        // The brokers' logs go with the instances' (the cluster's own directory is removed
+        // with it): on a failure, and always into a log directory the user chose, since a
+        // passing run's logs are the evidence when comparing subjects.
+        if !result.passed() || !remove_logs {
             for (node, log) in cluster.iter().flat_map(|c| c.node_ids().into_iter().map(|n| (n, c.log_path(n)))) {
                 if let Some(log) = log {
                     let _ = std::fs::copy(&log, ctx.log_dir.join(format!("broker-{node}.log")));
                 }
             }
+        }
+        if !result.passed() {
             if let (true, Some(c)) = (cfg.keep_data_on_failure, cluster.as_ref()) {
                 let to = ctx.log_dir.join("cluster-data");
                 match copy_tree(c.data_dir(), &to) {
