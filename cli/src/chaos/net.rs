@@ -16,6 +16,7 @@ use super::rng::Rng;
 use kafka_eos_testkit::admin;
 use kafka_eos_testkit::broker::proxy::ProxyStats;
 use kafka_eos_testkit::broker::{CoordinatorKind, LocalCluster};
+use kafka_eos_testkit::process::{self, Signal};
 
 /// What a network fault needs to know about the scenario.
 pub(crate) struct Scope<'a> {
@@ -50,11 +51,14 @@ pub(crate) struct Net {
     armed: Vec<(i32, ProxyStats)>,
     /// Faults whose trigger never fired (their request never came before the heal).
     pub unfired: u64,
+    /// The aimed kill after an `EndTxn` freezes the other brokers from the release to the
+    /// kill, so that whatever the coordinator appends (a `PrepareCommit`) is not replicated.
+    unreplicated: bool,
 }
 
 impl Net {
-    pub(crate) fn new() -> Net {
-        Net { armed: Vec::new(), unfired: 0 }
+    pub(crate) fn new(unreplicated: bool) -> Net {
+        Net { armed: Vec::new(), unfired: 0, unreplicated }
     }
 
     /// Injects `fault`; returns what it did, for the timeline.
@@ -202,9 +206,28 @@ impl Net {
                 cluster.proxy().expect("checked above").heal(node);
             }
             KillTiming::AfterEndTxn(ms) => {
+                // SIGSTOPped for milliseconds, the followers miss nothing the controller sees.
+                let frozen: Vec<u32> = if self.unreplicated {
+                    cluster.node_ids().into_iter().filter(|&n| n != node).filter_map(|n| cluster.pid(n)).collect()
+                } else {
+                    Vec::new()
+                };
+                for &pid in &frozen {
+                    let _ = process::signal(pid, Signal::SIGSTOP);
+                }
                 proxy.heal(node);
                 std::thread::sleep(Duration::from_millis(ms));
-                cluster.kill_node(node).map_err(|e| format!("killing broker {node}: {e}"))?;
+                let killed = cluster.kill_node(node).map_err(|e| format!("killing broker {node}: {e}"));
+                for &pid in &frozen {
+                    let _ = process::signal(pid, Signal::SIGCONT);
+                }
+                killed?;
+                if !frozen.is_empty() {
+                    return Ok((
+                        Some(node),
+                        format!("node {node} SIGKILLed {timing:?}, the others SIGSTOPped meanwhile ({why})"),
+                    ));
+                }
             }
         }
         Ok((Some(node), format!("node {node} SIGKILLed {timing:?} ({why})")))

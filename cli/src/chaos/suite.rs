@@ -45,7 +45,8 @@ use kafka_eos_testkit::broker::{ClusterConfig, LocalCluster, KAFKA_VERSION};
 /// Consumer `session.timeout.ms` of every instance: the broker's minimum by default, so a
 /// crashed or stalled instance loses its partitions quickly.
 const SESSION_TIMEOUT: Duration = Duration::from_secs(6);
-/// Producer `transaction.timeout.ms` of every instance.
+/// Producer `transaction.timeout.ms` of every instance, unless configured: short, so that a
+/// stalled instance's transaction is aborted, and the suite moves on, within seconds.
 const TRANSACTION_TIMEOUT: Duration = Duration::from_secs(8);
 /// How often the coordinator looks for timed-out transactions on the suite's own cluster
 /// (`transaction.abort.timed.out.transaction.cleanup.interval.ms`; Kafka's default is 10 s).
@@ -100,6 +101,12 @@ pub struct SuiteConfig {
     /// for the controller to fence it): the restart delay `docs/operations.md` gives
     /// supervisors, tested as a supervisor applies it. `None`: wait for the fencing.
     pub restart_delay: Option<Duration>,
+    /// In the aimed coordinator kill after an `EndTxn`, the other brokers are SIGSTOPped from
+    /// the `EndTxn`'s release to the kill: the coordinator's `PrepareCommit` is never
+    /// replicated, the precondition of the split transaction of `docs/reliability.md`.
+    pub unreplicated_prepare: bool,
+    /// Producer `transaction.timeout.ms` of every instance (8 s by default).
+    pub transaction_timeout: Duration,
     /// How long after its record the timers workload sends its output.
     pub timer_delay: Duration,
     /// Bytes per input record value.
@@ -141,6 +148,8 @@ impl SuiteConfig {
             keep_data_on_failure: false,
             restart_unfenced: false,
             restart_delay: None,
+            unreplicated_prepare: false,
+            transaction_timeout: TRANSACTION_TIMEOUT,
             value_size: 64,
             timer_delay: Duration::from_secs(1),
             subject: Subject::KafkaEos,
@@ -271,7 +280,7 @@ pub fn run_cells(
             log_dir: log_root.join(&label),
             // Longer than the session timeout and the transaction timeout plus the
             // coordinator's check interval: both the group and the coordinator move on.
-            stall: TRANSACTION_TIMEOUT.max(SESSION_TIMEOUT) + timeout_check + Duration::from_secs(5),
+            stall: cfg.transaction_timeout.max(SESSION_TIMEOUT) + timeout_check + Duration::from_secs(5),
         };
         let result = run_scenario(&ctx, cluster.as_mut(), cell, &mut rng);
         if let Some(proxy) = cluster.as_ref().and_then(|c| c.proxy()) {

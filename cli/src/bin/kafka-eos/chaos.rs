@@ -103,6 +103,15 @@ pub struct Args {
     /// (systemd's RestartSec; docs/operations.md), instead of once the controller has fenced it.
     #[arg(long)]
     restart_delay_secs: Option<u64>,
+    /// The instances' transaction.timeout.ms, in seconds (default 8: a stalled instance's
+    /// transaction is aborted within seconds). A longer one outlasts a coordinator's failover.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=900))]
+    transaction_timeout_secs: Option<u64>,
+    /// In the aimed coordinator kill after an EndTxn, SIGSTOP the other brokers from the
+    /// EndTxn's release to the kill, so that the coordinator's PrepareCommit is never
+    /// replicated (with --restart-unfenced: the split transaction's precondition, every time).
+    #[arg(long)]
+    unreplicated_prepare: bool,
     /// Who runs the copy: kafka-eos (this runtime, default), java-txn (a read-process-write
     /// loop on Kafka's Java transactional producer and consumer) or kafka-streams (Kafka
     /// Streams, exactly_once_v2). The Java subjects take --guarantee
@@ -215,6 +224,10 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
     cfg.keep_data_on_failure = args.keep_data_on_failure;
     cfg.restart_unfenced = args.restart_unfenced;
     cfg.restart_delay = args.restart_delay_secs.map(Duration::from_secs);
+    cfg.unreplicated_prepare = args.unreplicated_prepare;
+    if let Some(s) = args.transaction_timeout_secs {
+        cfg.transaction_timeout = Duration::from_secs(s);
+    }
     cfg.subject = args.subject;
     cfg.client_properties = args.client.properties()?;
     cfg.timer_delay = Duration::from_millis(args.timer_delay_ms);

@@ -10,7 +10,7 @@ use super::super::report::ScenarioResult;
 use super::super::rng::Rng;
 use super::super::sink::Server;
 use super::super::subject::{java_command, JavaInstance};
-use super::{close_generate, velocity, Ctx, Run, SESSION_TIMEOUT, TRANSACTION_TIMEOUT};
+use super::{close_generate, velocity, Ctx, Run, SESSION_TIMEOUT};
 use crate::workloads::financial_close;
 use kafka_eos_testkit::broker::LocalCluster;
 
@@ -49,7 +49,7 @@ impl<'a, 'r> Run<'a, 'r> {
             rebalancing: cfg.rebalancing,
             abort_one_in: plan.abort_one_in,
             session_timeout: SESSION_TIMEOUT,
-            transaction_timeout: TRANSACTION_TIMEOUT,
+            transaction_timeout: cfg.transaction_timeout,
             financial_close_payments: stateful.then_some(cfg.records),
             card_velocity: velocity,
             join,
@@ -97,7 +97,7 @@ impl<'a, 'r> Run<'a, 'r> {
                     input: &input_topic,
                     output: &output_topic,
                     session_timeout: SESSION_TIMEOUT,
-                    transaction_timeout: TRANSACTION_TIMEOUT,
+                    transaction_timeout: cfg.transaction_timeout,
                     status_interval: instance.status_interval,
                     log_dir: &ctx.log_dir,
                 };
@@ -122,7 +122,7 @@ impl<'a, 'r> Run<'a, 'r> {
             fleet,
             zombies: Vec::new(),
             timeline,
-            net: Net::new(),
+            net: Net::new(cfg.unreplicated_prepare),
             crashed_at: Default::default(),
         })
     }
