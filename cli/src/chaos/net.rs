@@ -200,6 +200,7 @@ impl Net {
         for &(n, _) in before.iter().filter(|(n, _)| *n != node) {
             proxy.heal(n);
         }
+        let mut also = "";
         match timing {
             KillTiming::BeforeEndTxn => {
                 cluster.kill_node(node).map_err(|e| format!("killing broker {node}: {e}"))?;
@@ -223,13 +224,10 @@ impl Net {
                 }
                 killed?;
                 if !frozen.is_empty() {
-                    return Ok((
-                        Some(node),
-                        format!("node {node} SIGKILLed {timing:?}, the others SIGSTOPped meanwhile ({why})"),
-                    ));
+                    also = ", the others SIGSTOPped meanwhile";
                 }
             }
         }
-        Ok((Some(node), format!("node {node} SIGKILLed {timing:?} ({why})")))
+        Ok((Some(node), format!("node {node} SIGKILLed {timing:?}{also} ({why})")))
     }
 }
