@@ -17,13 +17,7 @@ use rdkafka::Message;
 /// The bootstrap servers of the binary's shared cluster (started on first use). A test
 /// that cannot get a broker fails loudly: a skipped broker test would look green.
 pub fn bootstrap() -> String {
-    use tracing_subscriber::layer::SubscriberExt;
-    use tracing_subscriber::util::SubscriberInitExt;
-    use tracing_subscriber::Layer;
-    let printed = tracing_subscriber::fmt::layer()
-        .with_test_writer()
-        .with_filter(tracing_subscriber::EnvFilter::from_default_env());
-    let _ = tracing_subscriber::registry().with(printed).with(WarningLog).try_init();
+    init_logging();
     static CLUSTER: OnceLock<Cluster> = OnceLock::new();
     CLUSTER
         .get_or_init(|| {
@@ -31,6 +25,17 @@ pub fn bootstrap() -> String {
                 .unwrap_or_else(|e| panic!("cannot start the test broker: {e}"))
         })
         .bootstrap_servers()
+}
+
+/// The tests' log: `RUST_LOG` picks what is printed; warnings are kept for [`warnings`].
+pub fn init_logging() {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    use tracing_subscriber::Layer;
+    let printed = tracing_subscriber::fmt::layer()
+        .with_test_writer()
+        .with_filter(tracing_subscriber::EnvFilter::from_default_env());
+    let _ = tracing_subscriber::registry().with(printed).with(WarningLog).try_init();
 }
 
 /// Held by the tests that start a broker of their own, so that they start one at a time: a

@@ -504,6 +504,18 @@ impl PipelineBuilder {
         self
     }
 
+    /// **Test-only fault injection; not part of the API.** When the group takes this
+    /// instance's partitions without a revocation (its session expired), the consumer's
+    /// poll thread waits `delay` before it tells their tasks, as a poll thread held up
+    /// elsewhere does; the tasks run on meanwhile. Drives the fencing of a task that does
+    /// not yet know its partitions are gone.
+    #[cfg(feature = "test-hooks")]
+    #[doc(hidden)]
+    pub fn inject_slow_lost_relay(mut self, delay: Duration) -> Self {
+        self.fault.lost_relay_delay = Some(delay);
+        self
+    }
+
     /// **Benchmark-only; not part of the API.** Transactional calls run on the task's own
     /// thread instead of a watchdog thread (`txn/watchdog.rs`), so a call that librdkafka
     /// never returns from (librdkafka#5456) hangs the task for good. For measuring what

@@ -1,13 +1,15 @@
 //! **Test-only fault injection; not part of the API** (feature `test-hooks`): failures the
 //! integration tests cannot provoke deterministically on a real broker — a commit whose
 //! outcome the task does not learn, a reconcile that fails, a producer that cannot be
-//! initialised. Every real pipeline has none; each costs one branch where it would act.
+//! initialised, a poll thread slow to relay a lost assignment to the tasks. Every real
+//! pipeline has none; each costs one branch where it would act.
 //! One knob is for benchmarks instead: transactional calls without their watchdog, to
 //! measure what the watchdog costs.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 /// How a commit is made to end with an outcome unknown to the runtime. Every way, the
 /// commit step reports a timeout (retriable).
@@ -33,11 +35,16 @@ pub(super) struct FaultSpec {
     pub(super) unknown: Option<(u64, UnknownOutcome, bool)>,
     pub(super) init_failures: HashMap<i32, u32>,
     pub(super) unguarded_calls: bool,
+    pub(super) lost_relay_delay: Option<Duration>,
 }
 
 impl FaultSpec {
     pub(super) fn build(self) -> Option<Arc<FaultInjection>> {
-        if self.unknown.is_none() && self.init_failures.is_empty() && !self.unguarded_calls {
+        if self.unknown.is_none()
+            && self.init_failures.is_empty()
+            && !self.unguarded_calls
+            && self.lost_relay_delay.is_none()
+        {
             return None;
         }
         Some(Arc::new(FaultInjection {
@@ -46,6 +53,7 @@ impl FaultSpec {
             commits: AtomicU64::new(0),
             init_failures: Mutex::new(self.init_failures),
             unguarded_calls: self.unguarded_calls,
+            lost_relay_delay: self.lost_relay_delay,
         }))
     }
 }
@@ -63,6 +71,9 @@ pub(crate) struct FaultInjection {
     init_failures: Mutex<HashMap<i32, u32>>,
     /// Transactional calls run on the task's own thread, without the watchdog.
     pub(crate) unguarded_calls: bool,
+    /// How long the consumer's poll thread waits, in the rebalance callback, before it tells
+    /// the tasks that their partitions are lost (the tasks go on meanwhile).
+    pub(crate) lost_relay_delay: Option<Duration>,
 }
 
 impl FaultInjection {

@@ -26,6 +26,10 @@ impl TaskManager {
         partitions: Vec<TopicPartition>,
         lost: bool,
     ) {
+        if let Some(delay) = self.shared.cfg.fault.as_ref().and_then(|f| f.lost_relay_delay).filter(|_| lost) {
+            tracing::warn!(?partitions, ?delay, "fault injection: relaying the lost partitions late");
+            std::thread::sleep(delay);
+        }
         tracing::info!(?partitions, lost, "partitions revoked");
         self.shared.shutdown.health_state().revoked(&partitions);
         let deadline = self.revoke_deadline();
