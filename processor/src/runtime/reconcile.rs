@@ -90,19 +90,18 @@ fn left_the_group(e: &rdkafka::error::KafkaError) -> bool {
 
 /// Steps 2–4 of the [module docs](self), after the caller dropped the old producer and
 /// checked that it still owns the partitions: a fresh, initialised producer for
-/// `transactional_id` and what the transaction of `batch`, committing `offsets`, became.
-/// `Err` says why the outcome could not be learned (the caller falls back to giving the
-/// partitions up).
+/// `transactional_id` and what the transaction over `spans` ([`spans`]), whose offsets
+/// carried `mark`, became ([`decide`], with `before`). `Err` says why the outcome could not
+/// be learned (the caller falls back to giving the partitions up).
 pub(crate) fn reconcile(
     cfg: &PipelineConfig,
     transactional_id: &str,
     label: &str,
-    batch: &[InputRecord],
-    offsets: &TopicPartitionList,
+    spans: &Spans,
     mark: Option<&str>,
+    before: &Before,
     deadline: Deadline<'_>,
 ) -> Result<(TxnProducer, Reconciliation), Undecided> {
-    let spans = spans(batch, offsets);
     if spans.is_empty() {
         return Err(Undecided::Unreadable(
             "the transaction committed no offsets: its outcome cannot be read back".into(),
@@ -121,7 +120,7 @@ pub(crate) fn reconcile(
     }
     let committed = stable_committed_offsets(&reader, &partitions, deadline.instant())
         .map_err(|e| unreadable(format!("fetching the stable committed offsets: {e}")))?;
-    Ok((producer, decide(&committed, &spans, mark)?))
+    Ok((producer, decide(&committed, spans, mark, before)?))
 }
 
 /// Why a reconcile found no outcome.
@@ -161,6 +160,10 @@ impl Undecided {
 /// commits.
 pub(crate) type Spans = BTreeMap<(String, i32), (i64, i64)>;
 
+/// Per partition, a committed offset and its mark that were there before the transaction
+/// began, past its span (an exactly-once sink resumed the partition below the group).
+pub(crate) type Before = BTreeMap<(String, i32), (i64, String)>;
+
 /// The spans of a transaction over `batch` that commits `offsets`: from the batch's first
 /// record of each partition to the offset committed; a partition with no record in the batch
 /// (a transaction of timers alone) spans nothing, `next..next`.
@@ -181,7 +184,9 @@ pub(crate) fn spans(batch: &[InputRecord], offsets: &TopicPartitionList) -> Span
 /// What the group's committed offsets say about a transaction over `spans` whose offsets
 /// carried `mark` (`None`: it sent none): committed if every partition is committed at its
 /// span's end with that mark, aborted if every one is still at or before its span's start
-/// without it (or has no committed offset). Anything else — the span's end with another
+/// without it, or has no committed offset, or is still at its offset `before` with that
+/// offset's mark (marks name one transaction each: nothing committed there since). Anything
+/// else — the span's end with another
 /// mark, an offset past the span, inside it, or a mix — was not written by this
 /// transaction alone (transactions are atomic): another owner has moved it, and the
 /// outcome is not ours to decide. No spans, no answer: nothing can show the outcome.
@@ -189,14 +194,19 @@ pub(crate) fn decide(
     committed: &TopicPartitionList,
     spans: &Spans,
     mark: Option<&str>,
+    before: &Before,
 ) -> Result<Reconciliation, Undecided> {
     let (mut done, mut not_done) = (0, 0);
-    for ((topic, partition), (first, next)) in spans {
+    for (key, (first, next)) in spans {
+        let (topic, partition) = key;
         let elem = committed.find_partition(topic, *partition);
         let at = elem.as_ref().and_then(|e| e.offset().to_raw()).filter(|o| *o >= 0);
-        let ours = mark.is_some() && elem.as_ref().map(|e| e.metadata()) == mark;
+        let metadata = elem.as_ref().map(|e| e.metadata());
+        let ours = mark.is_some() && metadata == mark;
+        let unchanged = |o: i64| before.get(key).is_some_and(|(b, m)| *b == o && metadata == Some(m.as_str()));
         match at {
             Some(o) if o == *next && ours => done += 1,
+            Some(o) if unchanged(o) => not_done += 1,
             None => not_done += 1,
             Some(o) if o <= *first => not_done += 1,
             Some(o) if o == *next => {
@@ -246,7 +256,7 @@ mod tests {
     fn the_committed_offsets_tell_committed_from_aborted_and_refuse_anything_else() {
         let batch = [rec("a", 0, 10), rec("a", 0, 11), rec("a", 1, 5)];
         let batch = spans(&batch, &next_offsets(&batch));
-        let decide = |at| decide(&committed(at), &batch, Some(MARK));
+        let decide = |at| decide(&committed(at), &batch, Some(MARK), &Before::new());
         assert_eq!(decide(&[("a", 0, Some(12)), ("a", 1, Some(6))]), Ok(Reconciliation::Committed));
         assert_eq!(decide(&[("a", 0, Some(10)), ("a", 1, Some(5))]), Ok(Reconciliation::Aborted));
         // Before the first record (transaction markers take offsets), or never committed.
@@ -257,12 +267,12 @@ mod tests {
         // The batch's end, committed by another transaction (a next owner that read the same
         // records), or by a cycle that sent no offsets: not ours.
         let at_end = committed(&[("a", 0, Some(12)), ("a", 1, Some(6))]);
-        let other = super::decide(&at_end, &batch, Some("kafka-eos/00000000000000bb/3"));
+        let other = super::decide(&at_end, &batch, Some("kafka-eos/00000000000000bb/3"), &Before::new());
         assert!(other.unwrap_err().contains("another transaction"));
-        assert!(super::decide(&at_end, &batch, None).unwrap_err().contains("another transaction"));
+        assert!(super::decide(&at_end, &batch, None, &Before::new()).unwrap_err().contains("another transaction"));
         // Aborted needs no mark: nothing of this transaction is there.
         let before = committed(&[("a", 0, Some(10)), ("a", 1, Some(5))]);
-        assert_eq!(super::decide(&before, &batch, None), Ok(Reconciliation::Aborted));
+        assert_eq!(super::decide(&before, &batch, None, &Before::new()), Ok(Reconciliation::Aborted));
     }
 
     /// A transaction of timers alone commits where its partitions stand: its own mark there
@@ -275,16 +285,25 @@ mod tests {
         let timers_alone = spans(&[], &standing);
         assert_eq!(timers_alone.get(&("a".to_string(), 0)), Some(&(12, 12)));
         let at = committed(&[("a", 0, Some(12))]);
-        assert_eq!(decide(&at, &timers_alone, Some(MARK)), Ok(Reconciliation::Committed));
-        assert_eq!(decide(&at, &timers_alone, Some("kafka-eos/00000000000000bb/4")), Ok(Reconciliation::Aborted));
-        assert_eq!(decide(&committed(&[("a", 0, None)]), &timers_alone, Some(MARK)), Ok(Reconciliation::Aborted));
-        assert!(decide(&committed(&[("a", 0, Some(13))]), &timers_alone, Some(MARK))
+        assert_eq!(decide(&at, &timers_alone, Some(MARK), &Before::new()), Ok(Reconciliation::Committed));
+        assert_eq!(
+            decide(&at, &timers_alone, Some("kafka-eos/00000000000000bb/4"), &Before::new()),
+            Ok(Reconciliation::Aborted)
+        );
+        assert_eq!(
+            decide(&committed(&[("a", 0, None)]), &timers_alone, Some(MARK), &Before::new()),
+            Ok(Reconciliation::Aborted)
+        );
+        assert!(decide(&committed(&[("a", 0, Some(13))]), &timers_alone, Some(MARK), &Before::new())
             .unwrap_err()
             .contains("another owner"));
         let nothing = spans(&[], &TopicPartitionList::new());
         assert!(nothing.is_empty());
-        assert!(matches!(decide(&at, &nothing, Some(MARK)), Err(Undecided::Unreadable(_))));
-        assert!(matches!(decide(&TopicPartitionList::new(), &nothing, None), Err(Undecided::Unreadable(_))));
+        assert!(matches!(decide(&at, &nothing, Some(MARK), &Before::new()), Err(Undecided::Unreadable(_))));
+        assert!(matches!(
+            decide(&TopicPartitionList::new(), &nothing, None, &Before::new()),
+            Err(Undecided::Unreadable(_))
+        ));
     }
 
     /// Over every committed offset (none, 0..=7) and mark (ours, another, none) of two
@@ -319,7 +338,7 @@ mod tests {
                                 let before = |o: Option<i64>, m: Option<&str>, (first, next): (i64, i64)| {
                                     !ours(o, m, (first, next)) && o.is_none_or(|o| o <= first)
                                 };
-                                let got = decide(&tpl, &s, Some(MARK));
+                                let got = decide(&tpl, &s, Some(MARK), &Before::new());
                                 let what = format!("{ra:?}/{rb:?} at {oa:?}/{ob:?} marked {ma:?}/{mb:?}: {got:?}");
                                 match got {
                                     Ok(Reconciliation::Committed) => {
@@ -335,6 +354,74 @@ mod tests {
                                         "{what}"
                                     ),
                                 }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// A partition an exactly-once sink resumed below the group's committed offset: the
+    /// group's offset past the span, unchanged since (same offset, same mark), says the
+    /// transaction did not commit; moved, or marked by another transaction, it is another
+    /// owner's work; at the span's end with this transaction's mark, committed.
+    #[test]
+    fn the_groups_offset_unchanged_since_a_resume_below_it_says_aborted() {
+        const EARLIER: &str = "kafka-eos/00000000000000cc/9";
+        let batch = [rec("a", 0, 100), rec("a", 0, 149)];
+        let batch = spans(&batch, &next_offsets(&batch));
+        let before: Before = [(("a".to_string(), 0), (300, EARLIER.to_string()))].into_iter().collect();
+        let at = |o: i64, m: &str| {
+            let mut tpl = TopicPartitionList::new();
+            let _ = tpl.add_partition_offset("a", 0, Offset::Offset(o));
+            if let Some(mut e) = tpl.find_partition("a", 0) {
+                e.set_metadata(m);
+            }
+            tpl
+        };
+        assert_eq!(decide(&at(300, EARLIER), &batch, Some(MARK), &before), Ok(Reconciliation::Aborted));
+        assert_eq!(decide(&at(150, MARK), &batch, Some(MARK), &before), Ok(Reconciliation::Committed));
+        assert!(decide(&at(300, EARLIER), &batch, Some(MARK), &Before::new()).unwrap_err().another_owner());
+        assert!(decide(&at(301, EARLIER), &batch, Some(MARK), &before).unwrap_err().another_owner());
+        assert!(decide(&at(300, "kafka-eos/00000000000000dd/1"), &batch, Some(MARK), &before)
+            .unwrap_err()
+            .another_owner());
+        assert!(decide(&at(300, ""), &batch, Some(MARK), &before).unwrap_err().another_owner());
+    }
+
+    /// Over every span of one partition within 0..=6 (empty ones included), every committed
+    /// offset (none, 0..=7) and mark (ours, the earlier one, another, none) and every offset
+    /// `before` (none, 0..=7, with the earlier mark): "committed" only at the span's end with
+    /// this transaction's mark; "aborted" only without it, at or before the span's start or
+    /// exactly at `before` with its mark; anything else another owner's.
+    #[test]
+    fn decide_with_an_offset_before_is_aborted_only_where_nothing_moved() {
+        const EARLIER: &str = "kafka-eos/00000000000000cc/9";
+        let marks = [Some(MARK), Some(EARLIER), Some("kafka-eos/00000000000000bb/1"), None];
+        let offsets: Vec<Option<i64>> = std::iter::once(None).chain((0..=7).map(Some)).collect();
+        for first in 0..=6 {
+            for next in first..=6 {
+                let s: Spans = [(("t".to_string(), 0), (first, next))].into_iter().collect();
+                for &b in &offsets {
+                    let before: Before =
+                        b.map(|b| (("t".to_string(), 0), (b, EARLIER.to_string()))).into_iter().collect();
+                    for &o in &offsets {
+                        for &m in &marks {
+                            let mut tpl = TopicPartitionList::new();
+                            let _ = tpl.add_partition_offset("t", 0, o.map_or(Offset::Invalid, Offset::Offset));
+                            if let (Some(m), Some(mut e)) = (m, tpl.find_partition("t", 0)) {
+                                e.set_metadata(m);
+                            }
+                            let ours = o == Some(next) && m == Some(MARK);
+                            let unchanged = b.is_some() && o == b && m == Some(EARLIER);
+                            let aborted = !ours && (o.is_none_or(|o| o <= first) || unchanged);
+                            let got = decide(&tpl, &s, Some(MARK), &before);
+                            let what = format!("{first}..{next} at {o:?} marked {m:?}, before {b:?}: {got:?}");
+                            match got {
+                                Ok(Reconciliation::Committed) => assert!(ours, "{what}"),
+                                Ok(Reconciliation::Aborted) => assert!(aborted, "{what}"),
+                                Err(e) => assert!(e.another_owner() && !ours && !aborted, "{what}"),
                             }
                         }
                     }

@@ -76,6 +76,7 @@ impl Task {
             timer_attempts: 0,
             tables: None,
             positions: HashMap::new(),
+            below_group: HashMap::new(),
             floors: floor::Floors::default(),
             offsets: rdkafka::TopicPartitionList::new(),
             _member: shared.slots.as_ref().map(|s| s.join()),
@@ -116,7 +117,7 @@ impl Task {
             Some(sink) => sink.claim(&task.shared, &claimed, task.id)?,
             None => Vec::new(),
         };
-        task.floors.moved(&claimed, &resume);
+        task.resumed(&claimed, &resume);
         Ok((task, resume))
     }
 
@@ -185,7 +186,7 @@ impl Task {
                     self.owned.extend(partitions.iter().cloned());
                     let resume = self.ensure_producer().and_then(|()| self.claim_retrying(&partitions));
                     if let Ok(resume) = &resume {
-                        self.floors.moved(&partitions, resume);
+                        self.resumed(&partitions, resume);
                     }
                     let _ = reply.send(resume.map_err(|e| {
                         self.stop(Error::Internal(format!("assignment failed: {e}")));
@@ -231,7 +232,14 @@ impl Task {
             self.shared.shutdown.health_state().committed(tp, *next);
         }
         match self.producer.as_ref().map(|p| p.transactional_id().is_some()) {
-            Some(true) => self.positions.extend(offsets),
+            Some(true) => {
+                if !self.below_group.is_empty() {
+                    for (tp, _) in &offsets {
+                        self.below_group.remove(tp);
+                    }
+                }
+                self.positions.extend(offsets)
+            }
             Some(false) => {
                 self.acked.extend(offsets.iter().cloned());
                 let _ = self.control.send(Control::CommitOffsets(offsets));

@@ -13,7 +13,7 @@ use super::tests::rec;
 use super::*;
 use crate::config::PipelineConfig;
 use crate::error::ErrorClass;
-use crate::runtime::reconcile::{reconcile, verdict, Verdict};
+use crate::runtime::reconcile::{reconcile, spans, verdict, Verdict};
 use crate::Pipeline;
 
 fn setup() -> (MockCluster<'static, DefaultProducerContext>, TxnProducer) {
@@ -139,8 +139,16 @@ fn abort_refused_with_invalid_txn_state_is_reconciled_with_a_fresh_producer() {
     assert_eq!(verdict(&err, true), Verdict::Reconcile, "{err}");
     drop(p);
     let batch = [rec("in", 0, 0)];
-    let (mut fresh, found) =
-        reconcile(&cfg, "mock-in-0", "in-0", &batch, &next_offsets(&batch), None, soon(30)).expect("reconciled");
+    let (mut fresh, found) = reconcile(
+        &cfg,
+        "mock-in-0",
+        "in-0",
+        &spans(&batch, &next_offsets(&batch)),
+        None,
+        &Default::default(),
+        soon(30),
+    )
+    .expect("reconciled");
     assert_eq!(found, crate::observe::Reconciliation::Aborted);
     produce_one(&mut fresh).and_then(|()| fresh.commit(soon(30))).expect("the fresh producer commits");
 }
@@ -165,7 +173,7 @@ fn commit_without_an_answer_is_reconciled_with_a_fresh_producer() {
     drop(p);
     let reconciling = std::thread::spawn(move || {
         let batch = [rec("in", 0, 0)];
-        reconcile(&cfg, "mock-in-0", "in-0", &batch, &next_offsets(&batch), None, soon(30))
+        reconcile(&cfg, "mock-in-0", "in-0", &spans(&batch, &next_offsets(&batch)), None, &Default::default(), soon(30))
     });
     std::thread::sleep(Duration::from_millis(1_500));
     mock.broker_up(1).expect("broker up");
@@ -262,9 +270,9 @@ fn a_reconcile_that_cannot_finish_by_the_deadline_fails() {
         &cfg,
         "mock-in-0",
         "in-0",
-        &[rec("in", 0, 0)],
-        &next_offsets(&[rec("in", 0, 0)]),
+        &spans(&[rec("in", 0, 0)], &next_offsets(&[rec("in", 0, 0)])),
         None,
+        &Default::default(),
         (Instant::now() + Duration::from_secs(2)).into(),
     )
     .map(|(_, found)| found)

@@ -5,7 +5,8 @@
 //!   consumer group (no Kafka offsets at all) processes only what the first one left — and
 //!   the server SIGKILLed and restarted mid-run loses and doubles nothing.
 //! - PostgreSQL, a partition whose task starts late (its first start failed): it resumes
-//!   where the database says, not where the group's committed offset is.
+//!   where the database says, not where the group's committed offset is; and a transaction
+//!   there whose outcome is unknown is reconciled in place.
 //! - PostgreSQL, per-consumer mode: a worker's batch write dropped at a revocation sends the
 //!   partitions it keeps back to the database's offsets, not to the group's.
 //! - Redis: with dedup, a full replay of the input changes no counter; without dedup the
@@ -149,22 +150,7 @@ async fn pg_a_partition_whose_task_starts_late_resumes_from_the_database() {
     let (app, group) = (unique("pg-late"), unique("ledger-late"));
 
     // The database: both partitions resume at 0. The group: partition 0 at its end.
-    let mut sink =
-        PostgresSink::connect(&conn, group.clone(), &TableSpec::new("ledger", &["payment_id"])).await.expect("sink");
-    let tps: Vec<_> = (0..2).map(|p| kafka_eos_postgres::TopicPartition::new(t.input.as_str(), p)).collect();
-    sink.claim(&tps).await.expect("claim");
-    sink.write_batch(&[], &[(tps[0].clone(), 0..0), (tps[1].clone(), 0..0)]).await.expect("store offsets");
-    let (b, a, input) = (t.bootstrap.clone(), app.clone(), t.input.clone());
-    tokio::task::spawn_blocking(move || {
-        use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
-        let consumer: BaseConsumer =
-            rdkafka::ClientConfig::new().set("bootstrap.servers", &b).set("group.id", &a).create().expect("consumer");
-        let mut tpl = rdkafka::TopicPartitionList::new();
-        tpl.add_partition_offset(&input, 0, rdkafka::Offset::Offset(PER_PARTITION as i64)).expect("offset");
-        consumer.commit(&tpl, CommitMode::Sync).expect("commit the group's offset");
-    })
-    .await
-    .unwrap();
+    database_behind_the_group(&t, &app, &conn, &group, PER_PARTITION).await;
 
     let run = spawn(
         ledger_pipeline(&t, &app, &conn, &group, Arc::new(AtomicU64::new(0)))
@@ -187,6 +173,74 @@ async fn pg_a_partition_whose_task_starts_late_resumes_from_the_database() {
     assert_eq!((rows, distinct, wrong), (2 * PER_PARTITION, 2 * PER_PARTITION, 0));
     let stored = psql(&pg, &format!("SELECT sum(next_offset) FROM kafka_eos_offsets WHERE group_id = '{group}'"));
     assert_eq!(stored.trim(), (2 * PER_PARTITION).to_string(), "the stored offsets are the partitions' ends");
+}
+
+/// Every partition of `t` stored at offset 0 in the database under sink group `group`, and
+/// partition 0 committed at `at` in Kafka under consumer group `app`: the database behind
+/// the group, as after exactly-once writes dropped once the Kafka side committed.
+async fn database_behind_the_group(t: &Topics, app: &str, conn: &str, group: &str, at: u64) {
+    let mut sink =
+        PostgresSink::connect(conn, group.to_string(), &TableSpec::new("ledger", &["payment_id"])).await.expect("sink");
+    let tps: Vec<_> = (0..t.partitions).map(|p| kafka_eos_postgres::TopicPartition::new(t.input.as_str(), p)).collect();
+    sink.claim(&tps).await.expect("claim");
+    let stored: Vec<_> = tps.iter().map(|tp| (tp.clone(), 0..0)).collect();
+    sink.write_batch(&[], &stored).await.expect("store offsets");
+    let (b, a, input) = (t.bootstrap.clone(), app.to_string(), t.input.clone());
+    tokio::task::spawn_blocking(move || {
+        use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+        let consumer: BaseConsumer =
+            rdkafka::ClientConfig::new().set("bootstrap.servers", &b).set("group.id", &a).create().expect("consumer");
+        let mut tpl = rdkafka::TopicPartitionList::new();
+        tpl.add_partition_offset(&input, 0, rdkafka::Offset::Offset(at as i64)).expect("offset");
+        consumer.commit(&tpl, CommitMode::Sync).expect("commit the group's offset");
+    })
+    .await
+    .unwrap();
+}
+
+/// The database behind the group, per partition, and the first transaction's outcome
+/// unknown (it never committed): the reconcile must find it aborted and replay the batch in
+/// place. The group's committed offset past the batch is the one the task started below,
+/// not another owner's work; taking it for another owner's gives the partition back to the
+/// group for a rejoin.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pg_an_unknown_outcome_below_the_groups_offset_is_reconciled_in_place() {
+    use kafka_eos::config::UnknownOutcome;
+    use kafka_eos::observe::{Outcome, Reconciliation};
+    const RECORDS: u64 = 300;
+    let pg =
+        tokio::task::spawn_blocking(|| Postgres::start(PostgresConfig::default()).expect("PostgreSQL")).await.unwrap();
+    psql(&pg, "CREATE TABLE ledger (payment_id text PRIMARY KEY, merchant text NOT NULL, cents bigint NOT NULL)");
+    let conn = pg.connection_string("postgres");
+    let t = topics("pg-unknown", 1, RECORDS, 20).await;
+    let (app, group) = (unique("pg-unknown"), unique("ledger-unknown"));
+    database_behind_the_group(&t, &app, &conn, &group, RECORDS).await;
+
+    let found: Arc<std::sync::Mutex<Vec<Outcome>>> = Arc::default();
+    let hook = found.clone();
+    let run = spawn(
+        ledger_pipeline(&t, &app, &conn, &group, Arc::new(AtomicU64::new(0)))
+            .guarantee(Guarantee::ExactlyOncePerPartition)
+            .inject_unknown_outcome(1, UnknownOutcome::TimedOutBeforeCommit)
+            .on_transaction(move |e| {
+                if !matches!(e.outcome, Outcome::Committed) {
+                    hook.lock().unwrap().push(e.outcome.clone());
+                }
+            }),
+    );
+    let until = std::time::Instant::now() + Duration::from_secs(90);
+    while ledger_check(&pg).0 < RECORDS && std::time::Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let summary = run.stop().await;
+    let found = found.lock().unwrap().clone();
+    println!("{:?}; {found:?}; {summary:?}", ledger_check(&pg));
+    assert_eq!(ledger_check(&pg), (RECORDS, RECORDS, 0), "every record's row once");
+    assert!(
+        matches!(found.as_slice(), [Outcome::Reconciled { found: Reconciliation::Aborted, .. }]),
+        "one reconcile, finding the transaction aborted: {found:?}"
+    );
+    assert_eq!(summary.rebalances, 1, "no rejoin: {summary:?}");
 }
 
 /// As [`ledger_pipeline`], per-consumer exactly-once, with a sink that waits (up to 60 s)

@@ -17,7 +17,7 @@ use super::batch::Batch;
 use super::floor::{Intake, REWINDS_BEFORE_STOP};
 use super::Task;
 use crate::error::Error;
-use crate::partition::TopicPartition;
+use crate::partition::{Resume, TopicPartition};
 use crate::runtime::interrupt::Deadline;
 
 impl Task {
@@ -45,6 +45,33 @@ impl Task {
         self.committed_offsets(&owned, deadline, "where the partitions stand")
     }
 
+    /// `partitions` are moved to `resume` (an exactly-once sink's offsets) or, those not in
+    /// it, to their committed offsets. A transactional task notes the partitions resumed
+    /// below the group's committed offset, with that offset's mark (`below_group`); if the
+    /// read fails, none is noted, and a reconcile there takes the group's offset for another
+    /// owner's (the partitions go back to the group: a rejoin, never a wrong outcome).
+    pub(super) fn resumed(&mut self, partitions: &[TopicPartition], resume: &Resume) {
+        self.floors.moved(partitions, resume);
+        if resume.is_empty() || self.transactional_id.is_none() {
+            return;
+        }
+        let resumed: Vec<TopicPartition> = resume.iter().map(|(tp, _)| tp.clone()).collect();
+        let deadline = Instant::now() + self.shared.cfg.task_timeout;
+        match self.committed_marked(&resumed, deadline, "the group's offsets of the partitions resumed from the sink") {
+            Ok(group) => {
+                for (tp, at) in resume {
+                    match group.get(tp) {
+                        Some((o, mark)) if o > at => self.below_group.insert(tp.clone(), (*o, mark.clone())),
+                        _ => self.below_group.remove(tp),
+                    };
+                }
+            }
+            Err(e) => {
+                tracing::warn!(task = self.id, error = %e, "cannot read the group's offsets of the partitions resumed from the sink")
+            }
+        }
+    }
+
     /// The group's stable committed offsets of `partitions` (those with one), read by the
     /// instance's offsets reader until `deadline`; `what` names the read in the error.
     pub(super) fn committed_offsets(
@@ -53,6 +80,18 @@ impl Task {
         deadline: Instant,
         what: &str,
     ) -> Result<HashMap<TopicPartition, i64>, Error> {
+        let marked = self.committed_marked(partitions, deadline, what)?;
+        Ok(marked.into_iter().map(|(tp, (offset, _))| (tp, offset)).collect())
+    }
+
+    /// [`committed_offsets`](Self::committed_offsets), each with its metadata (the mark of
+    /// the transaction that committed it).
+    fn committed_marked(
+        &self,
+        partitions: &[TopicPartition],
+        deadline: Instant,
+        what: &str,
+    ) -> Result<HashMap<TopicPartition, (i64, String)>, Error> {
         let mut wanted = TopicPartitionList::new();
         for (topic, partition) in partitions {
             wanted.add_partition(topic, *partition);
@@ -69,7 +108,7 @@ impl Task {
             .filter_map(|e| {
                 let offset = e.offset().to_raw().filter(|o| *o >= 0)?;
                 let tp = partitions.iter().find(|(t, p)| t.as_str() == e.topic() && *p == e.partition())?;
-                Some((tp.clone(), offset))
+                Some((tp.clone(), (offset, e.metadata().to_string())))
             })
             .collect())
     }
@@ -81,9 +120,13 @@ impl Task {
             Some(partitions) => {
                 for tp in partitions {
                     self.positions.remove(tp);
+                    self.below_group.remove(tp);
                 }
             }
-            None => self.positions.clear(),
+            None => {
+                self.positions.clear();
+                self.below_group.clear();
+            }
         }
         self.floors.forget(partitions);
     }

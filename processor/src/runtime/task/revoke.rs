@@ -126,7 +126,7 @@ impl Task {
         }
         match self.claim_retrying(&partitions) {
             Ok(resume) => {
-                self.floors.moved(&partitions, &resume);
+                self.resumed(&partitions, &resume);
                 let _ = self.control.send(Control::Rewind { task: self.id, partitions, resume });
             }
             Err(e) if self.interrupt.expired().is_some() => {

@@ -52,6 +52,10 @@ pub(crate) struct Task {
     /// task's own transactions (or a read of the group's offsets) left it
     /// ([`positions`](super::positions)).
     pub(super) positions: HashMap<TopicPartition, i64>,
+    /// The partitions an exactly-once sink resumed below the group's committed offset, with
+    /// that offset and its mark, until this task commits there: a reconcile finding them
+    /// unchanged knows that nothing committed since ([`decide`](crate::runtime::reconcile::decide)).
+    pub(super) below_group: HashMap<TopicPartition, (i64, String)>,
     /// The lowest offset each owned partition's next record may have ([`floor`]).
     pub(super) floors: Floors,
     /// The offsets the batch in flight commits, kept for its reconcile.

@@ -49,14 +49,16 @@ impl Task {
         };
         tracing::warn!(task = self.id, error = %e, "transaction outcome unknown: fencing the producer and reconciling");
         let started = Instant::now();
-        let offsets = self.offsets.clone();
+        let spans = reconcile::spans(batch, &self.offsets);
+        let before: reconcile::Before =
+            self.below_group.iter().map(|((t, p), at)| ((t.to_string(), *p), at.clone())).collect();
         let found = match reconcile::reconcile(
             &self.shared.cfg,
             &id,
             &self.label,
-            batch,
-            &offsets,
+            &spans,
             mark.as_deref(),
+            &before,
             deadline,
         ) {
             Ok((fresh, found)) => {
