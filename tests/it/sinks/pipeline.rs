@@ -53,6 +53,15 @@ fn ledger_pipeline(t: &Topics, app: &str, conn: &str, group: &str, calls: Arc<At
     })
 }
 
+/// A PostgreSQL server of its own with an empty `ledger` table, and its connection string.
+async fn ledger_database() -> (Postgres, String) {
+    let pg =
+        tokio::task::spawn_blocking(|| Postgres::start(PostgresConfig::default()).expect("PostgreSQL")).await.unwrap();
+    psql(&pg, "CREATE TABLE ledger (payment_id text PRIMARY KEY, merchant text NOT NULL, cents bigint NOT NULL)");
+    let conn = pg.connection_string("postgres");
+    (pg, conn)
+}
+
 fn psql(pg: &Postgres, sql: &str) -> String {
     pg.psql("postgres", sql).expect("psql")
 }
@@ -70,10 +79,7 @@ fn ledger_check(pg: &Postgres) -> (u64, u64, u64) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pg_pipeline_resumes_from_the_database_and_survives_a_server_crash() {
-    let mut pg =
-        tokio::task::spawn_blocking(|| Postgres::start(PostgresConfig::default()).expect("PostgreSQL")).await.unwrap();
-    psql(&pg, "CREATE TABLE ledger (payment_id text PRIMARY KEY, merchant text NOT NULL, cents bigint NOT NULL)");
-    let conn = pg.connection_string("postgres");
+    let (mut pg, conn) = ledger_database().await;
     let t = topics("pg-sink", 4, RECORDS / 2, 20).await;
     let group = unique("ledger");
 
@@ -142,10 +148,7 @@ async fn pg_pipeline_resumes_from_the_database_and_survives_a_server_crash() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pg_a_partition_whose_task_starts_late_resumes_from_the_database() {
     const PER_PARTITION: u64 = 300;
-    let pg =
-        tokio::task::spawn_blocking(|| Postgres::start(PostgresConfig::default()).expect("PostgreSQL")).await.unwrap();
-    psql(&pg, "CREATE TABLE ledger (payment_id text PRIMARY KEY, merchant text NOT NULL, cents bigint NOT NULL)");
-    let conn = pg.connection_string("postgres");
+    let (pg, conn) = ledger_database().await;
     let t = topics("pg-late", 2, 2 * PER_PARTITION, 20).await;
     let (app, group) = (unique("pg-late"), unique("ledger-late"));
 
@@ -208,10 +211,7 @@ async fn pg_an_unknown_outcome_below_the_groups_offset_is_reconciled_in_place() 
     use kafka_eos::config::UnknownOutcome;
     use kafka_eos::observe::{Outcome, Reconciliation};
     const RECORDS: u64 = 300;
-    let pg =
-        tokio::task::spawn_blocking(|| Postgres::start(PostgresConfig::default()).expect("PostgreSQL")).await.unwrap();
-    psql(&pg, "CREATE TABLE ledger (payment_id text PRIMARY KEY, merchant text NOT NULL, cents bigint NOT NULL)");
-    let conn = pg.connection_string("postgres");
+    let (pg, conn) = ledger_database().await;
     let t = topics("pg-unknown", 1, RECORDS, 20).await;
     let (app, group) = (unique("pg-unknown"), unique("ledger-unknown"));
     database_behind_the_group(&t, &app, &conn, &group, RECORDS).await;
@@ -280,10 +280,7 @@ fn waiting_ledger_pipeline(t: &Topics, app: &str, conn: &str, group: &str) -> Pi
 /// to the database's offset: Kafka's committed offset is past the dropped rows.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pg_a_dropped_write_sends_the_kept_partitions_back_to_the_database_offsets() {
-    let mut pg =
-        tokio::task::spawn_blocking(|| Postgres::start(PostgresConfig::default()).expect("PostgreSQL")).await.unwrap();
-    psql(&pg, "CREATE TABLE ledger (payment_id text PRIMARY KEY, merchant text NOT NULL, cents bigint NOT NULL)");
-    let conn = pg.connection_string("postgres");
+    let (mut pg, conn) = ledger_database().await;
     let t = topics("pg-kept", 2, RECORDS / 2, 20).await;
     let (app, group) = (unique("pg-kept"), unique("ledger-kept"));
     let rows = |pg: &Postgres| ledger_check(pg).0;
