@@ -39,8 +39,7 @@ pub fn init_logging() {
 }
 
 /// Held by the tests that start a broker of their own, so that they start one at a time: a
-/// new broker's first load is slow while another JVM warms up beside it on 2 cores, and
-/// the first-run test measures exactly that.
+/// new broker's first load is slow while another JVM warms up beside it on 2 cores.
 pub async fn own_broker_turn() -> tokio::sync::MutexGuard<'static, ()> {
     static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
     TURN.lock().await
