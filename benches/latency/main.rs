@@ -22,7 +22,8 @@
 //!
 //! In quick mode (CI's) the run is also the latency guard: the exactly-once copy's p90
 //! against `benches/baseline.json`'s `latency` limits, and against Kafka Streams' p90 of
-//! the same run (`kafka_eos_cli::bench::latency_guard`); a failed check fails the bench.
+//! the same run (`kafka_eos_cli::bench::latency_guard`). A failed check runs every system
+//! again on the same broker, and fails the bench if it fails again.
 //!
 //! `report.rs` prints the percentiles, the worst latency of each second and, for every
 //! second whose worst record waited more than a second, the pipeline's transactions
@@ -39,7 +40,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::peers::{self, Peers, StreamsApp};
-use common::{broker, init_tracing, load_average, runtime, Args};
+use common::{broker, cpu_ticks, init_tracing, load_average, runtime, steal_percent, Args};
 use kafka_eos::config::Properties;
 use kafka_eos::observe::TransactionEvent;
 use kafka_eos::{Guarantee, OutputRecord, Pipeline, ShutdownHandle, Summary};
@@ -149,33 +150,19 @@ fn main() {
         plan.systems.join(", ")
     );
     let mut shared = None;
-    let mut runs = Vec::new();
-    let mut failures = Vec::new();
-    for system in &plan.systems {
-        if system == STREAMS && peers.is_none() {
-            continue;
-        }
-        if plan.fresh_broker {
-            shared = None; // stops the previous system's broker
-        }
-        let cluster = shared.get_or_insert_with(|| warmed_broker(&rt, &plan));
-        let bootstrap = cluster.bootstrap_servers();
-        println!("\n== {system} (on {bootstrap})");
-        match run_system(&rt, &bootstrap, peers.as_ref(), system, &plan) {
-            Ok(run) => {
-                report::print_run(&run, &plan);
-                runs.push(run);
-            }
-            Err(e) => {
-                println!("{system} failed: {e}");
-                failures.push(format!("{system}: {e}"));
-            }
-        }
+    let mut attempt = run_systems(&rt, &plan, peers.as_ref(), &mut shared);
+    let mut guard = args.quick.then(|| report::guard(&attempt.runs, &plan));
+    if guard.as_ref().is_some_and(|checks| checks.iter().any(|c| !c.passed)) {
+        // A busy or starved machine fails one attempt now and then; a regression fails both.
+        // The broker is kept: a young broker is slower, and the first system pays for it.
+        report::finish(&attempt.runs, &plan, &args, &attempt.bootstrap, guard.as_deref());
+        println!("\nthe latency guard failed: a second attempt on the same broker decides");
+        attempt = run_systems(&rt, &plan, peers.as_ref(), &mut shared);
+        guard = Some(report::guard(&attempt.runs, &plan));
     }
-    let bootstrap = shared.as_ref().map(|c| c.bootstrap_servers()).unwrap_or_default();
-    let guard = args.quick.then(|| report::guard(&runs, &plan));
-    report::finish(&runs, &plan, &args, &bootstrap, guard.as_deref());
     drop(shared);
+    report::finish(&attempt.runs, &plan, &args, &attempt.bootstrap, guard.as_deref());
+    let mut failures = attempt.failures;
     if guard.is_some_and(|checks| checks.iter().any(|c| !c.passed)) {
         failures.push("the latency guard failed (above)".into());
     }
@@ -185,18 +172,85 @@ fn main() {
     }
 }
 
+/// The runs of one attempt at the plan, and the systems that failed.
+struct Attempt {
+    runs: Vec<Run>,
+    failures: Vec<String>,
+    bootstrap: String,
+}
+
+/// Every system of the plan, one after another, on the `shared` broker (a new warmed one if
+/// there is none), or on a new one each with `--fresh-broker`.
+fn run_systems(
+    rt: &tokio::runtime::Runtime,
+    plan: &Plan,
+    peers: Option<&Peers>,
+    shared: &mut Option<kafka_eos_testkit::broker::Cluster>,
+) -> Attempt {
+    let mut attempt = Attempt { runs: Vec::new(), failures: Vec::new(), bootstrap: String::new() };
+    for system in &plan.systems {
+        if system == STREAMS && peers.is_none() {
+            continue;
+        }
+        if plan.fresh_broker {
+            *shared = None; // stops the previous system's broker
+        }
+        let cluster = shared.get_or_insert_with(|| warmed_broker(rt, plan));
+        let bootstrap = cluster.bootstrap_servers();
+        println!("\n== {system} (on {bootstrap})");
+        match run_system(rt, &bootstrap, peers, system, plan) {
+            Ok(run) => {
+                report::print_run(&run, plan);
+                attempt.runs.push(run);
+            }
+            Err(e) => {
+                println!("{system} failed: {e}");
+                attempt.failures.push(format!("{system}: {e}"));
+            }
+        }
+        attempt.bootstrap = bootstrap;
+    }
+    attempt
+}
+
+/// A warm-up round's slowest input acknowledgement in its last seconds above which the
+/// broker is warmed again: a young broker under load acknowledges in seconds, not
+/// milliseconds, and the first system measured would pay for that alone.
+const WARM_ACK: Duration = Duration::from_millis(250);
+/// The most warm-up rounds on one broker.
+const WARM_ROUNDS: u32 = 3;
+
 /// A new broker, after `plan.broker_warmup` seconds of exactly-once per partition (the mode
-/// with the most coordinator traffic) at the run's rate on it, reported but not counted.
+/// with the most coordinator traffic) at the run's rate on it, reported but not counted,
+/// repeated while the broker still acknowledges its input slowly.
 fn warmed_broker(rt: &tokio::runtime::Runtime, plan: &Plan) -> kafka_eos_testkit::broker::Cluster {
     let cluster = broker();
-    if plan.broker_warmup > 0 {
-        let warm =
-            Plan { schedule: Schedule { seconds: plan.broker_warmup, ..plan.schedule }, warmup: 0, ..plan.clone() };
-        let bootstrap = cluster.bootstrap_servers();
-        println!("\n== broker warm-up on {bootstrap}: {} s of exactly-once, not counted", warm.schedule.seconds);
+    if plan.broker_warmup == 0 {
+        return cluster;
+    }
+    let warm = Plan { schedule: Schedule { seconds: plan.broker_warmup, ..plan.schedule }, warmup: 0, ..plan.clone() };
+    let bootstrap = cluster.bootstrap_servers();
+    for round in 1..=WARM_ROUNDS {
+        println!(
+            "\n== broker warm-up on {bootstrap}, round {round}: {} s of exactly-once, not counted",
+            warm.schedule.seconds
+        );
         match run_system(rt, &bootstrap, None, "exactly-once", &warm) {
-            Ok(run) => report::print_run(&run, &warm),
-            Err(e) => println!("the warm-up failed: {e}"),
+            Ok(run) => {
+                report::print_run(&run, &warm);
+                let tail = run.sent.worst_ack_by_second.iter().rev().take(5).max().copied().unwrap_or(0);
+                let tail = Duration::from_micros(tail.into());
+                if tail <= WARM_ACK {
+                    break;
+                }
+                println!(
+                    "  the input's slowest acknowledgement in the last 5 s was {tail:?}: the broker is not warm yet"
+                );
+            }
+            Err(e) => {
+                println!("the warm-up failed: {e}");
+                break;
+            }
         }
     }
     cluster
@@ -210,7 +264,7 @@ fn run_system(
     system: &str,
     plan: &Plan,
 ) -> Result<Run, String> {
-    let load_before = load_average();
+    let (load_before, ticks_before) = (load_average(), cpu_ticks());
     let (input, output) = (unique_name("latency-in"), unique_name("latency-out"));
     let admin = kafka_eos_testkit::admin::Client::new(bootstrap);
     for topic in [&input, &output] {
@@ -232,7 +286,16 @@ fn run_system(
     let (epoch, sent, seen) = result?;
     let txns = std::mem::take(&mut *txns.lock().unwrap_or_else(|p| p.into_inner()));
     let transactions = (system != STREAMS).then_some(txns);
-    Ok(Run { system: system.to_string(), epoch, sent, seen, transactions, load_before, load_after: load_average() })
+    Ok(Run {
+        system: system.to_string(),
+        epoch,
+        sent,
+        seen,
+        transactions,
+        load_before,
+        load_after: load_average(),
+        steal_percent: steal_percent(ticks_before, cpu_ticks()),
+    })
 }
 
 /// Waits for `running` to have its partitions, runs the load against it, and stops it.

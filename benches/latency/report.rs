@@ -78,6 +78,8 @@ pub struct Run {
     pub transactions: Option<Vec<Txn>>,
     pub load_before: f64,
     pub load_after: f64,
+    /// The share of CPU time the hypervisor took during the run, in percent.
+    pub steal_percent: f64,
 }
 
 /// One second of the series.
@@ -132,7 +134,7 @@ impl Run {
     }
 
     /// The summary row: records, percentiles, the per-second series' max and its slow and
-    /// stalled seconds, the load average.
+    /// stalled seconds, the load average and the stolen CPU time.
     fn row(&self, plan: &Plan) -> Vec<String> {
         let f = self.figures(plan);
         let mut row = vec![self.system.clone(), f.records.to_string()];
@@ -143,6 +145,7 @@ impl Run {
             f.seconds_over_1_s.to_string(),
         ]);
         row.push(format!("{:.2} -> {:.2}", self.load_before, self.load_after));
+        row.push(format!("{:.1}", self.steal_percent));
         row
     }
 }
@@ -161,7 +164,7 @@ struct Figures {
     seconds_over_1_s: usize,
 }
 
-const HEADER: [&str; 11] = [
+const HEADER: [&str; 12] = [
     "system",
     "records",
     "p50 ms",
@@ -173,6 +176,7 @@ const HEADER: [&str; 11] = [
     "s > 500 ms",
     "s > 1 s",
     "load average",
+    "steal %",
 ];
 
 /// Prints one system's figures as soon as it has run, with its stalls.
@@ -353,6 +357,7 @@ pub fn finish(runs: &[Run], plan: &Plan, args: &Args, bootstrap: &str, guard: Op
                 "system": r.system,
                 "figures": r.figures(plan),
                 "load_average": [r.load_before, r.load_after],
+                "steal_percent": r.steal_percent,
                 "producer_late_records": r.sent.late,
                 "duplicates": r.seen.duplicates,
             })
