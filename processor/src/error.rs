@@ -23,7 +23,7 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 /// |---|---|---|
 /// | [`Retriable`](ErrorClass::Retriable) | request timed out, coordinator moving, brokers briefly down | repeats the same call with backoff, until the task timeout — except in the commit step (`send_offsets_to_transaction`, `commit_transaction`), whose outcome is then unknown: fenced and reconciled with a fresh producer (`runtime/reconcile.rs`) |
 /// | [`Abortable`](ErrorClass::Abortable) | a produce failed inside the transaction, offsets rejected for an old generation, anything unknown | aborts, replays the batch from the last committed offset, retries with backoff, until the task timeout |
-/// | [`Fenced`](ErrorClass::Fenced) | `PRODUCER_FENCED`, `_FENCED`, `INVALID_PRODUCER_EPOCH` (also what a transaction timeout turns into) | drops the producer and gives the partitions up: the consumer rejoins the group, and whoever is assigned the partition fences the zombie and resumes from the committed offset |
+/// | [`Fenced`](ErrorClass::Fenced) | `PRODUCER_FENCED`, `_FENCED`, `INVALID_PRODUCER_EPOCH` (also what a transaction timeout turns into); per consumer, offsets refused with `UNKNOWN_MEMBER_ID` or `FENCED_INSTANCE_ID` (the group expired this member) | drops the producer and gives the partitions up: the consumer rejoins the group, and whoever is assigned the partition fences the zombie and resumes from the committed offset |
 /// | [`Fatal`](ErrorClass::Fatal) | any other error librdkafka marks fatal | the producer is unusable and the outcome unknown: fenced and reconciled with a fresh producer (at-least-once: as fenced) |
 ///
 /// Why "unknown" is abortable and not retriable: reporting a transaction as committed when
@@ -59,6 +59,13 @@ impl std::fmt::Display for ErrorClass {
     }
 }
 
+///
+/// `UNKNOWN_MEMBER_ID` and `FENCED_INSTANCE_ID` reach a transaction only as the refusal of
+/// its offsets (`TxnOffsetCommit`, per consumer): the group expired this member (its session
+/// timed out) or another instance took its `group.instance.id`. No replay can succeed as
+/// this member, and its partitions are another's: that is a fencing. (A generation that
+/// moved on, `ILLEGAL_GENERATION`, is not: the member is still in the group, and a replay
+/// reads the metadata afresh.)
 fn is_fencing(code: RDKafkaErrorCode) -> bool {
     matches!(
         code,
@@ -67,6 +74,7 @@ fn is_fencing(code: RDKafkaErrorCode) -> bool {
             | RDKafkaErrorCode::InvalidProducerEpoch
             | RDKafkaErrorCode::TransactionCoordinatorFenced
             | RDKafkaErrorCode::FencedInstanceId
+            | RDKafkaErrorCode::UnknownMemberId
     )
 }
 
@@ -303,9 +311,10 @@ pub(crate) fn hint(class: ErrorClass) -> &'static str {
         ErrorClass::Retriable => "Retried until the task timeout; check broker health and network",
         ErrorClass::Abortable => "The transaction was aborted and nothing from it is visible",
         ErrorClass::Fenced => {
-            "Another producer took over this transactional.id: usually a rebalance or a stall \
-             longer than transaction.timeout.ms; if it repeats, check that no two deployments \
-             share the application id"
+            "Another owner took over: a producer with this transactional.id, or (per consumer) \
+             the group, which expired this member; usually a rebalance or a stall longer than \
+             transaction.timeout.ms or session.timeout.ms; if it repeats, check that no two \
+             deployments share the application id"
         }
         ErrorClass::Fatal => "The producer is unusable; check broker logs and ACLs",
     }

@@ -64,28 +64,12 @@ pub(crate) fn verdict(e: &StepError, transactional: bool) -> Verdict {
 }
 
 /// Whether `e` says that someone else took over: the producer was fenced by a newer owner
-/// of its transactional.id, or the group no longer knows this member. Then the partitions
-/// belong elsewhere, and only the group may hand them back.
+/// of its transactional.id, or the group no longer knows this member (`is_fencing` in
+/// `error.rs`). Then the partitions belong elsewhere, and only the group may hand them
+/// back: replaying as this member until the task timeout would livelock the partition, and
+/// the revocation that waits for this task would keep the consumer from rejoining.
 pub(crate) fn replaced(e: &StepError) -> bool {
-    e.class == ErrorClass::Fenced || (e.step == Step::SendOffsets && left_the_group(&e.err))
-}
-
-/// `send_offsets_to_transaction` refused with UNKNOWN_MEMBER_ID or FENCED_INSTANCE_ID:
-/// the group expired this member (its session timed out: a stall, a partition) or another
-/// instance took its `group.instance.id`. No replay can succeed as this member: replaying
-/// until the task timeout livelocks the partition, and the revocation that waits for this
-/// task blocks the consumer from rejoining. Giving the producer up ends the cycle at once;
-/// the group reassigns the partition, whose next owner resumes from the committed offset.
-///
-/// ILLEGAL_GENERATION and STALE_MEMBER_EPOCH are not among them: the member is still in the
-/// group, whose generation moved on between the metadata read and the offsets' arrival (an
-/// incremental rebalance that left the partition in place). The replay reads the metadata
-/// afresh and succeeds. (Per-consumer mode only: per-partition offsets name no member and
-/// no generation, and none of these can refuse them.)
-fn left_the_group(e: &rdkafka::error::KafkaError) -> bool {
-    use rdkafka::error::RDKafkaErrorCode as C;
-    matches!(e, rdkafka::error::KafkaError::Transaction(rd)
-        if matches!(rd.code(), C::UnknownMemberId | C::FencedInstanceId))
+    e.class == ErrorClass::Fenced
 }
 
 /// Steps 2–4 of the [module docs](self), after the caller dropped the old producer and

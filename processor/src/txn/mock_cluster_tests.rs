@@ -93,8 +93,8 @@ fn failed_produce_is_abortable_and_the_next_transaction_commits() {
 }
 
 /// `send_offsets_to_transaction` refused because this consumer is no longer the group
-/// member its metadata names gives the producer up at once (no replay can succeed as this
-/// member); a generation that moved on (an incremental rebalance) and an abortable refusal
+/// member its metadata names is fenced, and gives the producer up at once (no replay can
+/// succeed as this member); a generation that moved on (an incremental rebalance) and an abortable refusal
 /// for another reason are replayed, with the metadata read afresh.
 #[test]
 fn offsets_refused_for_a_member_that_left_the_group_give_the_producer_up() {
@@ -112,6 +112,7 @@ fn offsets_refused_for_a_member_that_left_the_group_give_the_producer_up() {
     };
     for code in [E::RD_KAFKA_RESP_ERR_UNKNOWN_MEMBER_ID, E::RD_KAFKA_RESP_ERR_FENCED_INSTANCE_ID] {
         let err = refuse(code);
+        assert_eq!(err.class, ErrorClass::Fenced, "{code:?} fences this member: {err}");
         assert_eq!(verdict(&err, true), Verdict::GiveUp, "{code:?} must give the producer up: {err}");
     }
     for code in [E::RD_KAFKA_RESP_ERR_ILLEGAL_GENERATION, E::RD_KAFKA_RESP_ERR_GROUP_AUTHORIZATION_FAILED] {
