@@ -214,8 +214,8 @@ fn run_systems(
 }
 
 /// A warm-up round's slowest input acknowledgement in its last seconds above which the
-/// broker is warmed again: a young broker under load acknowledges in seconds, not
-/// milliseconds, and the first system measured would pay for that alone.
+/// broker is warmed again: a young broker short of CPU acknowledges its input slowly, and
+/// the first system measured would pay for that alone.
 const WARM_ACK: Duration = Duration::from_millis(250);
 /// The most warm-up rounds on one broker.
 const WARM_ROUNDS: u32 = 3;
