@@ -329,6 +329,41 @@ pub async fn caught_up(bootstrap: &str, group: &str, topic: &str) {
 }
 
 /// Every committed record of `output` (a pipeline's from `input`): key -> values, in order.
+/// How long partition 0 of `topic` keeps a transaction open, from now: the time until its
+/// last stable offset (what a read_committed consumer may read up to) reaches its high
+/// watermark, polled every 50 ms; `max` if it does not by then. A transaction left open
+/// hides every later committed record of the partition from read_committed readers.
+pub async fn open_transaction_time(bootstrap: &str, topic: &str, max: Duration) -> Duration {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    let (bootstrap, topic) = (bootstrap.to_string(), topic.to_string());
+    tokio::task::spawn_blocking(move || {
+        let reader = |isolation: &str| -> BaseConsumer {
+            rdkafka::ClientConfig::new()
+                .set("bootstrap.servers", &bootstrap)
+                .set("group.id", "open-transaction-probe")
+                .set("isolation.level", isolation)
+                .create()
+                .expect("watermark reader")
+        };
+        let (committed, uncommitted) = (reader("read_committed"), reader("read_uncommitted"));
+        let started = Instant::now();
+        while started.elapsed() < max {
+            let ask = Duration::from_secs(5);
+            if let (Ok((_, stable)), Ok((_, high))) =
+                (committed.fetch_watermarks(&topic, 0, ask), uncommitted.fetch_watermarks(&topic, 0, ask))
+            {
+                if stable == high {
+                    return started.elapsed();
+                }
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        max
+    })
+    .await
+    .unwrap()
+}
+
 pub async fn committed_by_key(bootstrap: &str, input: &str, output: &str) -> BTreeMap<String, Vec<String>> {
     let cfg = VerifyConfig::new(bootstrap, input, output);
     let topic = output.to_string();

@@ -11,7 +11,10 @@ use kafka_eos::processor::{Context, ProcessError, Processor};
 use kafka_eos::timers::{Timer, Timers};
 use kafka_eos::{Guarantee, InputRecord, OutputRecord, Pipeline, PipelineBuilder, Rebalancing, Topic};
 
-use crate::common::{committed_by_key, init_logging, own_broker_turn, spawn, topics, topics_on, unique, Stuck, Topics};
+use crate::common::{
+    committed_by_key, init_logging, open_transaction_time, own_broker_turn, spawn, topics, topics_on, unique, Stuck,
+    Topics,
+};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stuck_instance_is_fenced_and_its_transaction_never_appears() {
@@ -157,15 +160,27 @@ async fn per_consumer_a_timer_only_transaction_after_the_session_expired_is_fenc
     // A's next heartbeat and everything after it on that connection are held: the group
     // expires A's session 6 s after its last heartbeat and gives the partition to B.
     proxy.hold_next(node, &[api::HEARTBEAT], false, 1);
+    let held = Instant::now();
     // The timer fires 20 s after the record, B's restore long done; A's task is told of the
     // loss 25 s after A's own client notices the expiry (A's stop waits for that).
-    tokio::time::sleep(Duration::from_secs(24)).await;
+    let refused = async {
+        while !not_committed.lock().unwrap().iter().any(|(records, _)| *records == 0) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(24), refused).await;
+    // A's refused transaction already holds the timer's output: given up unaborted, it would
+    // hide every later output of the partition until its transaction timeout.
+    let open = open_transaction_time(&cluster.direct_bootstrap_servers(), &t.output, Duration::from_secs(30)).await;
+    tokio::time::sleep(Duration::from_secs(24).saturating_sub(held.elapsed())).await;
     proxy.heal(node);
     let sa = a.stop().await;
     let sb = b.stop().await;
     let out = committed_by_key(&cluster.direct_bootstrap_servers(), &t.input, &t.output).await;
     let not_committed = not_committed.lock().unwrap().clone();
-    println!("outputs {out:?}; A's transactions not committed {not_committed:?}; A {sa:?}; B {sb:?}");
+    println!(
+        "outputs {out:?}; A's transactions not committed {not_committed:?}; a transaction open {open:?} after A's refusal; A {sa:?}; B {sb:?}"
+    );
     assert_eq!(out.get("timer/0").map(Vec::as_slice), Some(&["a".to_string()][..]), "{out:?}");
     assert_eq!(
         out.get("timer/1").map(Vec::as_slice),
@@ -175,6 +190,10 @@ async fn per_consumer_a_timer_only_transaction_after_the_session_expired_is_fenc
     assert!(
         not_committed.iter().any(|(records, _)| *records == 0),
         "A's task fired the timer after its session expired and was refused: {not_committed:?}"
+    );
+    assert!(
+        open <= Duration::from_secs(3),
+        "the output partition kept a transaction open for {open:?} after A's was refused: {not_committed:?}"
     );
     tokio::task::spawn_blocking(move || cluster.stop()).await.unwrap().expect("stop");
 }

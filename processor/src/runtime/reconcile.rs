@@ -144,9 +144,10 @@ impl Undecided {
 /// commits.
 pub(crate) type Spans = BTreeMap<(String, i32), (i64, i64)>;
 
-/// Per partition, a committed offset and its mark that were there before the transaction
-/// began, past its span (an exactly-once sink resumed the partition below the group).
-pub(crate) type Before = BTreeMap<(String, i32), (i64, String)>;
+/// Per partition, the committed offset and its mark that stood in the group when the
+/// transaction began, as the task knew them (`None`: the group had none); a partition left
+/// out was not known.
+pub(crate) type Before = BTreeMap<(String, i32), Option<(i64, String)>>;
 
 /// The spans of a transaction over `batch` that commits `offsets`: from the batch's first
 /// record of each partition to the offset committed; a partition with no record in the batch
@@ -166,14 +167,16 @@ pub(crate) fn spans(batch: &[InputRecord], offsets: &TopicPartitionList) -> Span
 }
 
 /// What the group's committed offsets say about a transaction over `spans` whose offsets
-/// carried `mark` (`None`: it sent none): committed if every partition is committed at its
-/// span's end with that mark, aborted if every one is still at or before its span's start
-/// without it, or has no committed offset, or is still at its offset `before` with that
-/// offset's mark (marks name one transaction each: nothing committed there since). Anything
-/// else — the span's end with another
-/// mark, an offset past the span, inside it, or a mix — was not written by this
-/// transaction alone (transactions are atomic): another owner has moved it, and the
-/// outcome is not ours to decide. No spans, no answer: nothing can show the outcome.
+/// carried `mark` (`None`: it sent none), given what stood committed `before` it began:
+/// committed if every partition is committed at its span's end with that mark; aborted if
+/// every one still has exactly what stood before (the same offset with the same mark: marks
+/// name one transaction each, so nothing committed there since), or has no committed offset
+/// at all (whoever commits writes one). Anything else — the span's end with another mark,
+/// another owner's commit at the very offset this task knew (a new owner commits where it
+/// took the partition over, with timers alone too), a moved offset, a partition whose
+/// earlier offset is not known, or a mix — was not this transaction's doing alone
+/// (transactions are atomic): another owner has moved it, and the outcome is not ours to
+/// decide. No spans, no answer: nothing can show the outcome.
 pub(crate) fn decide(
     committed: &TopicPartitionList,
     spans: &Spans,
@@ -187,21 +190,29 @@ pub(crate) fn decide(
         let at = elem.as_ref().and_then(|e| e.offset().to_raw()).filter(|o| *o >= 0);
         let metadata = elem.as_ref().map(|e| e.metadata());
         let ours = mark.is_some() && metadata == mark;
-        let unchanged = |o: i64| before.get(key).is_some_and(|(b, m)| *b == o && metadata == Some(m.as_str()));
+        let known = before.get(key);
+        let unchanged = match known {
+            Some(Some((b, m))) => at == Some(*b) && metadata == Some(m.as_str()),
+            Some(None) | None => false,
+        };
+        let another = |why: String| Undecided::AnotherOwner(format!("{topic} [{partition}] {why}"));
         match at {
             Some(o) if o == *next && ours => done += 1,
-            Some(o) if unchanged(o) => not_done += 1,
             None => not_done += 1,
-            Some(o) if o <= *first => not_done += 1,
-            Some(o) if o == *next => {
-                return Err(Undecided::AnotherOwner(format!(
-                    "{topic} [{partition}] is committed at this batch's end {o}, but by another transaction (its mark is not this one's): another owner read the same records"
-                )))
-            }
+            Some(_) if unchanged => not_done += 1,
+            Some(o) if o == *next => return Err(another(format!(
+                "is committed at this batch's end {o}, but by another transaction (its mark is not this one's): another owner read the same records"
+            ))),
             Some(o) => {
-                return Err(Undecided::AnotherOwner(format!(
-                    "{topic} [{partition}] is committed at {o}, but this batch spans {first}..{next}: another owner moved it"
-                )))
+                let stood = match known {
+                    Some(Some((b, m))) => format!("{b} marked {m:?} stood there when this transaction began"),
+                    Some(None) => "nothing stood committed when this transaction began".into(),
+                    None => "what stood committed when this transaction began is not known".into(),
+                };
+                return Err(another(format!(
+                    "is committed at {o} marked {:?} while this batch spans {first}..{next}, and {stood}: another owner committed it",
+                    metadata.unwrap_or_default()
+                )));
             }
         }
     }
@@ -224,117 +235,147 @@ mod tests {
     use rdkafka::Offset;
 
     const MARK: &str = "kafka-eos/00000000000000aa/3";
+    /// The mark of the transaction whose offset stood before this one began.
+    const EARLIER: &str = "kafka-eos/00000000000000cc/9";
+    /// Another owner's mark.
+    const OTHER: &str = "kafka-eos/00000000000000bb/1";
 
-    fn committed(at: &[(&str, i32, Option<i64>)]) -> TopicPartitionList {
+    /// Committed offsets of `at`, each carrying its mark (`None`: no metadata).
+    fn committed(at: &[(&str, i32, Option<i64>, Option<&str>)]) -> TopicPartitionList {
         let mut tpl = TopicPartitionList::new();
-        for (t, p, o) in at {
+        for (t, p, o, m) in at {
             let _ = tpl.add_partition_offset(t, *p, o.map_or(Offset::Invalid, Offset::Offset));
-        }
-        for mut e in tpl.elements() {
-            e.set_metadata(MARK);
+            if let (Some(m), Some(mut e)) = (m, tpl.find_partition(t, *p)) {
+                e.set_metadata(*m);
+            }
         }
         tpl
+    }
+
+    /// What stood before: per partition of topic `a`, an offset marked [`EARLIER`], or none.
+    fn stood(at: &[(i32, Option<i64>)]) -> Before {
+        at.iter().map(|(p, o)| (("a".to_string(), *p), o.map(|o| (o, EARLIER.to_string())))).collect()
     }
 
     #[test]
     fn the_committed_offsets_tell_committed_from_aborted_and_refuse_anything_else() {
         let batch = [rec("a", 0, 10), rec("a", 0, 11), rec("a", 1, 5)];
         let batch = spans(&batch, &next_offsets(&batch));
-        let decide = |at| decide(&committed(at), &batch, Some(MARK), &Before::new());
-        assert_eq!(decide(&[("a", 0, Some(12)), ("a", 1, Some(6))]), Ok(Reconciliation::Committed));
-        assert_eq!(decide(&[("a", 0, Some(10)), ("a", 1, Some(5))]), Ok(Reconciliation::Aborted));
-        // Before the first record (transaction markers take offsets), or never committed.
-        assert_eq!(decide(&[("a", 0, Some(8)), ("a", 1, None)]), Ok(Reconciliation::Aborted));
-        assert!(decide(&[("a", 0, Some(15)), ("a", 1, Some(6))]).unwrap_err().contains("another owner"));
-        assert!(decide(&[("a", 0, Some(11)), ("a", 1, Some(5))]).unwrap_err().contains("another owner"));
-        assert!(decide(&[("a", 0, Some(12)), ("a", 1, Some(5))]).unwrap_err().contains("not this transaction"));
+        let before = stood(&[(0, Some(10)), (1, Some(5))]);
+        let decide = |at: &[(i32, Option<i64>, &str)]| {
+            let at: Vec<_> = at.iter().map(|(p, o, m)| ("a", *p, *o, Some(*m))).collect();
+            decide(&committed(&at), &batch, Some(MARK), &before)
+        };
+        assert_eq!(decide(&[(0, Some(12), MARK), (1, Some(6), MARK)]), Ok(Reconciliation::Committed));
+        assert_eq!(decide(&[(0, Some(10), EARLIER), (1, Some(5), EARLIER)]), Ok(Reconciliation::Aborted));
+        assert_eq!(decide(&[(0, None, ""), (1, None, "")]), Ok(Reconciliation::Aborted), "nothing committed");
+        // Below what stood, or at it with another mark: someone else committed there.
+        assert!(decide(&[(0, Some(8), EARLIER), (1, Some(5), EARLIER)]).unwrap_err().another_owner());
+        assert!(decide(&[(0, Some(10), OTHER), (1, Some(5), EARLIER)]).unwrap_err().contains("another owner"));
+        assert!(decide(&[(0, Some(15), MARK), (1, Some(6), MARK)]).unwrap_err().contains("another owner"));
+        assert!(decide(&[(0, Some(11), MARK), (1, Some(5), EARLIER)]).unwrap_err().contains("another owner"));
+        assert!(decide(&[(0, Some(12), MARK), (1, Some(5), EARLIER)]).unwrap_err().contains("not this transaction"));
         // The batch's end, committed by another transaction (a next owner that read the same
         // records), or by a cycle that sent no offsets: not ours.
-        let at_end = committed(&[("a", 0, Some(12)), ("a", 1, Some(6))]);
-        let other = super::decide(&at_end, &batch, Some("kafka-eos/00000000000000bb/3"), &Before::new());
+        let at_end = committed(&[("a", 0, Some(12), Some(MARK)), ("a", 1, Some(6), Some(MARK))]);
+        let other = super::decide(&at_end, &batch, Some(OTHER), &before);
         assert!(other.unwrap_err().contains("another transaction"));
-        assert!(super::decide(&at_end, &batch, None, &Before::new()).unwrap_err().contains("another transaction"));
-        // Aborted needs no mark: nothing of this transaction is there.
-        let before = committed(&[("a", 0, Some(10)), ("a", 1, Some(5))]);
-        assert_eq!(super::decide(&before, &batch, None, &Before::new()), Ok(Reconciliation::Aborted));
+        assert!(super::decide(&at_end, &batch, None, &before).unwrap_err().contains("another transaction"));
+        // Aborted needs no mark of this transaction's: nothing of it is there.
+        let unchanged = committed(&[("a", 0, Some(10), Some(EARLIER)), ("a", 1, Some(5), Some(EARLIER))]);
+        assert_eq!(super::decide(&unchanged, &batch, None, &before), Ok(Reconciliation::Aborted));
+        // What stood before not known: an offset there could be anyone's.
+        assert!(super::decide(&unchanged, &batch, Some(MARK), &Before::new()).unwrap_err().another_owner());
     }
 
     /// A transaction of timers alone commits where its partitions stand: its own mark there
-    /// says committed, the mark of the transaction before it says aborted. With no offsets
-    /// at all there is nothing to read, never "committed".
+    /// says committed, the mark that stood there before says aborted, another mark is
+    /// another owner's commit. With no offsets at all there is nothing to read, never
+    /// "committed".
     #[test]
     fn a_transaction_of_timers_alone_is_decided_by_its_mark() {
         let mut standing = TopicPartitionList::new();
         let _ = standing.add_partition_offset("a", 0, Offset::Offset(12));
         let timers_alone = spans(&[], &standing);
         assert_eq!(timers_alone.get(&("a".to_string(), 0)), Some(&(12, 12)));
-        let at = committed(&[("a", 0, Some(12))]);
-        assert_eq!(decide(&at, &timers_alone, Some(MARK), &Before::new()), Ok(Reconciliation::Committed));
-        assert_eq!(
-            decide(&at, &timers_alone, Some("kafka-eos/00000000000000bb/4"), &Before::new()),
-            Ok(Reconciliation::Aborted)
-        );
-        assert_eq!(
-            decide(&committed(&[("a", 0, None)]), &timers_alone, Some(MARK), &Before::new()),
-            Ok(Reconciliation::Aborted)
-        );
-        assert!(decide(&committed(&[("a", 0, Some(13))]), &timers_alone, Some(MARK), &Before::new())
-            .unwrap_err()
-            .contains("another owner"));
+        let before = stood(&[(0, Some(12))]);
+        let at = |o: Option<i64>, m: &str| committed(&[("a", 0, o, Some(m))]);
+        assert_eq!(decide(&at(Some(12), MARK), &timers_alone, Some(MARK), &before), Ok(Reconciliation::Committed));
+        assert_eq!(decide(&at(Some(12), EARLIER), &timers_alone, Some(MARK), &before), Ok(Reconciliation::Aborted));
+        assert!(decide(&at(Some(12), OTHER), &timers_alone, Some(MARK), &before).unwrap_err().another_owner());
+        assert_eq!(decide(&at(None, ""), &timers_alone, Some(MARK), &before), Ok(Reconciliation::Aborted));
+        assert!(decide(&at(Some(13), MARK), &timers_alone, Some(MARK), &before).unwrap_err().contains("another owner"));
         let nothing = spans(&[], &TopicPartitionList::new());
         assert!(nothing.is_empty());
-        assert!(matches!(decide(&at, &nothing, Some(MARK), &Before::new()), Err(Undecided::Unreadable(_))));
+        let at = at(Some(12), MARK);
+        assert!(matches!(decide(&at, &nothing, Some(MARK), &before), Err(Undecided::Unreadable(_))));
         assert!(matches!(
             decide(&TopicPartitionList::new(), &nothing, None, &Before::new()),
             Err(Undecided::Unreadable(_))
         ));
     }
 
-    /// Over every committed offset (none, 0..=7) and mark (ours, another, none) of two
-    /// partitions, and every span of each within 0..=6 (empty ones included): "committed"
-    /// only if every partition carries this transaction's mark at its span's end, "aborted"
-    /// only if none does and every one is at or before its span's start.
+    /// A new owner's commit at the very offset this transaction starts from (a transaction
+    /// of timers alone that restored the pending timer and fired it, or one that committed
+    /// where it took the partition over): the offset is the one this task knew, its mark is
+    /// not, so the commit is another owner's and the outcome is not this task's to decide.
+    #[test]
+    fn another_owners_commit_at_the_batchs_start_is_not_read_as_aborted() {
+        let at = |m: &str| committed(&[("a", 0, Some(12), Some(m))]);
+        let known = stood(&[(0, Some(12))]);
+        let mut standing = TopicPartitionList::new();
+        let _ = standing.add_partition_offset("a", 0, Offset::Offset(12));
+        let timers_alone = spans(&[], &standing);
+        let records = [rec("a", 0, 12), rec("a", 0, 13)];
+        let records = spans(&records, &next_offsets(&records));
+        for s in [&timers_alone, &records] {
+            assert_eq!(decide(&at(EARLIER), s, Some(MARK), &known), Ok(Reconciliation::Aborted));
+            assert!(decide(&at(OTHER), s, Some(MARK), &known).unwrap_err().another_owner(), "{s:?}");
+        }
+    }
+
+    /// Over every committed offset (none, 0..=7) and mark (ours, the one that stood before,
+    /// another, none) of two partitions, each of which had its span's start committed before,
+    /// and every span of each within 0..=6 (empty ones included): "committed" only if every
+    /// partition carries this transaction's mark at its span's end, "aborted" only if none
+    /// does and every one has what stood before, or nothing.
     #[test]
     fn decide_never_takes_a_transaction_for_committed_without_its_mark_everywhere() {
-        let marks = [Some(MARK), Some("kafka-eos/00000000000000bb/1"), None];
+        let marks = [Some(MARK), Some(EARLIER), Some(OTHER), None];
         let offsets: Vec<Option<i64>> = std::iter::once(None).chain((0..=7).map(Some)).collect();
         let spans_of = |a: (i64, i64), b: (i64, i64)| -> Spans {
-            [(("t".to_string(), 0), a), (("t".to_string(), 1), b)].into_iter().collect()
+            [(("a".to_string(), 0), a), (("a".to_string(), 1), b)].into_iter().collect()
         };
         let ranges: Vec<(i64, i64)> = (0..=6).flat_map(|f| (f..=6).map(move |n| (f, n))).collect();
         for &ra in &ranges {
             for &rb in &ranges {
                 let s = spans_of(ra, rb);
+                let before = stood(&[(0, Some(ra.0)), (1, Some(rb.0))]);
                 for &oa in &offsets {
                     for &ob in &offsets {
                         for &ma in &marks {
                             for &mb in &marks {
-                                let mut tpl = TopicPartitionList::new();
-                                for (p, o, m) in [(0, oa, ma), (1, ob, mb)] {
-                                    let _ = tpl.add_partition_offset("t", p, o.map_or(Offset::Invalid, Offset::Offset));
-                                    if let (Some(m), Some(mut e)) = (m, tpl.find_partition("t", p)) {
-                                        e.set_metadata(m);
-                                    }
-                                }
+                                let tpl = committed(&[("a", 0, oa, ma), ("a", 1, ob, mb)]);
                                 let ours = |o: Option<i64>, m: Option<&str>, (_, next): (i64, i64)| {
                                     o == Some(next) && m == Some(MARK)
                                 };
-                                let before = |o: Option<i64>, m: Option<&str>, (first, next): (i64, i64)| {
-                                    !ours(o, m, (first, next)) && o.is_none_or(|o| o <= first)
+                                let aborted = |o: Option<i64>, m: Option<&str>, (first, next): (i64, i64)| {
+                                    !ours(o, m, (first, next))
+                                        && (o.is_none() || o == Some(first) && m == Some(EARLIER))
                                 };
-                                let got = decide(&tpl, &s, Some(MARK), &Before::new());
+                                let got = decide(&tpl, &s, Some(MARK), &before);
                                 let what = format!("{ra:?}/{rb:?} at {oa:?}/{ob:?} marked {ma:?}/{mb:?}: {got:?}");
                                 match got {
                                     Ok(Reconciliation::Committed) => {
                                         assert!(ours(oa, ma, ra) && ours(ob, mb, rb), "{what}")
                                     }
                                     Ok(Reconciliation::Aborted) => {
-                                        assert!(before(oa, ma, ra) && before(ob, mb, rb), "{what}")
+                                        assert!(aborted(oa, ma, ra) && aborted(ob, mb, rb), "{what}")
                                     }
                                     Err(e) => assert!(
                                         e.another_owner()
                                             && !(ours(oa, ma, ra) && ours(ob, mb, rb)
-                                                || before(oa, ma, ra) && before(ob, mb, rb)),
+                                                || aborted(oa, ma, ra) && aborted(ob, mb, rb)),
                                         "{what}"
                                     ),
                                 }
@@ -352,56 +393,46 @@ mod tests {
     /// owner's work; at the span's end with this transaction's mark, committed.
     #[test]
     fn the_groups_offset_unchanged_since_a_resume_below_it_says_aborted() {
-        const EARLIER: &str = "kafka-eos/00000000000000cc/9";
         let batch = [rec("a", 0, 100), rec("a", 0, 149)];
         let batch = spans(&batch, &next_offsets(&batch));
-        let before: Before = [(("a".to_string(), 0), (300, EARLIER.to_string()))].into_iter().collect();
-        let at = |o: i64, m: &str| {
-            let mut tpl = TopicPartitionList::new();
-            let _ = tpl.add_partition_offset("a", 0, Offset::Offset(o));
-            if let Some(mut e) = tpl.find_partition("a", 0) {
-                e.set_metadata(m);
-            }
-            tpl
-        };
+        let before = stood(&[(0, Some(300))]);
+        let at = |o: i64, m: &str| committed(&[("a", 0, Some(o), Some(m))]);
         assert_eq!(decide(&at(300, EARLIER), &batch, Some(MARK), &before), Ok(Reconciliation::Aborted));
         assert_eq!(decide(&at(150, MARK), &batch, Some(MARK), &before), Ok(Reconciliation::Committed));
         assert!(decide(&at(300, EARLIER), &batch, Some(MARK), &Before::new()).unwrap_err().another_owner());
         assert!(decide(&at(301, EARLIER), &batch, Some(MARK), &before).unwrap_err().another_owner());
-        assert!(decide(&at(300, "kafka-eos/00000000000000dd/1"), &batch, Some(MARK), &before)
-            .unwrap_err()
-            .another_owner());
+        assert!(decide(&at(300, OTHER), &batch, Some(MARK), &before).unwrap_err().another_owner());
         assert!(decide(&at(300, ""), &batch, Some(MARK), &before).unwrap_err().another_owner());
     }
 
     /// Over every span of one partition within 0..=6 (empty ones included), every committed
-    /// offset (none, 0..=7) and mark (ours, the earlier one, another, none) and every offset
-    /// `before` (none, 0..=7, with the earlier mark): "committed" only at the span's end with
-    /// this transaction's mark; "aborted" only without it, at or before the span's start or
-    /// exactly at `before` with its mark; anything else another owner's.
+    /// offset (none, 0..=7) and mark (ours, the earlier one, another, none) and every thing
+    /// known to stand before (not known, nothing, or 0..=7 with the earlier mark):
+    /// "committed" only at the span's end with this transaction's mark; "aborted" only
+    /// without it, with nothing committed or exactly what stood before; anything else
+    /// another owner's.
     #[test]
-    fn decide_with_an_offset_before_is_aborted_only_where_nothing_moved() {
-        const EARLIER: &str = "kafka-eos/00000000000000cc/9";
-        let marks = [Some(MARK), Some(EARLIER), Some("kafka-eos/00000000000000bb/1"), None];
+    fn decide_is_aborted_only_where_nothing_moved_since_the_transaction_began() {
+        let marks = [Some(MARK), Some(EARLIER), Some(OTHER), None];
         let offsets: Vec<Option<i64>> = std::iter::once(None).chain((0..=7).map(Some)).collect();
+        let knowns: Vec<Option<Option<i64>>> =
+            [None, Some(None)].into_iter().chain((0..=7).map(|b| Some(Some(b)))).collect();
         for first in 0..=6 {
             for next in first..=6 {
-                let s: Spans = [(("t".to_string(), 0), (first, next))].into_iter().collect();
-                for &b in &offsets {
-                    let before: Before =
-                        b.map(|b| (("t".to_string(), 0), (b, EARLIER.to_string()))).into_iter().collect();
+                let s: Spans = [(("a".to_string(), 0), (first, next))].into_iter().collect();
+                for &known in &knowns {
+                    let before = match known {
+                        Some(b) => stood(&[(0, b)]),
+                        None => Before::new(),
+                    };
                     for &o in &offsets {
                         for &m in &marks {
-                            let mut tpl = TopicPartitionList::new();
-                            let _ = tpl.add_partition_offset("t", 0, o.map_or(Offset::Invalid, Offset::Offset));
-                            if let (Some(m), Some(mut e)) = (m, tpl.find_partition("t", 0)) {
-                                e.set_metadata(m);
-                            }
+                            let tpl = committed(&[("a", 0, o, m)]);
                             let ours = o == Some(next) && m == Some(MARK);
-                            let unchanged = b.is_some() && o == b && m == Some(EARLIER);
-                            let aborted = !ours && (o.is_none_or(|o| o <= first) || unchanged);
+                            let unchanged = known.flatten().is_some_and(|b| o == Some(b) && m == Some(EARLIER));
+                            let aborted = !ours && (o.is_none() || unchanged);
                             let got = decide(&tpl, &s, Some(MARK), &before);
-                            let what = format!("{first}..{next} at {o:?} marked {m:?}, before {b:?}: {got:?}");
+                            let what = format!("{first}..{next} at {o:?} marked {m:?}, before {known:?}: {got:?}");
                             match got {
                                 Ok(Reconciliation::Committed) => assert!(ours, "{what}"),
                                 Ok(Reconciliation::Aborted) => assert!(aborted, "{what}"),

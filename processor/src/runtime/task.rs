@@ -2,10 +2,11 @@
 //! partition in [`ExactlyOncePerPartition`](crate::Guarantee::ExactlyOncePerPartition), else all of the instance's).
 //! Its loop collects records into a [`Batch`], which runs the batch's transaction from its
 //! first record to its end ([`batch`]); revocations are handled between records
-//! ([`revoke`]). What a committed batch changes in the task (state, positions, counts) is
+//! ([`revoke`]). What a committed batch changes in the task (state, ledger, counts) is
 //! here. Sub-states own their fields: the sink with the partitions it has no offset for yet
-//! ([`TaskSink`]), the partitions waiting for a rewind ([`rewind::Rewinds`]), the batch in
-//! its transaction cycle ([`Batch`]).
+//! ([`TaskSink`]), what the task knows per partition ([`ledger::Ledger`]: the group's
+//! committed offsets, the floors, the rewinds waited for), the batch in its transaction
+//! cycle ([`Batch`]).
 //!
 //! Invariants: a failing batch ends by the consumer's [`Interrupt`] deadline, aborted and
 //! dropped ([`Outcome::Dropped`](crate::observe::Outcome::Dropped),
@@ -35,6 +36,7 @@ mod cadence;
 mod end;
 mod failed;
 mod floor;
+mod ledger;
 mod positions;
 mod revoke;
 mod rewind;
@@ -44,7 +46,6 @@ mod types;
 mod unknown;
 use batch::Batch;
 use end::BatchEnd;
-use rewind::Rewinds;
 use sink::TaskSink;
 pub(crate) use types::Task;
 
@@ -63,7 +64,6 @@ impl Task {
         label: String,
         interrupt: Arc<Interrupt>,
     ) -> Result<(Task, Resume)> {
-        let control = shared.control.clone();
         let mut processing = Processing::new(shared.cfg.clone(), shared.rt.clone(), shared.processor.clone());
         processing.set_input_partitions(shared.input_partitions);
         processing.serve_queries(shared.queries.clone(), id);
@@ -71,14 +71,10 @@ impl Task {
         let claimed = partitions.clone();
         let mut task = Task {
             sink: None,
-            rewinds: Rewinds::default(),
             last_cycle_end: Instant::now(),
             timer_attempts: 0,
             tables: None,
-            positions: HashMap::new(),
-            below_group: HashMap::new(),
-            floors: floor::Floors::default(),
-            offsets: rdkafka::TopicPartitionList::new(),
+            ledger: ledger::Ledger::default(),
             _member: shared.slots.as_ref().map(|s| s.join()),
             label,
             metrics,
@@ -90,7 +86,6 @@ impl Task {
             acked: HashMap::new(),
             processing,
             stopped: false,
-            control,
             interrupt,
         };
         if task.shared.cfg.fault.as_ref().is_some_and(|f| f.on_init(&claimed)) {
@@ -158,7 +153,11 @@ impl Task {
             match msg {
                 Ok(TaskMsg::Record(r)) => {
                     let tp = (r.topic.clone(), r.partition);
-                    if self.stopped || self.producer.is_none() || !self.owned.contains(&tp) || self.rewinds.holds(&tp) {
+                    if self.stopped
+                        || self.producer.is_none()
+                        || !self.owned.contains(&tp)
+                        || self.ledger.rewinds.holds(&tp)
+                    {
                         continue; // never committed: read again by the partition's next owner, or after the rewind
                     }
                     if !self.above_floor(&tp, r.offset, &mut batch) {
@@ -202,7 +201,7 @@ impl Task {
                     }
                 }
                 Ok(TaskMsg::Rewound { partitions }) => {
-                    self.rewinds.rewound(&partitions);
+                    self.ledger.rewinds.rewound(&partitions);
                 }
                 Ok(TaskMsg::Shutdown) | Err(RecvTimeoutError::Disconnected) => {
                     batch.end(&mut self);
@@ -213,9 +212,10 @@ impl Task {
         }
     }
 
-    /// Counts a committed batch (an exactly-once sink is written first); at-least-once: hands
-    /// its offsets to the consumer thread.
-    fn committed(&mut self, batch: &[InputRecord], stats: CycleStats) -> BatchEnd {
+    /// Counts a committed batch (an exactly-once sink is written first) whose offsets carried
+    /// `mark`; the ledger takes the offsets committed; at-least-once: hands its offsets to
+    /// the consumer thread.
+    fn committed(&mut self, batch: &[InputRecord], stats: CycleStats, mark: Option<&str>) -> BatchEnd {
         if let Some(sink) = self.sink.as_mut() {
             if let Err(end) = sink.committed(&self.shared, batch, &self.interrupt, self.id) {
                 return end;
@@ -232,17 +232,10 @@ impl Task {
             self.shared.shutdown.health_state().committed(tp, *next);
         }
         match self.producer.as_ref().map(|p| p.transactional_id().is_some()) {
-            Some(true) => {
-                if !self.below_group.is_empty() {
-                    for (tp, _) in &offsets {
-                        self.below_group.remove(tp);
-                    }
-                }
-                self.positions.extend(offsets)
-            }
+            Some(true) => self.ledger.committed_in_flight(mark),
             Some(false) => {
                 self.acked.extend(offsets.iter().cloned());
-                let _ = self.control.send(Control::CommitOffsets(offsets));
+                let _ = self.shared.control.send(Control::CommitOffsets(offsets));
             }
             None => {}
         }
@@ -290,6 +283,6 @@ impl Task {
     fn stop(&mut self, e: Error) {
         tracing::error!(task = self.id, error = %e, "stopping the pipeline");
         self.stopped = true;
-        let _ = self.control.send(Control::Fatal(e));
+        let _ = self.shared.control.send(Control::Fatal(e));
     }
 }

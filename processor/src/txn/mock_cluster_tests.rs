@@ -108,15 +108,20 @@ fn offsets_refused_for_a_member_that_left_the_group_give_the_producer_up() {
         let offsets = next_offsets(&[rec("in", 0, 0)]);
         let err = p.send_offsets(&offsets, &group, soon(30)).expect_err("the offsets are refused");
         assert_eq!(err.step, Step::SendOffsets, "{err}");
-        err
+        (err, p, mock)
     };
     for code in [E::RD_KAFKA_RESP_ERR_UNKNOWN_MEMBER_ID, E::RD_KAFKA_RESP_ERR_FENCED_INSTANCE_ID] {
-        let err = refuse(code);
+        let (err, mut p, _mock) = refuse(code);
         assert_eq!(err.class, ErrorClass::Fenced, "{code:?} fences this member: {err}");
         assert_eq!(verdict(&err, true), Verdict::GiveUp, "{code:?} must give the producer up: {err}");
+        // The group refused the member, not the transaction coordinator the producer: its
+        // open transaction can and must still be aborted.
+        assert!(err.refused_by_group(), "{code:?}: {err}");
+        p.abort(soon(30)).expect("the transaction of a producer the group refused is aborted");
     }
     for code in [E::RD_KAFKA_RESP_ERR_ILLEGAL_GENERATION, E::RD_KAFKA_RESP_ERR_GROUP_AUTHORIZATION_FAILED] {
-        let err = refuse(code);
+        let (err, _, _) = refuse(code);
+        assert!(!err.refused_by_group(), "{code:?}: {err}");
         assert_eq!(err.class, ErrorClass::Abortable, "{code:?}: {err}");
         assert_eq!(verdict(&err, true), Verdict::Replay, "{code:?} is replayed: {err}");
     }

@@ -45,6 +45,16 @@ impl StepError {
         StepError { step, class: classify(&err), err }
     }
 
+    /// Whether the group refused this member's offsets (it expired or fenced the member:
+    /// `UNKNOWN_MEMBER_ID`, `FENCED_INSTANCE_ID`), rather than the transaction coordinator
+    /// fencing the producer: the producer's epoch is still current there, and its open
+    /// transaction stays open until aborted or timed out.
+    pub(crate) fn refused_by_group(&self) -> bool {
+        use rdkafka::error::RDKafkaErrorCode as C;
+        self.step == Step::SendOffsets
+            && matches!(self.err.rdkafka_error_code(), Some(C::UnknownMemberId | C::FencedInstanceId))
+    }
+
     pub(crate) fn into_error(self, who: &str) -> crate::Error {
         let op = format!("{} for {who}", self.step.as_str());
         let source = crate::error::KafkaError::with_class(self.err, self.class);

@@ -363,7 +363,7 @@ impl Batch {
         };
         let offsets = match offsets {
             Ok(offsets) => {
-                task.offsets = offsets.clone();
+                task.ledger.set_in_flight(offsets.clone());
                 offsets
             }
             Err(e) => {
@@ -454,7 +454,8 @@ impl Batch {
             let (outcome, next) = match result {
                 Ok(stats) => {
                     task.commit_states();
-                    (Outcome::Committed, Next::End(task.committed(batch, stats)))
+                    let mark = task.producer.as_ref().and_then(|p| p.offsets_mark().map(str::to_owned));
+                    (Outcome::Committed, Next::End(task.committed(batch, stats, mark.as_deref())))
                 }
                 Err(error) => {
                     let outputs = outputs_per_partition.values().sum();

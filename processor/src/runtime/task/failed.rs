@@ -138,6 +138,9 @@ impl Task {
             Verdict::Reconcile => return self.fence_and_reconcile(batch, e, deadline, stats),
             Verdict::GiveUp => {
                 self.discard_states();
+                if e.refused_by_group() {
+                    self.abort_refused(deadline);
+                }
                 return give_up(e, None, false);
             }
             Verdict::Replay => self.discard_states(),
@@ -160,6 +163,30 @@ impl Task {
         let pause = *backoff;
         *backoff = (*backoff * 2).min(Duration::from_secs(5));
         (outcome, Next::Replay(pause))
+    }
+
+    /// Aborts the open transaction of a producer given up because the group refused its
+    /// offsets ([`StepError::refused_by_group`]). The transaction coordinator still takes its
+    /// epoch and would keep the transaction, outputs included, open until its timeout, hiding
+    /// every later output of those partitions from read_committed readers, whoever commits
+    /// them. Best effort: if the abort fails, the coordinator's timeout ends it.
+    fn abort_refused(&mut self, deadline: Deadline<'_>) {
+        let Some(producer) = self.producer.as_mut() else { return };
+        match producer.abort(deadline.with_grace(ABORT_GRACE)) {
+            Ok(()) => {
+                self.shared.shutdown.stats().transactions_aborted.inc();
+                tracing::info!(
+                    task = self.id,
+                    "the group refused the offsets: transaction aborted before the producer is given up"
+                );
+            }
+            Err(e) => tracing::warn!(
+                task = self.id,
+                error = %e,
+                timeout = ?self.shared.cfg.transaction_timeout,
+                "the group refused the offsets and the transaction could not be aborted: read_committed readers of its output partitions wait for the coordinator to abort it after the transaction timeout"
+            ),
+        }
     }
 
     /// A timer that fired without a record failed ([`crate::timers`]): abort, then drop the
@@ -204,7 +231,7 @@ impl Task {
             }
             BatchEnd::Dropped { because, reason } => {
                 let distinct: BTreeSet<TopicPartition> = batch.iter().map(|r| (r.topic.clone(), r.partition)).collect();
-                self.rewinds.batch_dropped(distinct.into_iter().collect());
+                self.ledger.rewinds.batch_dropped(distinct.into_iter().collect());
                 tracing::warn!(
                     task = self.id,
                     records = batch.len(),
@@ -232,7 +259,7 @@ impl Task {
     fn give_partitions_back(&mut self, error: String) {
         self.producer = None;
         self.forget_partitions();
-        let _ = self.control.send(Control::Fenced { task: self.id, error });
+        let _ = self.shared.control.send(Control::Fenced { task: self.id, error });
     }
 }
 
@@ -317,8 +344,8 @@ impl Task {
             ?partitions,
             "producer replaced in place; its batch was dropped and its partitions resume from their committed offsets"
         );
-        self.rewinds.wait_for(&partitions);
-        let _ = self.control.send(Control::Rewind { task: self.id, partitions, resume: Vec::new() });
+        self.ledger.rewinds.wait_for(&partitions);
+        let _ = self.shared.control.send(Control::Rewind { task: self.id, partitions, resume: Vec::new() });
         true
     }
 

@@ -1,17 +1,15 @@
-//! Where a task's partitions stand: what a transaction of timers alone commits, and the
-//! floor no record may be below ([`floor`](super::floor)), checked at each record here.
+//! Where a task's partitions stand, read from the group into the [ledger](super::ledger):
+//! what a transaction of timers alone commits, what a reconcile compares with, and the floor
+//! no record may be below ([`floor`](super::floor)), checked at each record here.
 //!
 //! A batch's transaction commits the batch's next offsets; a transaction of timers alone
 //! commits where its partitions stand, with its own mark, so that its outcome can be read back
-//! by the reconcile and, in per-consumer mode, the group generation fences it (KIP-447). The
-//! positions are what this task's committed transactions left, else the group's stable
-//! committed offsets; they are forgotten with the partitions and whenever a producer is given
-//! up (its last transaction may have committed unseen).
+//! by the reconcile and, in per-consumer mode, the group generation fences it (KIP-447).
 
 use std::collections::HashMap;
 use std::time::Instant;
 
-use rdkafka::{Offset, TopicPartitionList};
+use rdkafka::TopicPartitionList;
 
 use super::batch::Batch;
 use super::floor::{Intake, REWINDS_BEFORE_STOP};
@@ -21,37 +19,26 @@ use crate::partition::{Resume, TopicPartition};
 use crate::runtime::interrupt::Deadline;
 
 impl Task {
-    /// Where the owned partitions stand: the known positions, or, if none is known, the
-    /// group's stable committed offsets of every owned partition.
+    /// Where the owned partitions stand ([`Ledger::standing`](super::ledger::Ledger::standing)),
+    /// after reading the group's stable committed offsets of those not known yet.
     pub(super) fn standing(&mut self, deadline: Deadline<'_>) -> Result<TopicPartitionList, Error> {
-        let mut known: Vec<(&TopicPartition, i64)> =
-            self.owned.iter().filter_map(|tp| self.positions.get(tp).map(|o| (tp, *o))).collect();
-        if known.is_empty() {
-            let fetched = self.fetch_positions(deadline.instant())?;
-            self.positions.extend(fetched);
-            known = self.owned.iter().filter_map(|tp| self.positions.get(tp).map(|o| (tp, *o))).collect();
+        let unknown = self.ledger.unknown(&self.owned);
+        if !unknown.is_empty() {
+            let group = self.committed_marked(&unknown, deadline.instant(), "where the partitions stand")?;
+            for tp in &unknown {
+                self.ledger.learned(tp, group.get(tp).cloned());
+            }
         }
-        known.sort();
-        let mut tpl = TopicPartitionList::with_capacity(known.len());
-        for ((topic, partition), offset) in known {
-            let _ = tpl.add_partition_offset(topic, *partition, Offset::Offset(offset));
-        }
-        Ok(tpl)
-    }
-
-    /// The group's stable committed offsets of the owned partitions (those with one).
-    fn fetch_positions(&self, deadline: Instant) -> Result<HashMap<TopicPartition, i64>, Error> {
-        let owned: Vec<TopicPartition> = self.owned.iter().cloned().collect();
-        self.committed_offsets(&owned, deadline, "where the partitions stand")
+        Ok(self.ledger.standing(&self.owned))
     }
 
     /// `partitions` are moved to `resume` (an exactly-once sink's offsets) or, those not in
-    /// it, to their committed offsets. A transactional task notes the partitions resumed
-    /// below the group's committed offset, with that offset's mark (`below_group`); if the
-    /// read fails, none is noted, and a reconcile there takes the group's offset for another
-    /// owner's (the partitions go back to the group: a rejoin, never a wrong outcome).
+    /// it, to their committed offsets. A transactional task reads the group's committed
+    /// offsets of the resumed ones, with their marks, into the ledger; if the read fails they
+    /// stay unknown, and a reconcile there takes the group's offset for another owner's (the
+    /// partitions go back to the group: a rejoin, never a wrong outcome).
     pub(super) fn resumed(&mut self, partitions: &[TopicPartition], resume: &Resume) {
-        self.floors.moved(partitions, resume);
+        self.ledger.floors.moved(partitions, resume);
         if resume.is_empty() || self.transactional_id.is_none() {
             return;
         }
@@ -59,11 +46,8 @@ impl Task {
         let deadline = Instant::now() + self.shared.cfg.task_timeout;
         match self.committed_marked(&resumed, deadline, "the group's offsets of the partitions resumed from the sink") {
             Ok(group) => {
-                for (tp, at) in resume {
-                    match group.get(tp) {
-                        Some((o, mark)) if o > at => self.below_group.insert(tp.clone(), (*o, mark.clone())),
-                        _ => self.below_group.remove(tp),
-                    };
+                for tp in &resumed {
+                    self.ledger.learned(tp, group.get(tp).cloned());
                 }
             }
             Err(e) => {
@@ -72,20 +56,9 @@ impl Task {
         }
     }
 
-    /// The group's stable committed offsets of `partitions` (those with one), read by the
-    /// instance's offsets reader until `deadline`; `what` names the read in the error.
-    pub(super) fn committed_offsets(
-        &self,
-        partitions: &[TopicPartition],
-        deadline: Instant,
-        what: &str,
-    ) -> Result<HashMap<TopicPartition, i64>, Error> {
-        let marked = self.committed_marked(partitions, deadline, what)?;
-        Ok(marked.into_iter().map(|(tp, (offset, _))| (tp, offset)).collect())
-    }
-
-    /// [`committed_offsets`](Self::committed_offsets), each with its metadata (the mark of
-    /// the transaction that committed it).
+    /// The group's stable committed offsets of `partitions` (those with one), each with its
+    /// metadata (the mark of the transaction that committed it), read by the instance's
+    /// offsets reader until `deadline`; `what` names the read in the error.
     fn committed_marked(
         &self,
         partitions: &[TopicPartition],
@@ -112,24 +85,6 @@ impl Task {
             })
             .collect())
     }
-
-    /// Forgets where `partitions` stand, and their floors (revoked), or every partition's
-    /// (`None`: a producer given up; the partitions are rewound or handed back).
-    pub(super) fn forget_positions(&mut self, partitions: Option<&[TopicPartition]>) {
-        match partitions {
-            Some(partitions) => {
-                for tp in partitions {
-                    self.positions.remove(tp);
-                    self.below_group.remove(tp);
-                }
-            }
-            None => {
-                self.positions.clear();
-                self.below_group.clear();
-            }
-        }
-        self.floors.forget(partitions);
-    }
 }
 
 impl Task {
@@ -139,12 +94,12 @@ impl Task {
         if self.transactional_id.is_none() {
             return true; // at-least-once: a record read again is allowed
         }
-        let floor = match self.floors.take(tp, offset) {
+        let floor = match self.ledger.floors.take(tp, offset) {
             Intake::Take => return true,
             Intake::Below { floor } => floor,
             Intake::ReadFloor => match self.read_floor(tp) {
                 // Read: the floor is known now.
-                Ok(()) => match self.floors.take(tp, offset) {
+                Ok(()) => match self.ledger.floors.take(tp, offset) {
                     Intake::Below { floor } => floor,
                     _ => return true,
                 },
@@ -155,7 +110,7 @@ impl Task {
                 }
             },
         };
-        let times = self.floors.fell_below(tp);
+        let times = self.ledger.floors.fell_below(tp);
         if times > REWINDS_BEFORE_STOP {
             self.stop(Error::OffsetReset { partition: format!("{}-{}", tp.0, tp.1), offset, committed: floor });
             return false;
@@ -172,15 +127,17 @@ impl Task {
         false
     }
 
-    /// Reads `tp`'s committed offset, as its floor. Its partition's alone: another owned
-    /// partition's offset may still be unstable (a previous owner's transaction still open),
-    /// and waiting for it would hold this one. Bounded by the call timeout: librdkafka has
-    /// just read the same offset to start the partition.
+    /// Reads `tp`'s committed offset, as its floor and, with its mark, into the ledger. Its
+    /// partition's alone: another owned partition's offset may still be unstable (a previous
+    /// owner's transaction still open), and waiting for it would hold this one. Bounded by
+    /// the call timeout: librdkafka has just read the same offset to start the partition.
     fn read_floor(&mut self, tp: &TopicPartition) -> Result<(), Error> {
         let deadline = Deadline::interruptible(Instant::now() + self.shared.cfg.call_timeout(), &self.interrupt);
         let one = std::slice::from_ref(tp);
-        let committed = self.committed_offsets(one, deadline.instant(), "the committed offset")?;
-        self.floors.read(one, &committed);
+        let committed = self.committed_marked(one, deadline.instant(), "the committed offset")?;
+        let offsets: HashMap<TopicPartition, i64> = committed.iter().map(|(tp, (o, _))| (tp.clone(), *o)).collect();
+        self.ledger.floors.read(one, &offsets);
+        self.ledger.learned(tp, committed.get(tp).cloned());
         Ok(())
     }
 
@@ -188,7 +145,7 @@ impl Task {
     /// committed offset `tp` is rewound to includes them, then rewinds `tp`.
     fn rewind_below_floor(&mut self, tp: TopicPartition, batch: &mut Batch) {
         batch.end(self);
-        if self.stopped || self.rewinds.holds(&tp) || !self.owned.contains(&tp) {
+        if self.stopped || self.ledger.rewinds.holds(&tp) || !self.owned.contains(&tp) {
             return; // the batch's end stopped, rewound or handed back the partition already
         }
         self.rewind(vec![tp]);

@@ -45,9 +45,9 @@ impl Task {
         // are moved back once the revocation is answered ([`Task::rewind_dropped`]). Their
         // records are dropped as they come until then (they joined `rewinding` with the
         // drop), or the later ones would commit past the dropped ones.
-        self.rewinds.revoked(partitions);
+        self.ledger.rewinds.revoked(partitions);
         let acked_offsets = partitions.iter().filter_map(|tp| self.acked.remove(tp).map(|o| (tp.clone(), o))).collect();
-        self.forget_positions(Some(partitions));
+        self.ledger.forget(Some(partitions));
         for tp in partitions {
             self.owned.remove(tp);
         }
@@ -107,7 +107,7 @@ impl Task {
     /// stops.
     pub(super) fn rewind_dropped(&mut self) {
         let kept: Vec<TopicPartition> =
-            self.rewinds.take_dropped().into_iter().filter(|tp| self.owned.contains(tp)).collect();
+            self.ledger.rewinds.take_dropped().into_iter().filter(|tp| self.owned.contains(tp)).collect();
         self.rewind(kept);
     }
 
@@ -118,16 +118,16 @@ impl Task {
         if partitions.is_empty() || self.producer.is_none() {
             return;
         }
-        self.rewinds.wait_for(&partitions);
+        self.ledger.rewinds.wait_for(&partitions);
         if !self.sink_is_exactly_once() {
-            self.floors.moved(&partitions, &[]);
-            let _ = self.control.send(Control::Rewind { task: self.id, partitions, resume: Vec::new() });
+            self.ledger.floors.moved(&partitions, &[]);
+            let _ = self.shared.control.send(Control::Rewind { task: self.id, partitions, resume: Vec::new() });
             return;
         }
         match self.claim_retrying(&partitions) {
             Ok(resume) => {
                 self.resumed(&partitions, &resume);
-                let _ = self.control.send(Control::Rewind { task: self.id, partitions, resume });
+                let _ = self.shared.control.send(Control::Rewind { task: self.id, partitions, resume });
             }
             Err(e) if self.interrupt.expired().is_some() => {
                 tracing::warn!(task = self.id, error = %e, ?partitions, "interrupted while asking the sink where the partitions resume; their records stay dropped until they are revoked");

@@ -84,7 +84,7 @@ impl Task {
     /// record.
     pub(super) fn forget_partitions(&mut self) {
         self.processing.give_up_all();
-        self.forget_positions(None);
+        self.ledger.forget(None);
         self.tables = None;
     }
 

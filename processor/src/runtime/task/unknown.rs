@@ -49,9 +49,8 @@ impl Task {
         };
         tracing::warn!(task = self.id, error = %e, "transaction outcome unknown: fencing the producer and reconciling");
         let started = Instant::now();
-        let spans = reconcile::spans(batch, &self.offsets);
-        let before: reconcile::Before =
-            self.below_group.iter().map(|((t, p), at)| ((t.to_string(), *p), at.clone())).collect();
+        let spans = reconcile::spans(batch, self.ledger.in_flight());
+        let before = self.ledger.before(&spans);
         let found = match reconcile::reconcile(
             &self.shared.cfg,
             &id,
@@ -83,7 +82,7 @@ impl Task {
         match found {
             Reconciliation::Committed => {
                 self.commit_states();
-                (outcome, Next::End(self.committed(batch, stats)))
+                (outcome, Next::End(self.committed(batch, stats, mark.as_deref())))
             }
             Reconciliation::Aborted => {
                 self.discard_states();

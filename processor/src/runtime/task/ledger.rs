@@ -1,0 +1,160 @@
+//! The per-partition ledger ([`Ledger`]): what a task knows of each partition it owns, in one
+//! place. Each fact has one owner here and changes only on the task's events:
+//!
+//! | fact | set by | read by |
+//! |---|---|---|
+//! | the group's committed offset and its mark | a read of the group (the floor's read, a resume from a sink, where timers alone stand), this task's own commit | a transaction of timers alone (what it commits), a reconcile (what stood before the transaction: [`Before`]) |
+//! | the floor | the floor's read, a resume, each record taken ([`floor`](super::floor)) | the intake check at each record |
+//! | the rewinds waited for | a replacement in place, a dropped batch ([`rewind`](super::rewind)) | the intake check at each record |
+//! | the offsets the batch in flight commits | the batch's first attempt | its reconcile |
+//!
+//! Forgetting a partition (revoked) or every partition (a producer given up, whose last
+//! transaction may have committed unseen) forgets what the group had: it is read again
+//! before it is relied on.
+
+use std::collections::HashMap;
+
+use rdkafka::{Offset, TopicPartitionList};
+
+use super::floor::Floors;
+use super::rewind::Rewinds;
+use crate::partition::TopicPartition;
+use crate::runtime::reconcile::{Before, Spans};
+
+/// A partition's committed offset in the group and that offset's mark (the metadata of the
+/// transaction that committed it); `None`: the group has none.
+pub(super) type Committed = Option<(i64, String)>;
+
+/// What a task knows of its partitions (see the module docs).
+#[derive(Default)]
+pub(crate) struct Ledger {
+    /// Per partition, the group's committed offset as last known; absent: not known.
+    committed: HashMap<TopicPartition, Committed>,
+    /// The lowest offset each partition's next record may have.
+    pub(super) floors: Floors,
+    /// The partitions whose records are dropped until the consumer rewinds them.
+    pub(super) rewinds: Rewinds,
+    /// The offsets the batch in flight commits, kept for its reconcile.
+    in_flight: TopicPartitionList,
+}
+
+impl Ledger {
+    /// A read of the group found `tp` committed at `committed`.
+    pub(super) fn learned(&mut self, tp: &TopicPartition, committed: Committed) {
+        self.committed.insert(tp.clone(), committed);
+    }
+
+    /// The batch in flight committed, its offsets carrying `mark` (`None`: a transaction
+    /// that sent none, whose partitions are then not known).
+    pub(super) fn committed_in_flight(&mut self, mark: Option<&str>) {
+        for e in self.in_flight.elements() {
+            let (Some(next), tp) = (e.offset().to_raw(), (e.topic().into(), e.partition())) else { continue };
+            match mark {
+                Some(mark) => self.committed.insert(tp, Some((next, mark.to_string()))),
+                None => self.committed.remove(&tp),
+            };
+        }
+    }
+
+    /// Of `owned`, the partitions whose committed offset is not known.
+    pub(super) fn unknown<'a>(&self, owned: impl IntoIterator<Item = &'a TopicPartition>) -> Vec<TopicPartition> {
+        owned.into_iter().filter(|tp| !self.committed.contains_key(*tp)).cloned().collect()
+    }
+
+    /// Where `owned` stand, sorted: the committed offset of each one known, and 0 for one the
+    /// group has none for (where `auto.offset.reset=earliest` starts it). A transaction of
+    /// timers alone commits these: every owned partition carries its mark, so its outcome
+    /// can be read back, and per consumer the group generation fences it.
+    pub(super) fn standing<'a>(&self, owned: impl IntoIterator<Item = &'a TopicPartition>) -> TopicPartitionList {
+        let mut known: Vec<(&TopicPartition, i64)> = owned
+            .into_iter()
+            .filter_map(|tp| self.committed.get(tp).map(|c| (tp, c.as_ref().map_or(0, |(o, _)| *o))))
+            .collect();
+        known.sort();
+        let mut tpl = TopicPartitionList::with_capacity(known.len());
+        for ((topic, partition), offset) in known {
+            let _ = tpl.add_partition_offset(topic, *partition, Offset::Offset(offset));
+        }
+        tpl
+    }
+
+    /// What stood committed before the transaction over `spans` began, for the partitions
+    /// whose committed offset is known ([`reconcile::decide`](crate::runtime::reconcile::decide)).
+    pub(super) fn before(&self, spans: &Spans) -> Before {
+        spans
+            .keys()
+            .filter_map(|(topic, partition)| {
+                let known = self.committed.get(&(topic.as_str().into(), *partition))?;
+                Some(((topic.clone(), *partition), known.clone()))
+            })
+            .collect()
+    }
+
+    /// The batch in flight commits `offsets`.
+    pub(super) fn set_in_flight(&mut self, offsets: TopicPartitionList) {
+        self.in_flight = offsets;
+    }
+
+    /// The offsets the batch in flight commits.
+    pub(super) fn in_flight(&self) -> &TopicPartitionList {
+        &self.in_flight
+    }
+
+    /// Forgets what the group had and the floors of `partitions` (revoked), or of every
+    /// partition (`None`: a producer given up; the partitions are rewound or handed back).
+    pub(super) fn forget(&mut self, partitions: Option<&[TopicPartition]>) {
+        match partitions {
+            Some(partitions) => {
+                for tp in partitions {
+                    self.committed.remove(tp);
+                }
+            }
+            None => self.committed.clear(),
+        }
+        self.floors.forget(partitions);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tp(p: i32) -> TopicPartition {
+        ("in".into(), p)
+    }
+
+    fn offsets(tpl: &TopicPartitionList) -> Vec<(i32, Option<i64>)> {
+        tpl.elements().iter().map(|e| (e.partition(), e.offset().to_raw())).collect()
+    }
+
+    #[test]
+    fn what_the_group_had_is_known_from_reads_and_own_commits_until_forgotten() {
+        let mut l = Ledger::default();
+        let owned = [tp(0), tp(1), tp(2)];
+        assert_eq!(l.unknown(&owned), owned.to_vec(), "nothing known at first");
+        assert_eq!(offsets(&l.standing(&owned)), vec![]);
+        l.learned(&tp(0), Some((10, "m0".into())));
+        l.learned(&tp(1), None);
+        assert_eq!(l.unknown(&owned), vec![tp(2)]);
+        assert_eq!(offsets(&l.standing(&owned)), vec![(0, Some(10)), (1, Some(0))], "none committed: 0");
+        let mut sent = TopicPartitionList::new();
+        let _ = sent.add_partition_offset("in", 0, Offset::Offset(15));
+        let _ = sent.add_partition_offset("in", 2, Offset::Offset(3));
+        l.set_in_flight(sent);
+        l.committed_in_flight(Some("m1"));
+        assert!(l.unknown(&owned).is_empty());
+        let spans: Spans = [(("in".to_string(), 0), (15, 15)), (("in".to_string(), 5), (1, 2))].into_iter().collect();
+        let before = l.before(&spans);
+        assert_eq!(before.get(&("in".to_string(), 0)), Some(&Some((15, "m1".to_string()))));
+        assert_eq!(before.get(&("in".to_string(), 5)), None, "not known: left out");
+        l.forget(Some(&[tp(0)]));
+        assert_eq!(l.unknown(&owned), vec![tp(0)]);
+        l.forget(None);
+        assert_eq!(l.unknown(&owned), owned.to_vec());
+        assert!(l.before(&Spans::new()).is_empty(), "no spans, nothing before");
+        l.learned(&tp(0), Some((15, "m1".into())));
+        l.learned(&tp(1), None);
+        l.committed_in_flight(None);
+        assert_eq!(l.unknown(&owned), vec![tp(0), tp(2)], "a commit without a mark: its partitions not known");
+    }
+}
