@@ -54,6 +54,11 @@ use crate::runtime::interrupt::Deadline;
 /// waking the task per delivery report costs a context switch per event.
 const ACK_POLL_PAUSE: Duration = Duration::from_micros(500);
 
+/// How many queued events [`TxnProducer::client_errors`] serves at most (one per `poll`):
+/// a broken connection queues an error and a log line; delivery reports are all served
+/// before a transaction ends.
+const PENDING_EVENTS: usize = 16;
+
 /// How long [`TxnProducer::send_lingering`] holds librdkafka's flush flag: a broker thread's
 /// wake-up, far below `linger.ms`.
 const LINGER_FLUSH: Duration = Duration::from_millis(1);
@@ -64,8 +69,9 @@ pub(crate) struct TxnProducer {
     inner: Arc<BaseProducer<DeliveryTracker>>,
     /// A transactional call was abandoned ([`watchdog`]) and may still run: no further call.
     wedged: bool,
-    /// A commit or abort of this epoch was called again after a timeout: one of its `EndTxn`
-    /// requests may still be on its way, and would end the next transaction of the epoch
+    /// A commit or abort of this epoch was called again after a timeout, or librdkafka may
+    /// have sent its `EndTxn` again within one call: one of its `EndTxn` requests may still
+    /// be on its way, and would end the next transaction of the epoch
     /// ([`must_be_replaced`](Self::must_be_replaced)).
     end_retried: bool,
     transactional_id: Option<String>,
@@ -156,6 +162,12 @@ impl TxnProducer {
     /// Starts a cycle: a new cycle number for delivery reports and, if transactional,
     /// `begin_transaction`.
     pub(crate) fn begin(&mut self) -> Result<(), StepError> {
+        if self.end_retried {
+            // The task replaces such a producer before its next transaction; this refusal
+            // keeps any path that would not from ending a transaction half-done.
+            tracing::error!(transactional_id = ?self.transactional_id, "refusing to begin a transaction on a producer that must be replaced");
+            return Err(StepError { step: Step::Begin, class: ErrorClass::Fatal, err: KafkaError::Canceled });
+        }
         self.cycle += 1;
         self.mark = None;
         self.sent = 0;
@@ -327,13 +339,17 @@ impl TxnProducer {
         Ok(())
     }
 
-    /// Whether this producer must not begin another transaction: a commit or an abort of
-    /// its epoch was called again after a call timed out, so an `EndTxn` of that call may
-    /// still arrive, and a late `EndTxn` ends the next transaction of the same epoch
-    /// half-done — a commit commits part of it, an abort aborts its records while the
-    /// offsets sent next commit alone (KAFKA-17754; librdkafka speaks only the classic
-    /// protocol, without KIP-890's epoch bump per transaction). A fresh producer's
-    /// `init_transactions` bumps the epoch, which fences the late request.
+    /// Whether this producer must not begin another transaction ([`begin`](Self::begin)
+    /// refuses): a commit or an abort of its epoch was called again after a call timed out,
+    /// or librdkafka reported a client error (a broken connection, timed-out requests)
+    /// during the call — librdkafka then sends the same `EndTxn` again on its own
+    /// (`rd_kafka_txn_handle_EndTxn` retries on `_TRANSPORT` and `_TIMED_OUT`), and the
+    /// call can return while the first copy still waits at a stalled broker. A late
+    /// `EndTxn` ends the next transaction of the same epoch half-done — a commit commits
+    /// part of it, an abort aborts its records while the offsets sent next commit alone
+    /// (KAFKA-17754; librdkafka speaks only the classic protocol, without KIP-890's epoch
+    /// bump per transaction). A fresh producer's `init_transactions` bumps the epoch, which
+    /// fences the late request.
     pub(crate) fn must_be_replaced(&self) -> bool {
         self.end_retried
     }
@@ -377,7 +393,17 @@ impl TxnProducer {
         mut call: impl FnMut() -> watchdog::Call,
     ) -> Result<(), StepError> {
         let started = Instant::now();
+        let ends = matches!(step, Step::Commit | Step::Abort);
+        let errors_before = self.client_errors();
         let result = self.retry_until(step, deadline, &mut call);
+        if ends && result.is_ok() && self.client_errors() != errors_before {
+            self.end_retried = true;
+            tracing::info!(
+                transactional_id = ?self.transactional_id,
+                step = step.as_str(),
+                "librdkafka reported a client error during the call, so it may have sent the EndTxn again: the producer is replaced before its next transaction"
+            );
+        }
         let timer = match step {
             Step::Init => &self.timers.init,
             Step::SendOffsets => &self.timers.send_offsets,
@@ -387,6 +413,16 @@ impl TxnProducer {
         };
         add_ns(timer, started.elapsed());
         result
+    }
+
+    /// The client errors librdkafka reported so far, after serving the events it queued
+    /// meanwhile (a blocking transactional call serves none): an error that came during a
+    /// call is in the queue, before anything later.
+    fn client_errors(&self) -> u64 {
+        for _ in 0..PENDING_EVENTS {
+            self.inner.poll(Duration::ZERO);
+        }
+        self.inner.context().client_errors.load(Ordering::Relaxed)
     }
 
     fn retry_until(

@@ -28,6 +28,10 @@ pub(crate) struct DeliveryTracker {
     /// checkpoints move to.
     pub(super) changelogs: HashSet<String>,
     pub(super) changelog_ends: Mutex<HashMap<String, PartitionEnds>>,
+    /// The errors librdkafka reported for the client itself (a broken connection, requests
+    /// timed out), served by `poll`: one during an `EndTxn` call means librdkafka may have
+    /// sent that `EndTxn` again ([`TxnProducer::must_be_replaced`](super::TxnProducer::must_be_replaced)).
+    pub(super) client_errors: AtomicU64,
 }
 
 /// Per partition: the cycle of the last acknowledged record, and its offset.
@@ -41,6 +45,11 @@ impl DeliveryTracker {
 }
 
 impl ClientContext for DeliveryTracker {
+    fn error(&self, error: KafkaError, reason: &str) {
+        self.client_errors.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(transactional_id = ?self.transactional_id, %error, reason, "librdkafka client error");
+    }
+
     /// librdkafka statistics (when `statistics.interval.ms` is set): the producer epoch.
     fn stats(&self, stats: rdkafka::Statistics) {
         if let (Some(eos), Some(id)) = (stats.eos, &self.transactional_id) {

@@ -211,9 +211,10 @@ fn a_commit_that_times_out_is_resumed_until_its_answer_even_when_interrupted() {
     });
     std::thread::sleep(Duration::from_secs(7));
     mock.broker_up(1).expect("broker up");
-    let p = committing.join().unwrap().expect("resumed until the coordinator answered");
+    let mut p = committing.join().unwrap().expect("resumed until the coordinator answered");
     assert!(started.elapsed() >= Duration::from_secs(7), "the broker was down: {:?}", started.elapsed());
     assert!(p.must_be_replaced(), "a resumed commit's producer begins no other transaction");
+    assert!(p.begin().is_err(), "and refuses to");
     let (_mock, mut quick, _) = setup_with(|b| b);
     produce_one(&mut quick).and_then(|()| quick.commit(soon(30))).expect("a commit answered at once");
     assert!(!quick.must_be_replaced(), "a commit answered at once leaves the producer in use");
@@ -235,11 +236,33 @@ fn an_abort_that_times_out_and_is_retried_leaves_the_producer_to_be_replaced() {
     let aborting = std::thread::spawn(move || p.abort(soon(30)).map(|()| p));
     std::thread::sleep(Duration::from_secs(7));
     mock.broker_up(1).expect("broker up");
-    let p = aborting.join().unwrap().expect("retried until the coordinator answered");
+    let mut p = aborting.join().unwrap().expect("retried until the coordinator answered");
     assert!(p.must_be_replaced(), "a retried abort's producer begins no other transaction");
+    assert!(p.begin().is_err(), "and refuses to");
     let (_mock, mut quick, _) = setup_with(|b| b);
     produce_one(&mut quick).and_then(|()| quick.abort(soon(30))).expect("an abort answered at once");
     assert!(!quick.must_be_replaced(), "an abort answered at once leaves the producer in use");
+}
+
+/// A commit whose connection to the coordinator breaks during the call, and which
+/// librdkafka completes within that one call (the broker back before the call's timeout):
+/// librdkafka sends an `EndTxn` again on its own after a transport error or a request
+/// timeout, and a first copy may still wait at a stalled broker. The client error it reported
+/// meanwhile leaves the producer to be replaced, as a commit the runtime resumed does.
+#[test]
+fn a_commit_during_which_the_connection_broke_leaves_the_producer_to_be_replaced() {
+    // Transaction timeout 1 s: the call timeout's floor, 5 s, outlasts the 2 s outage.
+    let (mock, mut p, _) = setup_with(|b| {
+        b.transaction_timeout(Duration::from_secs(1)).producer_property("reconnect.backoff.max.ms", "200")
+    });
+    produce_one(&mut p).expect("produce");
+    mock.broker_down(1).expect("broker down");
+    let committing = std::thread::spawn(move || p.commit(soon(30)).map(|()| p));
+    std::thread::sleep(Duration::from_secs(2));
+    mock.broker_up(1).expect("broker up");
+    let mut p = committing.join().unwrap().expect("committed once the broker was back");
+    assert!(p.must_be_replaced(), "the connection broke during the EndTxn call: it may have been sent twice");
+    assert!(p.begin().is_err(), "no transaction begins on it");
 }
 
 /// `send_offsets_to_transaction` without an answer (the broker is down) is made once and

@@ -301,7 +301,7 @@ impl Batch {
     fn commit(&mut self, task: &mut Task) {
         self.last_closed = Some(Instant::now());
         match self.attempts(task) {
-            BatchEnd::Committed => task.renew_producer_if_end_retried(),
+            BatchEnd::Committed => {}
             end => task.settle(end, &self.records),
         }
         task.processing.batch_done();
@@ -325,13 +325,7 @@ impl Batch {
             Ok(()) => {
                 task.shared.shutdown.stats().transactions_aborted.inc();
                 tracing::debug!(task = task.id, "open transaction of the collecting batch aborted");
-                match task.renew_if_end_retried() {
-                    Ok(()) => true,
-                    Err(reason) => {
-                        task.settle(BatchEnd::NoProducer(reason), &[]);
-                        false
-                    }
-                }
+                true
             }
             // Its fate unknown: the producer cannot be trusted with the next batch.
             Err(e) => {
@@ -399,6 +393,12 @@ impl Batch {
                 if let Err(e) = task.refresh_tables() {
                     return BatchEnd::Stop(e);
                 }
+            }
+            // The one place a producer whose end was retried is replaced, before any of its
+            // transactions begins (TxnProducer::must_be_replaced): whichever way the last
+            // batch ended, and the replay of this one.
+            if let Err(reason) = task.renew_if_end_retried() {
+                return BatchEnd::NoProducer(reason);
             }
             let Some(producer) = task.producer.as_ref() else {
                 return BatchEnd::GaveUp { error: Box::new(given_up()), replaced: false };
@@ -632,11 +632,12 @@ fn warn_slow(
 /// Whether the next batch's first attempt runs as it is collected. Not once the task's
 /// interrupt has expired: such a batch is dropped before its first attempt, and no
 /// transaction should be opened for it. Not while the slot bound is engaged
-/// ([`crate::runtime::slots`]): the slot would be held all interval.
+/// ([`crate::runtime::slots`]): the slot would be held all interval. Not on a producer that
+/// must be replaced: the batch's attempts replace it first.
 fn streams(task: &Task) -> bool {
     task.shared.cfg.process_while_collecting
         && task.shared.slots.as_ref().is_none_or(|s| !s.engaged())
-        && task.producer.is_some()
+        && task.producer.as_ref().is_some_and(|p| !p.must_be_replaced())
         && !task.stopped
         && task.interrupt.expired().is_none()
 }

@@ -73,9 +73,7 @@ impl Task {
         match producer.abort(deadline.with_grace(ABORT_GRACE)) {
             Ok(()) => {
                 self.shared.shutdown.stats().transactions_aborted.inc();
-                self.renew_if_end_retried().map_err(|reason| {
-                    (Outcome::GaveUp { reason: reason.clone() }, Next::End(BatchEnd::NoProducer(reason)))
-                })
+                Ok(())
             }
             Err(e) => Err(match reconcile::verdict(&e, self.transactional_id.is_some()) {
                 Verdict::Reconcile => self.fence_and_reconcile(batch, e, deadline, CycleStats::default()),
@@ -349,23 +347,11 @@ impl Task {
         true
     }
 
-    /// After a committed batch: a producer whose commit was resumed may still have an
-    /// `EndTxn` on its way, which would commit the next transaction half-done
-    /// ([`TxnProducer::must_be_replaced`](crate::txn::TxnProducer::must_be_replaced)); it is
-    /// replaced, the fresh producer's epoch fencing that request, before anything else is
-    /// sent. No transaction is open, so nothing is replayed. If no fresh producer can be
-    /// initialised, the partitions go back to the group.
-    pub(super) fn renew_producer_if_end_retried(&mut self) {
-        if let Err(reason) = self.renew_if_end_retried() {
-            self.settle(BatchEnd::NoProducer(reason), &[]);
-        }
-    }
-
-    /// Replaces the producer if its last commit or abort call was retried after a timeout
+    /// Replaces the producer if its last commit or abort may have sent its `EndTxn` twice
     /// (see [`TxnProducer::must_be_replaced`](crate::txn::TxnProducer::must_be_replaced)),
     /// before it begins another transaction: the fresh producer's `init_transactions` bumps
-    /// the epoch, fencing a late `EndTxn` of the retried call. `Err` says why no fresh
-    /// producer could be initialised (the producer is then gone).
+    /// the epoch, fencing a late `EndTxn`. No transaction is open, so nothing is replayed.
+    /// `Err` says why no fresh producer could be initialised (the producer is then gone).
     pub(super) fn renew_if_end_retried(&mut self) -> Result<(), String> {
         if !self.producer.as_ref().is_some_and(|p| p.must_be_replaced()) {
             return Ok(());
