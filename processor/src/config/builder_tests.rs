@@ -204,3 +204,28 @@ fn an_outbox_sink_needs_an_exactly_once_guarantee_and_is_the_only_sink() {
     bad.outbox_sink("led ger", connect, |_: Row| 0);
     assert!(err(bad).contains("outbox name"));
 }
+
+#[test]
+fn auto_offset_reset_is_earliest_under_exactly_once_and_earliest_or_latest_under_at_least_once() {
+    let reset = |p: &crate::Pipeline| p.config().consumer_config().get("auto.offset.reset").map(str::to_string);
+    for g in [Guarantee::ExactlyOncePerPartition, Guarantee::ExactlyOncePerConsumer] {
+        for v in ["latest", "none", "error", "smallest", "erliest"] {
+            let m = err(base().guarantee(g).consumer_property("auto.offset.reset", v));
+            assert!(m.contains(&format!("auto.offset.reset={v:?}")) && m.contains("earliest"), "{g:?} {v}: {m}");
+        }
+        let m = err(base().guarantee(g).client_property("auto.offset.reset", "latest"));
+        assert!(m.contains("never processed"), "a latest reset loses input: {m}");
+        let explicit = base().guarantee(g).consumer_property("auto.offset.reset", "earliest").build().unwrap();
+        assert_eq!(reset(&explicit).as_deref(), Some("earliest"));
+        assert_eq!(reset(&base().guarantee(g).build().unwrap()).as_deref(), Some("earliest"), "the default");
+    }
+    let alo = || base().guarantee(Guarantee::AtLeastOnce);
+    for v in ["earliest", "latest"] {
+        let p = alo().consumer_property("auto.offset.reset", v).build().unwrap();
+        assert_eq!(reset(&p).as_deref(), Some(v), "the user's choice under at-least-once");
+    }
+    for v in ["none", "error", "largest", "Latest", ""] {
+        let m = err(alo().client_property("auto.offset.reset", v));
+        assert!(m.contains(&format!("auto.offset.reset={v:?}")) && m.contains("earliest or latest"), "{v}: {m}");
+    }
+}
