@@ -31,6 +31,12 @@ impl PipelineBuilder {
     /// under at-least-once, where [`sink`](Self::sink) applies rows directly). The rows reach
     /// the sink one applier batch after their input's commit; a pipeline that stops leaves
     /// the rest to its next start. At most one sink per pipeline, this or `sink`.
+    ///
+    /// The sink must be exactly-once ([`SinkGuarantee::ExactlyOnce`](crate::sink::SinkGuarantee::ExactlyOnce)):
+    /// the applier reads the outbox at-least-once, and only the outbox offsets the sink stores
+    /// with its rows make each row land once. The guarantee is the connected instance's
+    /// ([`Sink::guarantee`]), so another sink is refused at the applier's first connect, before
+    /// it applies a row: the pipeline stops with [`Error::Config`](crate::Error::Config).
     pub fn outbox_sink<W, S, F, Fut, T>(&mut self, name: impl AsRef<str>, connect: F, to_row: T) -> SinkHandle<W>
     where
         W: Serialize + DeserializeOwned + Send + 'static,
@@ -54,7 +60,7 @@ impl PipelineBuilder {
             name: name.as_ref().to_string(),
             encode,
             applier: ProcessorFactory::new(apply).named("outbox applier"),
-            sink: SinkFactory::new(connect),
+            sink: crate::sink::outbox::exactly_once_only(name.as_ref(), SinkFactory::new(connect)),
         });
         SinkHandle::new()
     }

@@ -185,10 +185,10 @@ fn a_repartition_topic_is_named_after_the_application_and_read_and_written() {
 
 #[test]
 fn an_outbox_sink_needs_an_exactly_once_guarantee_and_is_the_only_sink() {
-    use crate::sink::test_sinks::{Ledger, Never};
+    use crate::sink::test_sinks::{Never, Stored};
     #[derive(serde::Serialize, serde::Deserialize)]
     struct Row;
-    let connect = || async { Ok::<_, Never>(Ledger) };
+    let connect = || async { Ok::<_, Never>(Stored) };
     let mut ok = base();
     ok.outbox_sink("ledger", connect, |_: Row| 0);
     let pipeline = ok.build().unwrap();
@@ -203,4 +203,59 @@ fn an_outbox_sink_needs_an_exactly_once_guarantee_and_is_the_only_sink() {
     let mut bad = base();
     bad.outbox_sink("led ger", connect, |_: Row| 0);
     assert!(err(bad).contains("outbox name"));
+}
+
+#[test]
+fn auto_offset_reset_is_earliest_under_exactly_once_and_earliest_or_latest_under_at_least_once() {
+    let reset = |p: &crate::Pipeline| p.config().consumer_config().get("auto.offset.reset").map(str::to_string);
+    for g in [Guarantee::ExactlyOncePerPartition, Guarantee::ExactlyOncePerConsumer] {
+        for v in ["latest", "none", "error", "smallest", "erliest"] {
+            let m = err(base().guarantee(g).consumer_property("auto.offset.reset", v));
+            assert!(m.contains(&format!("auto.offset.reset={v:?}")) && m.contains("earliest"), "{g:?} {v}: {m}");
+        }
+        let m = err(base().guarantee(g).client_property("auto.offset.reset", "latest"));
+        assert!(m.contains("never processed"), "a latest reset loses input: {m}");
+        let explicit = base().guarantee(g).consumer_property("auto.offset.reset", "earliest").build().unwrap();
+        assert_eq!(reset(&explicit).as_deref(), Some("earliest"));
+        assert_eq!(reset(&base().guarantee(g).build().unwrap()).as_deref(), Some("earliest"), "the default");
+    }
+    let alo = || base().guarantee(Guarantee::AtLeastOnce);
+    for v in ["earliest", "latest"] {
+        let p = alo().consumer_property("auto.offset.reset", v).build().unwrap();
+        assert_eq!(reset(&p).as_deref(), Some(v), "the user's choice under at-least-once");
+    }
+    for v in ["none", "error", "largest", "Latest", ""] {
+        let m = err(alo().client_property("auto.offset.reset", v));
+        assert!(m.contains(&format!("auto.offset.reset={v:?}")) && m.contains("earliest or latest"), "{v}: {m}");
+    }
+}
+
+/// The outbox's applier reads the outbox at-least-once and relies on the sink to store the
+/// outbox offsets with its rows. A sink's guarantee is its instance's (`Sink::guarantee`),
+/// known once it is connected: the refusal comes from the declared sink's connect.
+#[test]
+fn an_outbox_sink_that_is_not_exactly_once_is_refused_when_it_connects() {
+    use crate::sink::test_sinks::{Ledger, Never, Stored};
+    use crate::sink::SinkErrorClass;
+    #[derive(serde::Serialize, serde::Deserialize)]
+    struct Row;
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+    let connect = |b: &crate::Pipeline| {
+        let factory = &b.config().outbox.as_ref().expect("an outbox").spec().sink;
+        factory.connect(rt.handle(), Duration::from_secs(5)).map(|_| ())
+    };
+    let mut alo = base();
+    alo.outbox_sink("ledger", || async { Ok::<_, Never>(Ledger) }, |_: Row| 0);
+    let alo = alo.build().expect("the sink's guarantee is known once it is connected");
+    let refused = connect(&alo).expect_err("an at-least-once outbox sink");
+    assert_eq!(refused.class, SinkErrorClass::Fatal);
+    let m = refused.error.to_string();
+    for part in
+        ["outbox_sink(\"ledger\")", "test_sinks::Ledger", "AtLeastOnce", "exactly-once", "PipelineBuilder::sink"]
+    {
+        assert!(m.contains(part), "{part}: {m}");
+    }
+    let mut eo = base();
+    eo.outbox_sink("ledger", || async { Ok::<_, Never>(Stored) }, |_: Row| 0);
+    connect(&eo.build().unwrap()).expect("an exactly-once outbox sink connects");
 }

@@ -79,6 +79,26 @@ impl PipelineBuilder {
         if self.guarantee.is_transactional() && c.get("isolation.level").is_some_and(|v| v != "read_committed") {
             return cfg_err("consumer property isolation.level must be read_committed under exactly-once: a read_uncommitted consumer would process aborted records and fetch offsets that are not stable".into());
         }
+        // The user's properties are set after the runtime's `earliest`, so a value let
+        // through here is the one the consumer uses.
+        match c.get("auto.offset.reset") {
+            None | Some("earliest") => {}
+            Some(v) if self.guarantee.is_transactional() => {
+                return cfg_err(format!(
+                    "consumer property auto.offset.reset={v:?} is refused under exactly-once: a partition without a \
+                     committed offset (a new group, an offset out of range) is read from its start, and a reset to \
+                     latest would skip records that were never processed, losing input; remove the property or set \
+                     it to earliest"
+                ));
+            }
+            Some("latest") => {}
+            Some(v) => {
+                return cfg_err(format!(
+                    "consumer property auto.offset.reset={v:?} must be earliest or latest: where a partition without \
+                     a committed offset is read from (latest skips the records already in it)"
+                ));
+            }
+        }
         let rebalancing = match (self.guarantee, self.rebalancing) {
             (Guarantee::ExactlyOncePerConsumer, None) => Rebalancing::Eager,
             (_, r) => r.unwrap_or_default(),

@@ -192,7 +192,7 @@ impl Pipeline {
         let handle = applier.shutdown_handle();
         let main = self.handle.clone();
         let join = tokio::spawn(async move {
-            let ended = applier.run().await;
+            let ended = applier.run().await.map_err(crate::sink::outbox::refusal_as_config);
             if ended.is_err() {
                 main.shutdown();
             }
@@ -356,3 +356,7 @@ async fn next_signal() -> std::io::Result<()> {
 async fn next_signal() -> std::io::Result<()> {
     tokio::signal::ctrl_c().await
 }
+
+#[cfg(test)]
+#[path = "pipeline_tests.rs"]
+mod tests;

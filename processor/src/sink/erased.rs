@@ -162,6 +162,25 @@ impl SinkFactory {
         )
     }
 
+    /// This factory, with every sink it connects checked by `check` (given the sink's type
+    /// name and guarantee, known only once an instance exists): a sink `check` refuses is
+    /// dropped and its connect fails, fatal, with `check`'s error.
+    pub(crate) fn checked<C>(self, check: C) -> SinkFactory
+    where
+        C: Fn(&'static str, SinkGuarantee) -> Result<(), BoxError> + Send + Sync + 'static,
+    {
+        let SinkFactory(connect, type_name) = self;
+        SinkFactory(
+            Arc::new(move |rt: &Handle, timeout: Duration| {
+                let sink = connect(rt, timeout)?;
+                check(type_name, sink.guarantee())
+                    .map_err(|error| SinkFailure { class: SinkErrorClass::Fatal, error })?;
+                Ok(sink)
+            }),
+            type_name,
+        )
+    }
+
     /// The sink's type name (`kafka_eos_postgres::PostgresSink`).
     pub(crate) fn type_name(&self) -> &'static str {
         self.1

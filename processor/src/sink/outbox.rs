@@ -15,7 +15,8 @@
 use std::sync::Arc;
 
 use super::erased::{AnyRow, SinkFactory};
-use crate::error::BoxError;
+use super::SinkGuarantee;
+use crate::error::{BoxError, Error};
 use crate::processor::driver::ProcessorFactory;
 use crate::record::{InputRecord, OutputRecord, Topic};
 
@@ -66,4 +67,37 @@ impl Outbox {
 /// The outbox topic of sink `name` of application `application_id`.
 pub(crate) fn outbox_topic(application_id: &str, name: &str) -> String {
     format!("{application_id}-{name}-outbox")
+}
+
+/// `connect`'s sinks, refused unless exactly-once. The applier reads the outbox at-least-once
+/// and relies on the sink to store the outbox offsets with its rows; any other sink would
+/// apply a row again after a crash. A sink's guarantee is its instance's
+/// ([`Sink::guarantee`](super::Sink::guarantee)), so the refusal comes at its connect.
+pub(crate) fn exactly_once_only(name: &str, connect: SinkFactory) -> SinkFactory {
+    let name = name.to_string();
+    connect.checked(move |type_name, guarantee| match guarantee {
+        SinkGuarantee::ExactlyOnce => Ok(()),
+        other => Err(Box::new(NotExactlyOnce(format!(
+            "outbox_sink({name:?}) needs an exactly-once sink, and {type_name} connected as {other:?}: the \
+             outbox's applier reads the outbox at-least-once and relies on the sink to store the outbox \
+             offsets with its rows, so this sink would apply rows again after a crash. Use a sink whose \
+             guarantee is SinkGuarantee::ExactlyOnce (kafka_eos_postgres::PostgresSink), or declare this one \
+             with PipelineBuilder::sink, which writes an effectively-once or at-least-once sink in the \
+             batch's own cycle"
+        )))),
+    })
+}
+
+/// The refusal of an outbox sink that is not exactly-once ([`exactly_once_only`]).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct NotExactlyOnce(String);
+
+/// `e`, as the configuration error it is if it is the applier's refusal of its sink
+/// ([`exactly_once_only`]), which reaches it as the sink's failed connect.
+pub(crate) fn refusal_as_config(e: Error) -> Error {
+    match e {
+        Error::Sink { source, .. } if source.is::<NotExactlyOnce>() => Error::Config(source.to_string()),
+        e => e,
+    }
 }

@@ -1,4 +1,4 @@
-//! Sinks for the crate's own tests: one that never fails and never connects anywhere.
+//! Sinks for the crate's own tests: they never fail and never connect anywhere.
 
 use super::{Sink, SinkBatch, SinkError, SinkErrorClass, SinkGuarantee};
 use crate::record::Topic;
@@ -22,6 +22,24 @@ impl Sink for Ledger {
     type Error = Never;
     fn guarantee(&self) -> SinkGuarantee {
         SinkGuarantee::AtLeastOnce
+    }
+    async fn on_assigned(&mut self, partitions: &[(Topic, i32)]) -> Result<Vec<Option<i64>>, Never> {
+        Ok(vec![None; partitions.len()])
+    }
+    async fn write(&mut self, _batch: &SinkBatch<i64>) -> Result<(), Never> {
+        Ok(())
+    }
+}
+
+/// An exactly-once sink of `i64` rows that stores nothing (every partition starts at the
+/// group's committed offset).
+pub(crate) struct Stored;
+
+impl Sink for Stored {
+    type Row = i64;
+    type Error = Never;
+    fn guarantee(&self) -> SinkGuarantee {
+        SinkGuarantee::ExactlyOnce
     }
     async fn on_assigned(&mut self, partitions: &[(Topic, i32)]) -> Result<Vec<Option<i64>>, Never> {
         Ok(vec![None; partitions.len()])
