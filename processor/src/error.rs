@@ -273,6 +273,27 @@ pub enum Error {
         /// The group's committed offset for it.
         committed: i64,
     },
+    /// A partition's records were deleted before the pipeline processed them: its log now
+    /// starts past the offset the pipeline resumes it from (retention ran out while the
+    /// pipeline was stopped or behind, or the records were deleted). Nothing past the gap
+    /// was processed.
+    #[error(
+        "records {resume}..{log_start} of partition {partition} were deleted before this pipeline \
+         processed them: the partition's log now starts at {log_start}, past the offset it resumes \
+         from ({resume}), so they are lost to it (a topic's retention ran out while the pipeline was \
+         stopped or behind, or records were deleted). Nothing past them was processed. Give the \
+         topic a retention longer than the pipeline may lag; to go on from the log's start \
+         without them, set PipelineBuilder::skip_deleted_records(true) and restart"
+    )]
+    RecordsDeleted {
+        /// `topic-partition`.
+        partition: String,
+        /// The offset the pipeline resumes the partition from (its committed offset, or the
+        /// one its exactly-once sink stored).
+        resume: i64,
+        /// Where the partition's log starts now.
+        log_start: i64,
+    },
     /// A bug or an unexpected state inside kafka-eos.
     #[error("internal error: {0} (please report this)")]
     Internal(String),

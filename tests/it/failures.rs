@@ -201,3 +201,62 @@ async fn a_position_reset_below_the_committed_offset_is_never_processed() {
         assert_eq!(committed(&t), Offset::Offset(5_000), "{guarantee:?}: the committed offset stays");
     }
 }
+
+/// A partition whose unprocessed records were deleted while the pipeline was stopped (its
+/// retention ran out: here `DeleteRecords`, as a retention check does it) resumes past its
+/// committed offset: librdkafka resets it to the log's start, and those records would be
+/// skipped silently. The pipeline stops instead, naming the gap, with nothing processed; told
+/// to skip, it goes on from the log's start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_deleted_before_they_were_processed_stop_the_pipeline_unless_skipped() {
+    use rdkafka::admin::{AdminClient, AdminOptions};
+    use rdkafka::client::DefaultClientContext;
+    use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+    use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+    for guarantee in [Guarantee::ExactlyOncePerPartition, Guarantee::ExactlyOncePerConsumer] {
+        let t = topics("deleted", 1, 1_000, 100).await;
+        let app = unique("deleted");
+        // The group had processed 300 records when the pipeline stopped.
+        let mut at = TopicPartitionList::new();
+        at.add_partition_offset(&t.input, 0, Offset::Offset(300)).unwrap();
+        let group: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", &t.bootstrap)
+            .set("group.id", &app)
+            .set("enable.auto.commit", "false")
+            .create()
+            .expect("consumer");
+        group.commit(&at, CommitMode::Sync).expect("commit 300");
+        // Then records up to 600, never processed, are deleted.
+        let admin: AdminClient<DefaultClientContext> =
+            ClientConfig::new().set("bootstrap.servers", &t.bootstrap).create().expect("admin client");
+        let mut below = TopicPartitionList::new();
+        below.add_partition_offset(&t.input, 0, Offset::Offset(600)).unwrap();
+        let deleted = admin.delete_records(&below, &AdminOptions::new()).await.expect("delete records");
+        assert_eq!(deleted.elements()[0].offset(), Offset::Offset(600), "the log starts at 600");
+
+        let run = spawn(t.pipeline(&app, guarantee));
+        let handle = run.handle.clone();
+        let Ok(ended) = tokio::time::timeout(Duration::from_secs(60), run.finish()).await else {
+            handle.shutdown();
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            let out = t.count_output_uncommitted().await;
+            panic!("{guarantee:?}: still running after 60 s, {out} records written past the deleted ones");
+        };
+        let err = ended.expect_err("the pipeline must stop");
+        match &err {
+            Error::RecordsDeleted { partition, resume, log_start } => {
+                assert_eq!((partition.as_str(), *resume, *log_start), (format!("{}-0", t.input).as_str(), 300, 600));
+            }
+            other => panic!("{guarantee:?}: expected records deleted, got {other}"),
+        }
+        assert!(err.to_string().contains("skip_deleted_records"), "the message says what to do: {err}");
+        assert_eq!(t.count_output_uncommitted().await, 0, "{guarantee:?}: nothing past the gap processed");
+
+        // Told to skip them: from the log's start, once.
+        let run = spawn(t.pipeline(&app, guarantee).skip_deleted_records(true));
+        t.wait_caught_up(&app, Duration::from_secs(60)).await;
+        let summary = run.stop().await;
+        assert_eq!(summary.records_in, 400, "{guarantee:?}: 600..1000 processed: {summary:?}");
+        assert_eq!(t.count_output_uncommitted().await, 400, "{guarantee:?}");
+    }
+}

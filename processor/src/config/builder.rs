@@ -27,6 +27,7 @@ pub struct PipelineBuilder {
     commit_interval: Option<Duration>,
     max_records: Option<usize>,
     process_while_collecting: Option<bool>,
+    skip_deleted_records: bool,
     transaction_timeout: Option<Duration>,
     task_timeout: Option<Duration>,
     slow_commit_warning: Option<Duration>,
@@ -205,6 +206,19 @@ impl PipelineBuilder {
     /// bound is engaged (a slot would be held for the whole interval).
     pub fn process_while_collecting(mut self, on: bool) -> Self {
         self.process_while_collecting = Some(on);
+        self
+    }
+
+    /// Whether a partition whose unprocessed records were deleted (its log now starts past
+    /// the offset it resumes from: retention ran out while the pipeline was stopped or
+    /// behind, or `DeleteRecords`) goes on from its log's start. Default `false`: the
+    /// pipeline stops with [`Error::RecordsDeleted`](crate::Error::RecordsDeleted), naming
+    /// the partition and the deleted offsets, instead of skipping them silently (librdkafka
+    /// resets such a partition to its log's start). `true` skips them with a warning: input
+    /// committed upstream is then lost to this pipeline. Checked in the exactly-once modes,
+    /// at a partition's first record after it was assigned or rewound.
+    pub fn skip_deleted_records(mut self, on: bool) -> Self {
+        self.skip_deleted_records = on;
         self
     }
 

@@ -93,6 +93,8 @@ pub struct PipelineConfig {
     /// ([`PipelineBuilder::inject_unknown_outcome`](crate::PipelineBuilder::inject_unknown_outcome));
     /// `None` in every real pipeline.
     pub(crate) fault: Option<std::sync::Arc<FaultInjection>>,
+    /// [`PipelineBuilder::skip_deleted_records`](crate::PipelineBuilder::skip_deleted_records).
+    pub(crate) skip_deleted_records: bool,
     /// The pipeline's sink, if one was declared
     /// ([`PipelineBuilder::sink`](crate::PipelineBuilder::sink)).
     pub(crate) sink: Option<crate::sink::erased::SinkFactory>,

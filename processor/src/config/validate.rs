@@ -233,6 +233,7 @@ impl PipelineBuilder {
                 commit_interval,
                 max_records_per_transaction: max_records,
                 process_while_collecting: self.process_while_collecting.unwrap_or(true),
+                skip_deleted_records: self.skip_deleted_records,
                 transaction_timeout,
                 task_timeout: self.task_timeout.unwrap_or(Duration::from_secs(300)),
                 slow_commit_warning: self.slow_commit_warning.unwrap_or(Duration::from_secs(1)),

@@ -5,7 +5,7 @@
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use rdkafka::consumer::BaseConsumer;
+use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::TopicPartitionList;
 
 use super::protocol::Control;
@@ -75,7 +75,20 @@ impl Shared {
         partitions: &TopicPartitionList,
         deadline: Instant,
     ) -> Result<TopicPartitionList, String> {
-        let reader = {
+        let reader = self.offsets_reader()?;
+        crate::state::changelog::stable_committed_offsets(&*reader, partitions, deadline).map_err(|e| e.to_string())
+    }
+
+    /// Where `topic`'s `partition`'s log starts now (its low watermark), read by the same
+    /// reader within `timeout`.
+    pub(crate) fn log_start(&self, topic: &str, partition: i32, timeout: Duration) -> Result<i64, String> {
+        let reader = self.offsets_reader()?;
+        reader.fetch_watermarks(topic, partition, timeout).map(|(low, _)| low).map_err(|e| e.to_string())
+    }
+
+    /// The instance's offsets reader, made at its first use, its pending events drained.
+    fn offsets_reader(&self) -> Result<Arc<BaseConsumer>, String> {
+        Ok({
             let mut slot = self.offsets_reader.lock().unwrap_or_else(|p| p.into_inner());
             let reader = match slot.as_ref() {
                 Some(reader) => reader.clone(),
@@ -90,8 +103,7 @@ impl Shared {
             // Drained under the lock: one poller at a time.
             while reader.poll(Duration::ZERO).is_some() {}
             reader
-        };
-        crate::state::changelog::stable_committed_offsets(&*reader, partitions, deadline).map_err(|e| e.to_string())
+        })
     }
 }
 

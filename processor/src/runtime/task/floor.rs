@@ -11,10 +11,21 @@
 //! and the partition rewound; a partition that falls below its floor again after
 //! [`REWINDS_BEFORE_STOP`] rewinds in a row stops the pipeline
 //! ([`Error::OffsetReset`](crate::Error::OffsetReset)): its committed offset is out of its
-//! log's range. This module holds the floors and the decisions; the task's side (the check
-//! at each record, the read, the rewind: `Task::above_floor`) is in `positions.rs`.
+//! log's range.
+//!
+//! The same reset hides a gap the other way: when a partition's unprocessed records were
+//! deleted (retention ran out while the pipeline was stopped or behind), its fetch from the
+//! committed offset is out of range and the reset moves it *forward*, to its log's start.
+//! So the first record after a floor was set from a committed (or sink-stored) offset, if it
+//! comes past the floor, is checked against the log's start ([`deleted`]): past the floor,
+//! records were deleted unprocessed, and the pipeline stops
+//! ([`Error::RecordsDeleted`](crate::Error::RecordsDeleted)) unless told to skip them.
+//! Transaction markers, aborted and compacted records also leave offsets without a record,
+//! but below the log's start nothing is deleted. This module holds the floors and the
+//! decisions; the task's side (the check at each record, the reads, the rewind:
+//! `Task::above_floor`) is in `positions.rs`.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use crate::partition::TopicPartition;
 
@@ -30,21 +41,35 @@ pub(super) enum Intake {
     ReadFloor,
     /// Below the floor: the position was moved back under the committed offset.
     Below { floor: i64 },
+    /// The first record since the floor was set from a committed offset, past it: taken
+    /// once the log's start shows that nothing between was deleted ([`deleted`]).
+    Past { floor: i64 },
 }
 
-/// The decision for a record at `offset` of a partition whose floor is `floor`.
-pub(super) fn intake(offset: i64, floor: Option<i64>) -> Intake {
+/// The decision for a record at `offset` of a partition whose floor is `floor`; `fresh`:
+/// the floor was set from a committed offset and no record has been taken since.
+pub(super) fn intake(offset: i64, floor: Option<i64>, fresh: bool) -> Intake {
     match floor {
         None => Intake::ReadFloor,
         Some(floor) if offset < floor => Intake::Below { floor },
+        Some(floor) if fresh && offset > floor => Intake::Past { floor },
         Some(_) => Intake::Take,
     }
+}
+
+/// The offsets deleted unprocessed, `floor..log_start`, if the partition's log starts past
+/// its floor (its committed offset): a partition read from there skips them.
+pub(super) fn deleted(floor: i64, log_start: i64) -> Option<(i64, i64)> {
+    (log_start > floor).then_some((floor, log_start))
 }
 
 /// The owned partitions' floors, and the rewinds in a row each fell below its floor.
 #[derive(Default)]
 pub(super) struct Floors {
     at: HashMap<TopicPartition, i64>,
+    /// The partitions whose floor was set from a committed or sink-stored offset, with no
+    /// record taken since ([`Intake::Past`]).
+    fresh: HashSet<TopicPartition>,
     rewinds: HashMap<TopicPartition, u32>,
 }
 
@@ -58,9 +83,13 @@ impl Floors {
     /// it when it is taken: one lookup per record.
     pub(super) fn take(&mut self, tp: &TopicPartition, offset: i64) -> Intake {
         let Some(floor) = self.at.get_mut(tp) else { return Intake::ReadFloor };
-        let verdict = intake(offset, Some(*floor));
+        let fresh = !self.fresh.is_empty() && self.fresh.contains(tp);
+        let verdict = intake(offset, Some(*floor), fresh);
         if verdict == Intake::Take {
             *floor = offset + 1;
+            if fresh {
+                self.fresh.remove(tp);
+            }
             if !self.rewinds.is_empty() {
                 self.rewinds.remove(tp);
             }
@@ -68,22 +97,45 @@ impl Floors {
         verdict
     }
 
+    /// Takes the record at `offset` of `tp` whatever its floor ([`Intake::Past`], checked).
+    pub(super) fn accept(&mut self, tp: &TopicPartition, offset: i64) {
+        self.at.insert(tp.clone(), offset + 1);
+        self.fresh.remove(tp);
+        self.rewinds.remove(tp);
+    }
+
     /// `partitions` are moved to `resume` (an exactly-once sink's offsets) or, those not in
     /// it, to their committed offsets (read again at their first record).
     pub(super) fn moved(&mut self, partitions: &[TopicPartition], resume: &[(TopicPartition, i64)]) {
         for tp in partitions {
             match resume.iter().find(|(r, _)| r == tp) {
-                Some((_, offset)) => self.at.insert(tp.clone(), *offset),
-                None => self.at.remove(tp),
+                Some((_, offset)) => {
+                    self.at.insert(tp.clone(), *offset);
+                    self.fresh.insert(tp.clone());
+                }
+                None => {
+                    self.at.remove(tp);
+                    self.fresh.remove(tp);
+                }
             };
         }
     }
 
     /// The read committed offsets of `partitions`; a partition the group has none for starts
-    /// at its beginning, as `auto.offset.reset=earliest` has it.
+    /// at its beginning, as `auto.offset.reset=earliest` has it (nothing was committed, so
+    /// nothing was skipped).
     pub(super) fn read(&mut self, partitions: &[TopicPartition], committed: &HashMap<TopicPartition, i64>) {
         for tp in partitions {
-            self.at.insert(tp.clone(), committed.get(tp).copied().unwrap_or(0));
+            match committed.get(tp) {
+                Some(offset) => {
+                    self.at.insert(tp.clone(), *offset);
+                    self.fresh.insert(tp.clone());
+                }
+                None => {
+                    self.at.insert(tp.clone(), 0);
+                    self.fresh.remove(tp);
+                }
+            }
         }
     }
 
@@ -100,11 +152,13 @@ impl Floors {
             Some(partitions) => {
                 for tp in partitions {
                     self.at.remove(tp);
+                    self.fresh.remove(tp);
                     self.rewinds.remove(tp);
                 }
             }
             None => {
                 self.at.clear();
+                self.fresh.clear();
                 self.rewinds.clear();
             }
         }
@@ -118,19 +172,60 @@ mod tests {
         ("in".into(), p)
     }
 
+    /// Over every offset and floor (none, 0..=20), fresh or not: taken at or above a known
+    /// floor, except past a fresh one, which is checked first; below it, never.
     #[test]
     fn a_record_is_taken_exactly_when_it_is_at_or_above_a_known_floor() {
         let floors: Vec<Option<i64>> = std::iter::once(None).chain((0..=20).map(Some)).collect();
         for offset in 0..=20 {
             for &floor in &floors {
-                let expected = match floor {
-                    None => Intake::ReadFloor,
-                    Some(f) if offset >= f => Intake::Take,
-                    Some(f) => Intake::Below { floor: f },
-                };
-                assert_eq!(intake(offset, floor), expected, "offset {offset}, floor {floor:?}");
+                for fresh in [false, true] {
+                    let expected = match floor {
+                        None => Intake::ReadFloor,
+                        Some(f) if offset == f || offset > f && !fresh => Intake::Take,
+                        Some(f) if offset > f => Intake::Past { floor: f },
+                        Some(f) => Intake::Below { floor: f },
+                    };
+                    assert_eq!(intake(offset, floor, fresh), expected, "offset {offset}, floor {floor:?}, {fresh}");
+                }
             }
         }
+    }
+
+    /// Over every floor and log start in 0..=20: deleted unprocessed exactly when the log
+    /// starts past the floor, from the floor to the log's start.
+    #[test]
+    fn records_are_deleted_unprocessed_exactly_when_the_log_starts_past_the_floor() {
+        for floor in 0..=20 {
+            for log_start in 0..=20 {
+                let expected = (log_start > floor).then_some((floor, log_start));
+                assert_eq!(deleted(floor, log_start), expected, "floor {floor}, log start {log_start}");
+            }
+        }
+    }
+
+    /// A floor read from a committed offset or set by a sink's resume is fresh until its
+    /// first record: a first record past it is checked, one at it taken; accepted, the
+    /// partition goes on as usual. A partition the group has no offset for is not checked
+    /// (nothing was committed, so nothing was skipped).
+    #[test]
+    fn the_first_record_past_a_committed_floor_is_checked_once() {
+        let mut f = Floors::default();
+        f.read(&[tp(0), tp(1)], &HashMap::from([(tp(0), 10)]));
+        assert_eq!(f.take(&tp(1), 500), Intake::Take, "no committed offset: not checked");
+        assert_eq!(f.take(&tp(0), 12), Intake::Past { floor: 10 });
+        assert_eq!(f.get(&tp(0)), Some(10), "not taken yet");
+        f.accept(&tp(0), 12);
+        assert_eq!((f.get(&tp(0)), f.take(&tp(0), 20)), (Some(13), Intake::Take), "then as usual");
+        f.moved(&[tp(2)], &[(tp(2), 7)]);
+        assert_eq!(f.take(&tp(2), 7), Intake::Take, "at the floor: nothing between");
+        assert_eq!(f.take(&tp(2), 9), Intake::Take, "no longer fresh");
+        f.moved(&[tp(2)], &[(tp(2), 30)]);
+        assert_eq!(f.take(&tp(2), 31), Intake::Past { floor: 30 }, "a sink's resume is fresh too");
+        f.forget(None);
+        f.read(&[tp(2)], &HashMap::from([(tp(2), 5)]));
+        assert_eq!(f.take(&tp(2), 3), Intake::Below { floor: 5 }, "below: not a gap, a reset back");
+        assert_eq!(f.take(&tp(2), 6), Intake::Past { floor: 5 }, "still fresh");
     }
 
     #[test]
@@ -140,7 +235,7 @@ mod tests {
         f.read(&[tp(0), tp(1)], &HashMap::from([(tp(0), 500)]));
         assert_eq!((f.get(&tp(0)), f.get(&tp(1))), (Some(500), Some(0)), "no committed offset: its beginning");
         assert_eq!(f.take(&tp(0), 500), Intake::Take);
-        assert_eq!(intake(500, f.get(&tp(0))), Intake::Below { floor: 501 }, "a record read twice is below");
+        assert_eq!(intake(500, f.get(&tp(0)), false), Intake::Below { floor: 501 }, "a record read twice is below");
         f.moved(&[tp(0), tp(1)], &[(tp(1), 42)]);
         assert_eq!(
             (f.get(&tp(0)), f.get(&tp(1))),
@@ -161,7 +256,7 @@ mod tests {
                     f.read(&[tp(0)], &HashMap::from([(tp(0), s)]));
                 }
                 let verdict = f.take(&tp(0), offset);
-                assert_eq!(verdict, intake(offset, start), "start {start:?}, offset {offset}");
+                assert_eq!(verdict, intake(offset, start, start.is_some()), "start {start:?}, offset {offset}");
                 let after = if verdict == Intake::Take { Some(offset + 1) } else { start };
                 assert_eq!(f.get(&tp(0)), after, "start {start:?}, offset {offset}");
             }

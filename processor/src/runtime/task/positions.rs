@@ -92,16 +92,25 @@ impl Task {
     /// collected so far ended, and its partition rewound (or the pipeline stopped).
     pub(super) fn above_floor(&mut self, tp: &TopicPartition, offset: i64, batch: &mut Batch) -> bool {
         if self.transactional_id.is_none() {
-            return true; // at-least-once: a record read again is allowed
+            // At-least-once: a record read again is allowed. With an exactly-once sink (the
+            // outbox's applier) the sink's offsets are the floors: a gap past them is not.
+            if self.sink_is_exactly_once() {
+                if let Intake::Past { floor } = self.ledger.floors.take(tp, offset) {
+                    return self.past_floor(tp, offset, floor, batch);
+                }
+            }
+            return true;
         }
         let floor = match self.ledger.floors.take(tp, offset) {
             Intake::Take => return true,
+            Intake::Past { floor } => return self.past_floor(tp, offset, floor, batch),
             Intake::Below { floor } => floor,
             Intake::ReadFloor => match self.read_floor(tp) {
                 // Read: the floor is known now.
                 Ok(()) => match self.ledger.floors.take(tp, offset) {
                     Intake::Below { floor } => floor,
-                    _ => return true,
+                    Intake::Past { floor } => return self.past_floor(tp, offset, floor, batch),
+                    Intake::Take | Intake::ReadFloor => return true,
                 },
                 Err(e) => {
                     tracing::warn!(task = self.id, partition = ?tp, error = %e, "cannot read the partition's committed offset; rewinding it");
@@ -125,6 +134,32 @@ impl Task {
         );
         self.rewind_below_floor(tp.clone(), batch);
         false
+    }
+
+    /// The first record of `tp` since its floor was set from a committed offset comes past
+    /// it ([`Intake::Past`]): taken if the partition's log starts at or below the floor, else
+    /// its records from the floor to the log's start were deleted unprocessed and the
+    /// pipeline stops ([`Error::RecordsDeleted`]), or, told to skip them, warns and takes it.
+    /// If the log's start cannot be read, the partition is rewound and checked again.
+    fn past_floor(&mut self, tp: &TopicPartition, offset: i64, floor: i64, batch: &mut Batch) -> bool {
+        let log_start = match self.shared.log_start(&tp.0, tp.1, self.shared.cfg.call_timeout()) {
+            Ok(log_start) => log_start,
+            Err(e) => {
+                tracing::warn!(task = self.id, partition = ?tp, error = %e, "cannot read where the partition's log starts; rewinding it");
+                self.rewind_below_floor(tp.clone(), batch);
+                return false;
+            }
+        };
+        if let Some((resume, log_start)) = super::floor::deleted(floor, log_start) {
+            let partition = format!("{}-{}", tp.0, tp.1);
+            if !self.shared.cfg.skip_deleted_records {
+                self.stop(Error::RecordsDeleted { partition, resume, log_start });
+                return false;
+            }
+            tracing::warn!(task = self.id, %partition, resume, log_start, "records deleted before they were processed: skipped (skip_deleted_records)");
+        }
+        self.ledger.floors.accept(tp, offset);
+        true
     }
 
     /// Reads `tp`'s committed offset, as its floor and, with its mark, into the ledger. Its
