@@ -61,14 +61,30 @@ impl Ledger {
         owned.into_iter().filter(|tp| !self.committed.contains_key(*tp)).cloned().collect()
     }
 
-    /// Where `owned` stand, sorted: the committed offset of each one known, and 0 for one the
-    /// group has none for (where `auto.offset.reset=earliest` starts it). A transaction of
+    /// Of `owned`, the partitions the group has no committed offset for.
+    pub(super) fn nothing_committed<'a>(
+        &self,
+        owned: impl IntoIterator<Item = &'a TopicPartition>,
+    ) -> Vec<TopicPartition> {
+        owned.into_iter().filter(|tp| matches!(self.committed.get(*tp), Some(None))).cloned().collect()
+    }
+
+    /// Where `owned` stand, sorted: the committed offset of each one known, and for one the
+    /// group has none for, its log's start in `starts` (where `auto.offset.reset=earliest`
+    /// starts it: committing it skips nothing; left out if not in `starts`). A transaction of
     /// timers alone commits these: every owned partition carries its mark, so its outcome
     /// can be read back, and per consumer the group generation fences it.
-    pub(super) fn standing<'a>(&self, owned: impl IntoIterator<Item = &'a TopicPartition>) -> TopicPartitionList {
+    pub(super) fn standing<'a>(
+        &self,
+        owned: impl IntoIterator<Item = &'a TopicPartition>,
+        starts: &HashMap<TopicPartition, i64>,
+    ) -> TopicPartitionList {
         let mut known: Vec<(&TopicPartition, i64)> = owned
             .into_iter()
-            .filter_map(|tp| self.committed.get(tp).map(|c| (tp, c.as_ref().map_or(0, |(o, _)| *o))))
+            .filter_map(|tp| match self.committed.get(tp)? {
+                Some((offset, _)) => Some((tp, *offset)),
+                None => starts.get(tp).map(|start| (tp, *start)),
+            })
             .collect();
         known.sort();
         let mut tpl = TopicPartitionList::with_capacity(known.len());
@@ -132,11 +148,14 @@ mod tests {
         let mut l = Ledger::default();
         let owned = [tp(0), tp(1), tp(2)];
         assert_eq!(l.unknown(&owned), owned.to_vec(), "nothing known at first");
-        assert_eq!(offsets(&l.standing(&owned)), vec![]);
+        assert_eq!(offsets(&l.standing(&owned, &HashMap::new())), vec![]);
         l.learned(&tp(0), Some((10, "m0".into())));
         l.learned(&tp(1), None);
         assert_eq!(l.unknown(&owned), vec![tp(2)]);
-        assert_eq!(offsets(&l.standing(&owned)), vec![(0, Some(10)), (1, Some(0))], "none committed: 0");
+        assert_eq!(l.nothing_committed(&owned), vec![tp(1)]);
+        assert_eq!(offsets(&l.standing(&owned, &HashMap::new())), vec![(0, Some(10))], "no log start: left out");
+        let starts = HashMap::from([(tp(1), 70)]);
+        assert_eq!(offsets(&l.standing(&owned, &starts)), vec![(0, Some(10)), (1, Some(70))], "none: its log's start");
         let mut sent = TopicPartitionList::new();
         let _ = sent.add_partition_offset("in", 0, Offset::Offset(15));
         let _ = sent.add_partition_offset("in", 2, Offset::Offset(3));

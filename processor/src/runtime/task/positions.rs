@@ -20,7 +20,8 @@ use crate::runtime::interrupt::Deadline;
 
 impl Task {
     /// Where the owned partitions stand ([`Ledger::standing`](super::ledger::Ledger::standing)),
-    /// after reading the group's stable committed offsets of those not known yet.
+    /// after reading the group's stable committed offsets of those not known yet, and the
+    /// log's start of those the group has none for (one that cannot be read is left out).
     pub(super) fn standing(&mut self, deadline: Deadline<'_>) -> Result<TopicPartitionList, Error> {
         let unknown = self.ledger.unknown(&self.owned);
         if !unknown.is_empty() {
@@ -29,7 +30,14 @@ impl Task {
                 self.ledger.learned(tp, group.get(tp).cloned());
             }
         }
-        Ok(self.ledger.standing(&self.owned))
+        let timeout = self.shared.cfg.call_timeout().min(deadline.remaining());
+        let starts: HashMap<TopicPartition, i64> = self
+            .ledger
+            .nothing_committed(&self.owned)
+            .into_iter()
+            .filter_map(|tp| self.shared.log_start(&tp.0, tp.1, timeout).ok().map(|start| (tp, start)))
+            .collect();
+        Ok(self.ledger.standing(&self.owned, &starts))
     }
 
     /// `partitions` are moved to `resume` (an exactly-once sink's offsets) or, those not in
