@@ -176,4 +176,93 @@ mod tests {
         l.committed_in_flight(None);
         assert_eq!(l.unknown(&owned), vec![tp(0), tp(2)], "a commit without a mark: its partitions not known");
     }
+
+    /// The events that change what the ledger knows of the group's offsets, over two
+    /// partitions.
+    #[derive(Debug, Clone, Copy)]
+    enum Event {
+        /// A read found partition `p` at `Some(offset)`, or with nothing committed.
+        Learned(i32, Option<i64>),
+        /// The batch in flight (both partitions, at `offset`) committed, with a mark or without.
+        Committed(i64, bool),
+        /// Partition `p` was revoked.
+        Revoked(i32),
+        /// The producer was given up.
+        GivenUp,
+    }
+
+    /// Over every sequence of up to four events (empty included): what the ledger says stood
+    /// before a transaction, and where timers alone would commit, is what a plain model of
+    /// "the last thing learned or committed, unless forgotten since" says.
+    #[test]
+    fn the_ledger_knows_exactly_the_last_read_or_commit_of_each_partition() {
+        let events: Vec<Event> = [
+            Event::Learned(0, Some(5)),
+            Event::Learned(0, None),
+            Event::Learned(1, Some(9)),
+            Event::Committed(12, true),
+            Event::Committed(12, false),
+            Event::Revoked(0),
+            Event::GivenUp,
+        ]
+        .to_vec();
+        let mut sequences: Vec<Vec<Event>> = vec![Vec::new()];
+        for _ in 0..4 {
+            let longer: Vec<Vec<Event>> = sequences
+                .iter()
+                .filter(|s| s.len() == sequences.last().map_or(0, Vec::len))
+                .flat_map(|s| events.iter().map(move |e| [s.clone(), vec![*e]].concat()))
+                .collect();
+            sequences.extend(longer);
+        }
+        let owned = [tp(0), tp(1)];
+        let spans: Spans = [(("in".to_string(), 0), (12, 12)), (("in".to_string(), 1), (12, 12))].into_iter().collect();
+        let starts = HashMap::from([(tp(0), 3), (tp(1), 3)]);
+        for sequence in &sequences {
+            let mut ledger = Ledger::default();
+            let mut model: HashMap<i32, Committed> = HashMap::new();
+            let mut in_flight = TopicPartitionList::new();
+            for p in [0, 1] {
+                let _ = in_flight.add_partition_offset("in", p, Offset::Offset(12));
+            }
+            ledger.set_in_flight(in_flight);
+            for event in sequence {
+                match *event {
+                    Event::Learned(p, at) => {
+                        let committed = at.map(|o| (o, "read".to_string()));
+                        ledger.learned(&tp(p), committed.clone());
+                        model.insert(p, committed);
+                    }
+                    Event::Committed(next, marked) => {
+                        ledger.committed_in_flight(marked.then_some("mine"));
+                        for p in [0, 1] {
+                            match marked {
+                                true => model.insert(p, Some((next, "mine".to_string()))),
+                                false => model.remove(&p),
+                            };
+                        }
+                    }
+                    Event::Revoked(p) => {
+                        ledger.forget(Some(&[tp(p)]));
+                        model.remove(&p);
+                    }
+                    Event::GivenUp => {
+                        ledger.forget(None);
+                        model.clear();
+                    }
+                }
+            }
+            let before = ledger.before(&spans);
+            for p in [0, 1] {
+                assert_eq!(before.get(&("in".to_string(), p)), model.get(&p), "{sequence:?}: partition {p}");
+            }
+            let expected: Vec<(i32, Option<i64>)> = [0, 1]
+                .into_iter()
+                .filter_map(|p| model.get(&p).map(|c| (p, Some(c.as_ref().map_or(3, |(o, _)| *o)))))
+                .collect();
+            assert_eq!(offsets(&ledger.standing(&owned, &starts)), expected, "{sequence:?}");
+            let unknown: Vec<TopicPartition> = [0, 1].into_iter().filter(|p| !model.contains_key(p)).map(tp).collect();
+            assert_eq!(ledger.unknown(&owned), unknown, "{sequence:?}");
+        }
+    }
 }
