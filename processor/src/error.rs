@@ -294,6 +294,28 @@ pub enum Error {
         /// Where the partition's log starts now.
         log_start: i64,
     },
+    /// A partition's state stores hold committed changes, but the group has no committed
+    /// offset for the partition (nor for any input partition of the same number): the
+    /// group's offsets were deleted, or expired while the pipeline was stopped. Nothing was
+    /// processed: from the log's start, every record would apply a second time to the
+    /// restored state and send its outputs again.
+    #[error(
+        "partition {partition} has state in its changelogs ({changes} changes restored) but the group \
+         has no committed offset for it: the group's offsets were deleted, or expired while the \
+         pipeline was stopped (offsets.retention.minutes, 7 days by default, counted from when the \
+         group became empty). Processing it from its start would apply every record to that state a \
+         second time. Nothing was processed. To go on where it stopped, set the group's offsets \
+         (kafka-consumer-groups --reset-offsets --group <application id> --topic <topic>:<partition> \
+         --to-offset <offset> --execute); to start over, delete the application's changelog topics \
+         (or use a new application id); then restart"
+    )]
+    StateWithoutOffsets {
+        /// `topic-partition` of each input topic with this partition number.
+        partition: String,
+        /// The changelog records read into the partition's state (0: it came from a local
+        /// or standby copy).
+        changes: u64,
+    },
     /// A bug or an unexpected state inside kafka-eos.
     #[error("internal error: {0} (please report this)")]
     Internal(String),

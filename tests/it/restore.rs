@@ -26,17 +26,18 @@ struct Setup {
     input: String,
     output: String,
     app: String,
+    guarantee: Guarantee,
 }
 
 impl Setup {
-    /// A per-consumer pipeline (the transactional.id is the instance's) counting records
-    /// per key and emitting `key -> count` for each.
+    /// A pipeline counting records per key and emitting `key -> count` for each (per
+    /// consumer, the transactional.id is the instance's).
     fn pipeline(&self, instance: &str) -> PipelineBuilder {
         let mut b = Pipeline::builder()
             .bootstrap_servers(&self.bootstrap)
             .application_id(&self.app)
             .input_topic(&self.input)
-            .guarantee(Guarantee::ExactlyOncePerConsumer)
+            .guarantee(self.guarantee)
             .instance_id(instance)
             .handle_signals(false);
         let counts: Store<Vec<u8>, u64> = b.store("counts");
@@ -49,6 +50,17 @@ impl Setup {
             ctx.emit(OutputRecord::to(&out).key(key).value(n.to_string()));
             Ok(())
         })
+    }
+
+    async fn create_topics(&self) {
+        let (b, i, o) = (self.bootstrap.clone(), self.input.clone(), self.output.clone());
+        tokio::task::spawn_blocking(move || {
+            admin::create_topic(&b, &i, 1, 1)?;
+            admin::create_topic(&b, &o, 1, 1)
+        })
+        .await
+        .unwrap()
+        .expect("topics");
     }
 
     async fn produce(&self, n: usize) {
@@ -101,15 +113,9 @@ async fn a_restore_reads_past_a_transaction_left_open_in_the_changelog() {
         input: unique("restore-in"),
         output: unique("restore-out"),
         app: unique("restore"),
+        guarantee: Guarantee::ExactlyOncePerConsumer,
     };
-    let (b, i, o) = (s.bootstrap.clone(), s.input.clone(), s.output.clone());
-    tokio::task::spawn_blocking(move || {
-        admin::create_topic(&b, &i, 1, 1)?;
-        admin::create_topic(&b, &o, 1, 1)
-    })
-    .await
-    .unwrap()
-    .expect("topics");
+    s.create_topics().await;
 
     assert_eq!(s.run("a", 3, 3).await, ["1", "2", "3"]);
 
@@ -138,4 +144,60 @@ async fn a_restore_reads_past_a_transaction_left_open_in_the_changelog() {
     let out = s.run("c", 1, 6).await;
     assert_eq!(out, ["1", "2", "3", "4", "5", "6"], "c restored b's committed counts too");
     drop(open);
+}
+
+/// The group's committed offsets are gone (expired after `offsets.retention.minutes` while
+/// the pipeline was stopped; here deleted with the group) while the changelog keeps the
+/// state they were committed with. Processing from the log's start would count every record
+/// a second time onto the restored counts and emit them again; the pipeline stops instead,
+/// naming the partition, with nothing emitted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn state_restored_without_the_groups_offsets_stops_the_pipeline() {
+    use rdkafka::admin::{AdminClient, AdminOptions};
+    use rdkafka::client::DefaultClientContext;
+    for guarantee in [Guarantee::ExactlyOncePerPartition, Guarantee::ExactlyOncePerConsumer] {
+        let s = Setup {
+            bootstrap: bootstrap(),
+            input: unique("expired-in"),
+            output: unique("expired-out"),
+            app: unique("expired"),
+            guarantee,
+        };
+        s.create_topics().await;
+        assert_eq!(s.run("a", 3, 3).await, ["1", "2", "3"], "{guarantee:?}");
+
+        let admin: AdminClient<DefaultClientContext> =
+            ClientConfig::new().set("bootstrap.servers", &s.bootstrap).create().expect("admin client");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            // Refused while the stopped member's session lingers (NON_EMPTY_GROUP).
+            let deleted = admin.delete_groups(&[s.app.as_str()], &AdminOptions::new()).await.expect("delete group");
+            match &deleted[0] {
+                Ok(_) => break,
+                Err((_, code)) if Instant::now() < deadline => {
+                    tracing::debug!(?code, "group not deleted yet");
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+                Err(e) => panic!("cannot delete the group: {e:?}"),
+            }
+        }
+
+        let run = spawn(s.pipeline("b"));
+        s.produce(1).await;
+        let handle = run.handle.clone();
+        let Ok(ended) = tokio::time::timeout(Duration::from_secs(60), run.finish()).await else {
+            handle.shutdown();
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            panic!("{guarantee:?}: still running after 60 s; outputs {:?}", s.counts().await);
+        };
+        let err = ended.expect_err("the pipeline must stop");
+        match &err {
+            kafka_eos::Error::StateWithoutOffsets { partition, .. } => {
+                assert_eq!(partition, &format!("{}-0", s.input), "{guarantee:?}")
+            }
+            other => panic!("{guarantee:?}: expected state without offsets, got {other}"),
+        }
+        assert!(err.to_string().contains("offsets.retention.minutes"), "the message says why: {err}");
+        assert_eq!(s.counts().await, ["1", "2", "3"], "{guarantee:?}: nothing counted twice");
+    }
 }

@@ -114,6 +114,13 @@ pub struct InstanceConfig {
     pub timer_delay: Option<Duration>,
     /// Standby replicas of each partition's stores on other instances (0: none).
     pub standby_replicas: usize,
+    /// `Some(id)`: the `client.id` of every client of the instance, so that the fault proxy
+    /// can aim at this process's connections (`{id}` becomes the fleet's instance number).
+    pub client_id: Option<String>,
+    /// `Some(delay)`: when the group takes the instance's partitions without a revocation
+    /// (its session expired), its tasks are told only this long after its client noticed
+    /// (a test-only fault: a poll thread held up elsewhere), so they run on as zombies.
+    pub slow_lost_relay: Option<Duration>,
     /// Client properties (security settings) for the pipeline's clients. Never put on the
     /// instance's command line: the suite hands them over in a private file
     /// (`--client-config`).
@@ -147,6 +154,8 @@ impl InstanceConfig {
             keyed_values: false,
             timer_delay: None,
             standby_replicas: 0,
+            client_id: None,
+            slow_lost_relay: None,
             client_properties: Default::default(),
         }
     }
@@ -187,6 +196,8 @@ impl InstanceConfig {
         .chain(self.keyed_state.then(|| "--keyed-state".into()))
         .chain(self.keyed_values.then(|| "--keyed-values".into()))
         .chain(self.timer_delay.iter().flat_map(|d| ["--timer-delay-ms".into(), d.as_millis().to_string()]))
+        .chain(self.client_id.iter().flat_map(|id| ["--client-id".into(), id.clone()]))
+        .chain(self.slow_lost_relay.iter().flat_map(|d| ["--slow-lost-relay-ms".into(), d.as_millis().to_string()]))
         .chain(
             (self.standby_replicas > 0)
                 .then(|| ["--standby-replicas".into(), self.standby_replicas.to_string()])
@@ -406,6 +417,14 @@ fn builder(cfg: &InstanceConfig, flags: Flags) -> kafka_eos::Result<PipelineBuil
             .consumer_property("session.timeout.ms", cfg.session_timeout.as_millis().to_string())
             .consumer_property("heartbeat.interval.ms", heartbeat.as_millis().to_string()),
     };
+    let builder = match &cfg.client_id {
+        Some(id) => builder.client_property("client.id", id),
+        None => builder,
+    };
+    let builder = match cfg.slow_lost_relay {
+        Some(delay) => builder.inject_slow_lost_relay(delay),
+        None => builder,
+    };
     let builder = builder
         .client_properties(&cfg.client_properties)
         .startup_timeout(Duration::from_secs(60))
@@ -539,6 +558,8 @@ mod tests {
             timer_delay: Some(Duration::from_millis(1500)),
             standby_replicas: 0,
             keyed_values: false,
+            client_id: Some("chaos-{id}".into()),
+            slow_lost_relay: Some(Duration::from_secs(25)),
             client_properties: Default::default(),
         };
         cfg.client_properties.set("sasl.password", "hunter2");
@@ -547,7 +568,10 @@ mod tests {
         assert!(args.contains("--transaction-timeout-ms 8000") && args.contains("--rebalancing eager"), "{args}");
         assert!(args.contains("--financial-close-payments 7 --commit-log /tmp/c"), "{args}");
         assert!(
-            args.ends_with("--instance-id pod-1 --static-membership --keyed-state --timer-delay-ms 1500"),
+            args.ends_with(
+                "--instance-id pod-1 --static-membership --keyed-state --timer-delay-ms 1500 --client-id chaos-{id} \
+                 --slow-lost-relay-ms 25000"
+            ),
             "{args}"
         );
         assert!(!args.contains("hunter2"), "secrets never go on a command line: {args}");

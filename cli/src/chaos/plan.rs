@@ -88,6 +88,16 @@ pub enum Scenario {
     /// owner also commits (in per-consumer mode only the group generation, carried by
     /// `TxnOffsetCommit`, can fence it: a transaction of timers alone must carry it too).
     MemberCut,
+    /// A member cut off from its group while its transactions cannot end: one running
+    /// instance's group requests, `EndTxn`s and `InitProducerId`s are held (the proxy tells
+    /// its connections by their `client.id`) for 24 s, and its tasks are told they lost
+    /// their partitions only 25 s after its client noticed the session expiry (a test-only
+    /// fault: a poll thread held up elsewhere). Its last transactions' outcomes are
+    /// unknown to it while the group gives their partitions to the others, which restore
+    /// and fire their timers and commit. Hazard: the zombie's reconcile, once its requests
+    /// pass, takes the new owner's commit at its batch's first offset for its own aborted
+    /// transaction and replays it: outputs twice, the new owner's state changes lost.
+    MemberCutEndTxnHeld,
     /// One slow broker: 50–500 ms added to every request to one broker, for the whole run.
     /// Hazard: timeouts that fire on slowness rather than failure (a commit, a produce, a
     /// heartbeat) and their retries, on every path at once.
@@ -111,7 +121,7 @@ pub enum Scenario {
 
 impl Scenario {
     /// Every scenario, in the order the suite runs them.
-    pub const ALL: [Scenario; 19] = [
+    pub const ALL: [Scenario; 20] = [
         Scenario::ProcessKill,
         Scenario::ProcessBounce,
         Scenario::BrokerKill,
@@ -131,6 +141,7 @@ impl Scenario {
         Scenario::RedisNoDedup,
         Scenario::SinkKill,
         Scenario::MemberCut,
+        Scenario::MemberCutEndTxnHeld,
     ];
 
     /// The name used on the command line and in result rows.
@@ -155,6 +166,7 @@ impl Scenario {
             Scenario::RedisNoDedup => "redis-no-dedup",
             Scenario::SinkKill => "sink-kill",
             Scenario::MemberCut => "member-cut",
+            Scenario::MemberCutEndTxnHeld => "zombie-reconcile",
         }
     }
 
@@ -185,6 +197,7 @@ impl Scenario {
                 | Scenario::CoordinatorCut
                 | Scenario::GroupCoordinatorCut
                 | Scenario::MemberCut
+                | Scenario::MemberCutEndTxnHeld
                 | Scenario::SlowBroker
         )
     }
@@ -225,6 +238,9 @@ pub(crate) enum Action {
     Resume,
     /// A network fault through the fault proxy (see the `net` module).
     Net(NetFault),
+    /// Hold a random running instance's group requests at the group coordinator, and its
+    /// `EndTxn` and `InitProducerId` requests at every broker, until healed.
+    CutMemberMidCommit,
     /// SIGKILL the sink's server (PostgreSQL, Redis) and start it again 2 s later.
     SinkRestart,
     /// SIGKILL the transaction coordinator of a partition's transactional.id while that
@@ -307,6 +323,8 @@ pub(crate) struct Plan {
     pub instances: usize,
     /// The instances' `--abort-one-in` (0: no deliberate aborts).
     pub abort_one_in: u32,
+    /// The instances' `--slow-lost-relay-ms` (see `Scenario::MemberCutEndTxnHeld`).
+    pub slow_lost_relay: Option<Duration>,
     pub steps: Vec<Step>,
     /// Virtual length of the run: the input is spread over it.
     pub duration: Duration,
@@ -354,7 +372,7 @@ impl Plan {
     pub(crate) fn new(scenario: Scenario, p: &PlanParams, rng: &mut Rng) -> Plan {
         let scale = p.scale.max(1);
         let mut s = Schedule { rng, now: Duration::ZERO, steps: Vec::new() };
-        let (mut instances, mut abort_one_in) = (2, 0);
+        let (mut instances, mut abort_one_in, mut slow_lost_relay) = (2, 0, None);
         match scenario {
             Scenario::ProcessKill => {
                 for _ in 0..10 * scale {
@@ -494,6 +512,19 @@ impl Plan {
                     s.after_exactly(p.session + secs(5), Action::Net(NetFault::HealAll), false);
                 }
             }
+            Scenario::MemberCutEndTxnHeld => {
+                // Told 25 s late, past the heal: the zombie's reconcile runs before it knows.
+                let relay = secs(25);
+                slow_lost_relay = Some(relay);
+                for round in 0..2 * scale {
+                    // After the first, once the last zombie has been told and has rejoined.
+                    let (lo, hi) = if round == 0 { (8, 12) } else { (18, 22) };
+                    s.after(lo, hi, Action::CutMemberMidCommit, true);
+                    // Past the session (the group moves the partitions) and the new owners'
+                    // restores and first commits; then the held requests pass, in order.
+                    s.after_exactly(p.session + secs(18), Action::Net(NetFault::HealAll), false);
+                }
+            }
             Scenario::PostgresSink | Scenario::RedisSink | Scenario::RedisNoDedup | Scenario::SinkKill => {
                 // Instance crashes mid-batch, the server's crash between them, more crashes.
                 for half in 0..2 {
@@ -512,7 +543,7 @@ impl Plan {
             }
         }
         let tail = secs(5);
-        Plan { instances, abort_one_in, duration: s.now + tail, steps: s.steps }
+        Plan { instances, abort_one_in, slow_lost_relay, duration: s.now + tail, steps: s.steps }
     }
 
     /// Faults the plan injects (deliberate aborts are counted by the instances instead).

@@ -51,6 +51,24 @@ fn network_faults_are_healed_and_counted() {
     }
 }
 
+/// The zombie's cut: each followed by the heal that releases its held requests before the
+/// zombie's tasks are told (the instances' relay delay), the next only after they were.
+#[test]
+fn a_member_cut_mid_commit_is_healed_before_its_tasks_are_told() {
+    let sc = Scenario::MemberCutEndTxnHeld;
+    let plan = Plan::new(sc, &params(1), &mut Rng::new(3));
+    assert!(sc.network() && sc.needs_broker_control());
+    assert_eq!(plan.faults(), 2);
+    let relay = plan.slow_lost_relay.expect("the instances' tasks are told late");
+    for w in plan.steps.chunks(2) {
+        assert_eq!(w[0].action, Action::CutMemberMidCommit);
+        assert_eq!(w[1].action, Action::Net(NetFault::HealAll));
+        assert!(w[1].at - w[0].at < params(1).session + relay, "healed before the zombie's tasks are told");
+    }
+    assert!(plan.steps[2].at - plan.steps[0].at > params(1).session + relay, "the next cut after they were");
+    assert!(Plan::new(Scenario::MemberCut, &params(1), &mut Rng::new(3)).slow_lost_relay.is_none());
+}
+
 #[test]
 fn every_broker_goes_down_once_and_comes_back() {
     let plan = Plan::new(Scenario::BrokerBounce, &params(1), &mut Rng::new(1));

@@ -78,14 +78,13 @@ pub(crate) fn ensure_topics(cfg: &PipelineConfig, input_partitions: i32) -> Resu
 ///
 /// With `handover`, each partition's state is first asked of it ([`Handed`]: a guard the
 /// state keeps while it lives, and maybe a warm [standby](super::standby) copy, continued
-/// from its stores' checkpoints like a local store). Returns the states, the changelog
-/// records read and how many partitions continued a copy.
+/// from its stores' checkpoints like a local store).
 pub(crate) fn restore(
     cfg: &PipelineConfig,
     partitions: &[i32],
     deadline: Instant,
     handover: Option<&dyn Fn(i32) -> Handed>,
-) -> Result<(Vec<PartitionState>, u64, usize)> {
+) -> Result<Restored> {
     let started = Instant::now();
     let mut states: Vec<PartitionState> = Vec::with_capacity(partitions.len());
     // Per partition: each store's checkpoint in its warm copy, if it had one.
@@ -127,7 +126,7 @@ pub(crate) fn restore(
             let _ = input.add_partition(topic, *p);
         }
     }
-    stable_committed_offsets(&consumer, &input, deadline).map_err(|e| {
+    let committed = stable_committed_offsets(&consumer, &input, deadline).map_err(|e| {
         let topics = &cfg.input_topics;
         timeout(
             format!("fetching the stable committed offsets of {topics:?} {partitions:?} before restoring their state"),
@@ -272,7 +271,45 @@ pub(crate) fn restore(
         }
     }
     let handovers = warm.iter().filter(|w| w.is_some()).count();
-    Ok((states, records.iter().flatten().sum(), handovers))
+    let changes: Vec<u64> = records.iter().map(|per_store| per_store.iter().sum()).collect();
+    let held: Vec<bool> = states
+        .iter()
+        .zip(&changes)
+        .map(|(state, n)| *n > 0 || state.sizes().iter().any(|(_, entries, _)| *entries > 0))
+        .collect();
+    let with_offsets: Vec<i32> = committed
+        .elements()
+        .iter()
+        .filter(|e| e.offset().to_raw().is_some_and(|o| o >= 0))
+        .map(|e| e.partition())
+        .collect();
+    let without_offsets = state_without_offsets(partitions, &held, &with_offsets)
+        .into_iter()
+        .map(|p| (p, partitions.iter().position(|q| *q == p).map_or(0, |i| changes[i])))
+        .collect();
+    Ok(Restored { states, records: changes.iter().sum(), handovers, without_offsets })
+}
+
+/// What a [`restore`] rebuilt.
+pub(crate) struct Restored {
+    /// Each partition's state, in the order asked for.
+    pub states: Vec<PartitionState>,
+    /// The changelog records read.
+    pub records: u64,
+    /// How many partitions continued a warm copy.
+    pub handovers: usize,
+    /// The partitions whose state holds committed changes while the group has no committed
+    /// offset for them ([`state_without_offsets`]), each with the changelog records read.
+    pub without_offsets: Vec<(i32, u64)>,
+}
+
+/// The partitions of `partitions` whose state holds committed changes (`held`, in the same
+/// order) while the group has no committed offset for any input partition of that number
+/// (`with_offsets`: the numbers with one). In the exactly-once modes a change commits with
+/// its input's offsets, so such state outlived its group's offsets (deleted or expired):
+/// processing from the log's start would apply every record to it a second time.
+pub(crate) fn state_without_offsets(partitions: &[i32], held: &[bool], with_offsets: &[i32]) -> Vec<i32> {
+    partitions.iter().zip(held).filter(|(p, held)| **held && !with_offsets.contains(p)).map(|(p, _)| *p).collect()
 }
 
 /// What a restore is handed for a partition before it opens its stores.
@@ -449,6 +486,35 @@ pub(crate) fn retrying<T>(
 /// the exactly-once behaviour of state is proven on a real broker by `tests/it/state.rs` and
 /// the chaos suite's financial-close scenario).
 #[cfg(test)]
+mod without_offsets_tests {
+    use super::state_without_offsets;
+
+    /// Over every partition list of up to three of 0..3 (empty included), every held/empty
+    /// pattern and every set of numbers with offsets: a partition is named exactly when its
+    /// state holds changes and its number has no offset, in the order asked for.
+    #[test]
+    fn state_is_without_offsets_exactly_when_it_holds_changes_and_its_number_has_no_offset() {
+        let subsets = |n: u32| (0..1u32 << n).map(move |bits| (0..n as i32).filter(|i| bits & (1 << i) != 0).collect());
+        for partitions in subsets(3).collect::<Vec<Vec<i32>>>() {
+            for held_bits in 0..1u32 << partitions.len() {
+                let held: Vec<bool> = (0..partitions.len()).map(|i| held_bits & (1 << i) != 0).collect();
+                for with_offsets in subsets(4).collect::<Vec<Vec<i32>>>() {
+                    let named = state_without_offsets(&partitions, &held, &with_offsets);
+                    let expected: Vec<i32> = partitions
+                        .iter()
+                        .enumerate()
+                        .filter(|(i, p)| held[*i] && !with_offsets.contains(p))
+                        .map(|(_, p)| *p)
+                        .collect();
+                    assert_eq!(named, expected, "{partitions:?} held {held:?} offsets {with_offsets:?}");
+                    assert!(named.iter().all(|p| partitions.contains(p)));
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
 pub(super) mod mock_cluster_tests {
     use std::time::{Duration, Instant};
 
@@ -503,9 +569,10 @@ pub(super) mod mock_cluster_tests {
             std::thread::spawn(move || super::restore(&cfg, &[0], Instant::now() + Duration::from_secs(60), None));
         std::thread::sleep(Duration::from_millis(1_500));
         mock.broker_up(1).expect("broker up");
-        let (states, records, _) = restoring.join().unwrap().expect("restored");
-        assert_eq!(records, 2_000);
-        let s = states[0].store_ref(&store);
+        let restored = restoring.join().unwrap().expect("restored");
+        assert_eq!(restored.records, 2_000);
+        assert_eq!(restored.without_offsets, [(0, 2_000)], "the mock group has no offsets");
+        let s = restored.states[0].store_ref(&store);
         assert_eq!(s.get(&1_999).unwrap(), Some(3_998));
         assert_eq!(s.entries().unwrap().len(), 2_000);
     }
@@ -524,7 +591,7 @@ pub(super) mod mock_cluster_tests {
             let (store, cfg) = setup(&mock, spec);
             write(&mock, records);
             super::restore(&cfg, &[0], Instant::now() + Duration::from_secs(30), None)
-                .map(|(mut s, _, _)| (store, s.remove(0)))
+                .map(|mut r| (store, r.states.remove(0)))
         };
         let fails = |spec, records: &[_]| match restore(spec, records) {
             Ok(_) => panic!("the restore must fail"),

@@ -241,10 +241,9 @@ mod restore_tests {
         let (store, cfg) = setup(mock, spec);
         // The mock cluster does not describe configs.
         super::remember_retention(&crate::state::changelog_topic("app", "s"), super::DEFAULT_DELETE_RETENTION);
-        let (states, read, _) =
-            crate::state::changelog::restore(&cfg, &[0], Instant::now() + Duration::from_secs(30), None)
-                .expect("restore");
-        (read, states[0].store_ref(&store).entries().unwrap().into_iter().collect())
+        let restored = crate::state::changelog::restore(&cfg, &[0], Instant::now() + Duration::from_secs(30), None)
+            .expect("restore");
+        (restored.records, restored.states[0].store_ref(&store).entries().unwrap().into_iter().collect())
     }
 
     fn expected(n: u32, value: impl Fn(u32) -> u32) -> BTreeMap<u32, u32> {

@@ -101,7 +101,7 @@ pub fn measure_restore(
     partitions: &[i32],
     deadline: std::time::Instant,
 ) -> crate::Result<u64> {
-    changelog::restore(cfg, partitions, deadline, None).map(|(_, records, _)| records)
+    changelog::restore(cfg, partitions, deadline, None).map(|r| r.records)
 }
 
 #[cfg(test)]

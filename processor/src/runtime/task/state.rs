@@ -35,10 +35,15 @@ impl Task {
         if !partitions.is_empty() {
             let standbys = self.shared.standbys.clone();
             let hand = move |p: i32| standbys.as_ref().map(|s| s.hand(p)).unwrap_or_default();
-            let (states, records, handovers) = changelog::restore(&cfg, &partitions, deadline, Some(&hand))?;
-            self.shared.shutdown.stats().restored_records.add(records);
-            self.shared.shutdown.stats().standby_handovers.add(handovers as u64);
-            self.processing.restored(states);
+            let restored = changelog::restore(&cfg, &partitions, deadline, Some(&hand))?;
+            if let (Some(&(p, changes)), true) = (restored.without_offsets.first(), self.transactional_id.is_some()) {
+                // Under at-least-once a change may commit without its offsets: no sign of loss.
+                let partition = cfg.input_topics.iter().map(|t| format!("{t}-{p}")).collect::<Vec<_>>().join(", ");
+                return Err(Error::StateWithoutOffsets { partition, changes });
+            }
+            self.shared.shutdown.stats().restored_records.add(restored.records);
+            self.shared.shutdown.stats().standby_handovers.add(restored.handovers as u64);
+            self.processing.restored(restored.states);
             for tp in self.owned.iter().filter(|tp| partitions.contains(&tp.1)) {
                 self.processing.restored_partition(tp);
             }
