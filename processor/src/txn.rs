@@ -316,8 +316,13 @@ impl TxnProducer {
     pub(crate) fn commit(&mut self, deadline: Deadline<'_>) -> Result<(), StepError> {
         let deadline = deadline.with_grace(watchdog::commit_grace(self.call_timeout));
         let injected = self.fault.as_ref().and_then(|f| f.on_commit());
-        if injected == Some(UnknownOutcome::TimedOutBeforeCommit) {
-            tracing::warn!(transactional_id = ?self.transactional_id, "fault injection: commit not made, reported as timed out");
+        if let Some(slow @ (UnknownOutcome::TimedOutBeforeCommit | UnknownOutcome::TimedOutSlowlyBeforeCommit)) =
+            injected
+        {
+            tracing::warn!(transactional_id = ?self.transactional_id, ?slow, "fault injection: commit not made, reported as timed out");
+            if slow == UnknownOutcome::TimedOutSlowlyBeforeCommit {
+                std::thread::sleep(self.call_timeout);
+            }
             return Err(StepError::new(Step::Commit, KafkaError::Flush(RDKafkaErrorCode::OperationTimedOut)));
         }
         let hang = injected == Some(UnknownOutcome::CommittedThenHung);

@@ -328,7 +328,6 @@ pub async fn caught_up(bootstrap: &str, group: &str, topic: &str) {
         .expect("caught up");
 }
 
-/// Every committed record of `output` (a pipeline's from `input`): key -> values, in order.
 /// How long partition 0 of `topic` keeps a transaction open, from now: the time until its
 /// last stable offset (what a read_committed consumer may read up to) reaches its high
 /// watermark, polled every 50 ms; `max` if it does not by then. A transaction left open
@@ -364,6 +363,7 @@ pub async fn open_transaction_time(bootstrap: &str, topic: &str, max: Duration) 
     .unwrap()
 }
 
+/// Every committed record of `output` (a pipeline's from `input`): key -> values, in order.
 pub async fn committed_by_key(bootstrap: &str, input: &str, output: &str) -> BTreeMap<String, Vec<String>> {
     let cfg = VerifyConfig::new(bootstrap, input, output);
     let topic = output.to_string();

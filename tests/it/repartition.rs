@@ -25,6 +25,7 @@ fn per_merchant_totals(bootstrap: &str, app: &str, input: &str, output: &str, gu
         .guarantee(guarantee)
         .rebalancing(Rebalancing::Eager)
         .commit_interval(Duration::from_millis(100))
+        .purge_interval(Duration::from_millis(500))
         .handle_signals(false);
     let by_merchant = b.repartition("by-merchant");
     let totals: Store<String, u64> = b.store("merchant-totals");
@@ -89,6 +90,10 @@ async fn repartitioned_totals_are_exact(name: &str, guarantee: Guarantee) {
     let s1 = first.stop().await;
     produce(&b, &input, 2_000, 3_000).await;
     settled().await;
+    // Every record of the repartition topic was read and committed: each partition's log
+    // now starts at its committed offset (nothing below it is kept, nothing past it lost).
+    let purged = purged_to_committed(&b, &app, &repartition, Duration::from_secs(30)).await;
+    assert!(purged.iter().all(|(low, committed)| low == committed && *committed > 0), "{guarantee:?}: {purged:?}");
     let s2 = second.stop().await;
     assert!(s1.restored_records + s2.restored_records > 0, "state moved with the partitions: {s1:?} {s2:?}");
 
@@ -116,6 +121,38 @@ async fn repartitioned_totals_are_exact(name: &str, guarantee: Guarantee) {
         assert_eq!(seen.last(), totals.last(), "{guarantee:?}: merchant {merchant}'s final total");
     }
     assert_eq!(got.len(), want.len());
+}
+
+/// Per partition of `topic`: where its log starts and `group`'s committed offset, once they
+/// are equal everywhere or `timeout` has passed.
+async fn purged_to_committed(bootstrap: &str, group: &str, topic: &str, timeout: Duration) -> Vec<(i64, i64)> {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    let (b, g, t) = (bootstrap.to_string(), group.to_string(), topic.to_string());
+    tokio::task::spawn_blocking(move || {
+        let reader: BaseConsumer =
+            rdkafka::ClientConfig::new().set("bootstrap.servers", &b).set("group.id", &g).create().expect("reader");
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            let mut wanted = rdkafka::TopicPartitionList::new();
+            for p in 0..PARTITIONS {
+                wanted.add_partition(&t, p);
+            }
+            let committed = reader.committed_offsets(wanted, Duration::from_secs(10)).expect("committed offsets");
+            let now: Vec<(i64, i64)> = (0..PARTITIONS)
+                .map(|p| {
+                    let low = reader.fetch_watermarks(&t, p, Duration::from_secs(10)).expect("watermarks").0;
+                    let at = committed.find_partition(&t, p).and_then(|e| e.offset().to_raw()).unwrap_or(-1);
+                    (low, at)
+                })
+                .collect();
+            if now.iter().all(|(low, at)| low == at) || std::time::Instant::now() > deadline {
+                return now;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    })
+    .await
+    .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

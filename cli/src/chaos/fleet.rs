@@ -126,14 +126,12 @@ impl Fleet {
     }
 
     /// Starts one instance with `args` instead of the fleet's (one with its own instance
-    /// id: the rolling restart's). `{slot}` in an argument becomes the instance's slot,
-    /// `{id}` its number ([`id`](Self::id)).
+    /// id: the rolling restart's). `{slot}` in an argument becomes the instance's slot.
     pub(crate) fn start_with(&mut self, args: Vec<String>) -> Result<u32, String> {
         self.next_id += 1;
         let id = self.next_id;
         let slot = (0..).find(|s| self.running.iter().all(|p| p.slot != *s)).unwrap_or(0);
-        let args: Vec<String> =
-            args.iter().map(|a| a.replace("{slot}", &slot.to_string()).replace("{id}", &id.to_string())).collect();
+        let args: Vec<String> = args.iter().map(|a| a.replace("{slot}", &slot.to_string())).collect();
         let log = self.log_dir.join(format!("instance-{id}.log"));
         let err = File::create(&log).map_err(|e| format!("creating {}: {e}", log.display()))?;
         let mut cmd = Command::new(&self.exe);

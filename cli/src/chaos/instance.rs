@@ -114,13 +114,12 @@ pub struct InstanceConfig {
     pub timer_delay: Option<Duration>,
     /// Standby replicas of each partition's stores on other instances (0: none).
     pub standby_replicas: usize,
-    /// `Some(id)`: the `client.id` of every client of the instance, so that the fault proxy
-    /// can aim at this process's connections (`{id}` becomes the fleet's instance number).
-    pub client_id: Option<String>,
-    /// `Some(delay)`: when the group takes the instance's partitions without a revocation
-    /// (its session expired), its tasks are told only this long after its client noticed
-    /// (a test-only fault: a poll thread held up elsewhere), so they run on as zombies.
-    pub slow_lost_relay: Option<Duration>,
+    /// `Some(delay)`: the instance as a zombie (test-only faults): when the group takes its
+    /// partitions without a revocation (its session expired), its tasks are told only this
+    /// long after its client noticed, as a poll thread held up elsewhere would, and every
+    /// commit meanwhile ends with its outcome unknown (not made), so its tasks reconcile
+    /// while the partitions' new owners commit.
+    pub zombie_for: Option<Duration>,
     /// Client properties (security settings) for the pipeline's clients. Never put on the
     /// instance's command line: the suite hands them over in a private file
     /// (`--client-config`).
@@ -154,8 +153,7 @@ impl InstanceConfig {
             keyed_values: false,
             timer_delay: None,
             standby_replicas: 0,
-            client_id: None,
-            slow_lost_relay: None,
+            zombie_for: None,
             client_properties: Default::default(),
         }
     }
@@ -196,8 +194,7 @@ impl InstanceConfig {
         .chain(self.keyed_state.then(|| "--keyed-state".into()))
         .chain(self.keyed_values.then(|| "--keyed-values".into()))
         .chain(self.timer_delay.iter().flat_map(|d| ["--timer-delay-ms".into(), d.as_millis().to_string()]))
-        .chain(self.client_id.iter().flat_map(|id| ["--client-id".into(), id.clone()]))
-        .chain(self.slow_lost_relay.iter().flat_map(|d| ["--slow-lost-relay-ms".into(), d.as_millis().to_string()]))
+        .chain(self.zombie_for.iter().flat_map(|d| ["--zombie-for-ms".into(), d.as_millis().to_string()]))
         .chain(
             (self.standby_replicas > 0)
                 .then(|| ["--standby-replicas".into(), self.standby_replicas.to_string()])
@@ -417,12 +414,10 @@ fn builder(cfg: &InstanceConfig, flags: Flags) -> kafka_eos::Result<PipelineBuil
             .consumer_property("session.timeout.ms", cfg.session_timeout.as_millis().to_string())
             .consumer_property("heartbeat.interval.ms", heartbeat.as_millis().to_string()),
     };
-    let builder = match &cfg.client_id {
-        Some(id) => builder.client_property("client.id", id),
-        None => builder,
-    };
-    let builder = match cfg.slow_lost_relay {
-        Some(delay) => builder.inject_slow_lost_relay(delay),
+    let builder = match cfg.zombie_for {
+        Some(delay) => builder
+            .inject_slow_lost_relay(delay)
+            .inject_unknown_outcome_while_lost(kafka_eos::config::UnknownOutcome::TimedOutSlowlyBeforeCommit),
         None => builder,
     };
     let builder = builder
@@ -558,8 +553,7 @@ mod tests {
             timer_delay: Some(Duration::from_millis(1500)),
             standby_replicas: 0,
             keyed_values: false,
-            client_id: Some("chaos-{id}".into()),
-            slow_lost_relay: Some(Duration::from_secs(25)),
+            zombie_for: Some(Duration::from_secs(25)),
             client_properties: Default::default(),
         };
         cfg.client_properties.set("sasl.password", "hunter2");
@@ -569,8 +563,7 @@ mod tests {
         assert!(args.contains("--financial-close-payments 7 --commit-log /tmp/c"), "{args}");
         assert!(
             args.ends_with(
-                "--instance-id pod-1 --static-membership --keyed-state --timer-delay-ms 1500 --client-id chaos-{id} \
-                 --slow-lost-relay-ms 25000"
+                "--instance-id pod-1 --static-membership --keyed-state --timer-delay-ms 1500 --zombie-for-ms 25000"
             ),
             "{args}"
         );

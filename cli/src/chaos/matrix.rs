@@ -52,7 +52,7 @@ pub const FAULTS: [Scenario; 16] = [
     Scenario::CoordinatorCut,
     Scenario::GroupCoordinatorCut,
     Scenario::MemberCut,
-    Scenario::MemberCutEndTxnHeld,
+    Scenario::ZombieReconcile,
     Scenario::SlowBroker,
     Scenario::SinkKill,
 ];
@@ -137,8 +137,7 @@ fn short(g: Guarantee) -> &'static str {
 /// requests (a commit resumed, a late `EndTxn`); the exactly-once sink under crashes of
 /// its instances and its server; state taken over from standby copies after crashes; and
 /// card velocity (repartition, outbox, triggers) under crashes of its instances; and the
-/// timers workload's zombie, cut off from its group while its transactions' ends are held,
-/// whose reconcile meets a new owner's commit.
+/// timers workload's zombie, whose reconciles meet the new owners' commits.
 const CI: [(Workload, Guarantee, Scenario); 7] = [
     (Workload::Timers, Guarantee::ExactlyOncePerPartition, Scenario::ProcessKill),
     (Workload::Timers, Guarantee::ExactlyOncePerPartition, Scenario::CoordinatorKill),
@@ -146,7 +145,7 @@ const CI: [(Workload, Guarantee, Scenario); 7] = [
     (Workload::Postgres, Guarantee::ExactlyOncePerPartition, Scenario::SinkKill),
     (Workload::CloseStandby, Guarantee::ExactlyOncePerPartition, Scenario::ProcessKill),
     (Workload::Velocity, Guarantee::ExactlyOncePerPartition, Scenario::ProcessKill),
-    (Workload::Timers, Guarantee::ExactlyOncePerPartition, Scenario::MemberCutEndTxnHeld),
+    (Workload::Timers, Guarantee::ExactlyOncePerPartition, Scenario::ZombieReconcile),
 ];
 
 /// Whether the cell (`workload`, `guarantee`, `fault`) runs, and where, or why not.
@@ -169,7 +168,7 @@ pub fn verdict(workload: Workload, guarantee: Guarantee, fault: Scenario) -> Ver
                 | Scenario::ProduceHeld
                 | Scenario::CoordinatorCut
                 | Scenario::CoordinatorKill
-                | Scenario::MemberCutEndTxnHeld
+                | Scenario::ZombieReconcile
         )
     {
         return Inapplicable("at-least-once runs no transactions: no EndTxn or transactional produce to aim at");
@@ -295,7 +294,7 @@ mod tests {
         }
         // The next review's finding 1: a zombie's reconcile after a new owner's commit of
         // timers alone, per partition, in the merge gate.
-        let zombie = verdict(Workload::Timers, Guarantee::ExactlyOncePerPartition, Scenario::MemberCutEndTxnHeld);
+        let zombie = verdict(Workload::Timers, Guarantee::ExactlyOncePerPartition, Scenario::ZombieReconcile);
         assert_eq!(zombie, Verdict::Runs(Tier::Ci));
         // Hole 3: an exactly-once sink behind a rewind, per consumer, under a storm.
         let storm = verdict(Workload::Postgres, Guarantee::ExactlyOncePerConsumer, Scenario::RebalanceStorm);

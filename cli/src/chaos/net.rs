@@ -161,29 +161,6 @@ impl Net {
 }
 
 impl Net {
-    /// Cuts the instance whose clients' `client.id` is `client` off from its group and its
-    /// transactions' ends: its group requests at the group coordinator, and its `EndTxn`
-    /// and `InitProducerId` requests at every broker, are held until healed.
-    pub(crate) fn cut_member_mid_commit(
-        &mut self,
-        cluster: &LocalCluster,
-        scope: &Scope<'_>,
-        client: &str,
-    ) -> Result<String, String> {
-        use kafka_eos_testkit::broker::proxy::api;
-        let proxy = cluster.proxy().ok_or("a network scenario needs the suite's cluster with its fault proxy")?;
-        let group = cluster
-            .coordinator(scope.app, CoordinatorKind::Group)
-            .map_err(|e| format!("group coordinator of {}: {e}", scope.app))?;
-        let nodes = cluster.node_ids();
-        self.armed = nodes.iter().map(|&n| (n, proxy.stats(n))).collect();
-        proxy.hold_next_from(group, &api::GROUP, client, 1);
-        for &node in &nodes {
-            proxy.hold_next_from(node, &[api::END_TXN, api::INIT_PRODUCER_ID], client, u32::MAX);
-        }
-        Ok(format!("{client}: group requests held at node {group}, EndTxn and InitProducerId at {nodes:?}"))
-    }
-
     /// Issue 10's aimed fault: arms a hold on the next EndTxn to the transaction coordinator
     /// of a random input partition (every broker in per-consumer mode), waits up to `wait`
     /// for a commit to reach it, and SIGKILLs that broker mid-commit as `timing` says.

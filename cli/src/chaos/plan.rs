@@ -88,16 +88,16 @@ pub enum Scenario {
     /// owner also commits (in per-consumer mode only the group generation, carried by
     /// `TxnOffsetCommit`, can fence it: a transaction of timers alone must carry it too).
     MemberCut,
-    /// A member cut off from its group while its transactions cannot end: one running
-    /// instance's group requests, `EndTxn`s and `InitProducerId`s are held (the proxy tells
-    /// its connections by their `client.id`) for 24 s, and its tasks are told they lost
-    /// their partitions only 25 s after its client noticed the session expiry (a test-only
-    /// fault: a poll thread held up elsewhere). Its last transactions' outcomes are
-    /// unknown to it while the group gives their partitions to the others, which restore
-    /// and fire their timers and commit. Hazard: the zombie's reconcile, once its requests
-    /// pass, takes the new owner's commit at its batch's first offset for its own aborted
-    /// transaction and replays it: outputs twice, the new owner's state changes lost.
-    MemberCutEndTxnHeld,
+    /// A zombie that reconciles: as `member-cut`, one member's group requests held past its
+    /// session (twice), and its tasks told they lost their partitions only 20 s after its
+    /// client noticed (a test-only fault: a poll thread held up elsewhere); every commit
+    /// meanwhile ends with its outcome unknown, every other one from the first (a test-only
+    /// fault: not made, reported timed out after the call timeout), so that the group
+    /// gives the partitions to the others, which restore, fire their timers and commit,
+    /// before the zombie's tasks fence their producers and reconcile. Hazard: a reconcile takes a new owner's commit at its batch's first offset (a
+    /// transaction of timers alone) for its own aborted transaction and replays the batch
+    /// on its own state: outputs twice, the new owner's state changes lost.
+    ZombieReconcile,
     /// One slow broker: 50–500 ms added to every request to one broker, for the whole run.
     /// Hazard: timeouts that fire on slowness rather than failure (a commit, a produce, a
     /// heartbeat) and their retries, on every path at once.
@@ -141,7 +141,7 @@ impl Scenario {
         Scenario::RedisNoDedup,
         Scenario::SinkKill,
         Scenario::MemberCut,
-        Scenario::MemberCutEndTxnHeld,
+        Scenario::ZombieReconcile,
     ];
 
     /// The name used on the command line and in result rows.
@@ -166,7 +166,7 @@ impl Scenario {
             Scenario::RedisNoDedup => "redis-no-dedup",
             Scenario::SinkKill => "sink-kill",
             Scenario::MemberCut => "member-cut",
-            Scenario::MemberCutEndTxnHeld => "zombie-reconcile",
+            Scenario::ZombieReconcile => "zombie-reconcile",
         }
     }
 
@@ -197,7 +197,7 @@ impl Scenario {
                 | Scenario::CoordinatorCut
                 | Scenario::GroupCoordinatorCut
                 | Scenario::MemberCut
-                | Scenario::MemberCutEndTxnHeld
+                | Scenario::ZombieReconcile
                 | Scenario::SlowBroker
         )
     }
@@ -238,9 +238,6 @@ pub(crate) enum Action {
     Resume,
     /// A network fault through the fault proxy (see the `net` module).
     Net(NetFault),
-    /// Hold a random running instance's group requests at the group coordinator, and its
-    /// `EndTxn` and `InitProducerId` requests at every broker, until healed.
-    CutMemberMidCommit,
     /// SIGKILL the sink's server (PostgreSQL, Redis) and start it again 2 s later.
     SinkRestart,
     /// SIGKILL the transaction coordinator of a partition's transactional.id while that
@@ -323,8 +320,9 @@ pub(crate) struct Plan {
     pub instances: usize,
     /// The instances' `--abort-one-in` (0: no deliberate aborts).
     pub abort_one_in: u32,
-    /// The instances' `--slow-lost-relay-ms` (see `Scenario::MemberCutEndTxnHeld`).
-    pub slow_lost_relay: Option<Duration>,
+    /// The instances' `--zombie-for-ms` (see [`Scenario::ZombieReconcile`]).
+    pub zombie_for: Option<Duration>,
+
     pub steps: Vec<Step>,
     /// Virtual length of the run: the input is spread over it.
     pub duration: Duration,
@@ -372,7 +370,7 @@ impl Plan {
     pub(crate) fn new(scenario: Scenario, p: &PlanParams, rng: &mut Rng) -> Plan {
         let scale = p.scale.max(1);
         let mut s = Schedule { rng, now: Duration::ZERO, steps: Vec::new() };
-        let (mut instances, mut abort_one_in, mut slow_lost_relay) = (2, 0, None);
+        let (mut instances, mut abort_one_in, mut zombie_for) = (2, 0, None);
         match scenario {
             Scenario::ProcessKill => {
                 for _ in 0..10 * scale {
@@ -496,10 +494,19 @@ impl Plan {
                     s.after(3, 8, Action::RestartDownBrokers, false);
                 }
             }
-            Scenario::GroupCoordinatorCut | Scenario::MemberCut => {
+            Scenario::GroupCoordinatorCut | Scenario::MemberCut | Scenario::ZombieReconcile => {
                 // Every member's group connection, or the first one's alone.
-                let count = if scenario == Scenario::MemberCut { 1 } else { u32::MAX };
-                for _ in 0..2 * scale {
+                let count = if scenario == Scenario::GroupCoordinatorCut { u32::MAX } else { 1 };
+                if scenario == Scenario::ZombieReconcile {
+                    // Told 20 s late: after the heal below, before the next cut.
+                    zombie_for = Some(secs(20));
+                }
+                for round in 0..2 * scale {
+                    if round > 0 {
+                        // The next zombie only once the last one's tasks have been told
+                        // (its session, then the delay, after its cut).
+                        s.now += zombie_for.unwrap_or_default().saturating_sub(secs(5));
+                    }
                     let hold = NetFault::Hold {
                         target: Target::GroupCoordinator,
                         apis: &api::GROUP,
@@ -510,19 +517,6 @@ impl Plan {
                     // transactions flowing: a hold during the rejoin would hit no transaction.
                     s.after(8, 12, Action::Net(hold), true);
                     s.after_exactly(p.session + secs(5), Action::Net(NetFault::HealAll), false);
-                }
-            }
-            Scenario::MemberCutEndTxnHeld => {
-                // Told 25 s late, past the heal: the zombie's reconcile runs before it knows.
-                let relay = secs(25);
-                slow_lost_relay = Some(relay);
-                for round in 0..2 * scale {
-                    // After the first, once the last zombie has been told and has rejoined.
-                    let (lo, hi) = if round == 0 { (8, 12) } else { (18, 22) };
-                    s.after(lo, hi, Action::CutMemberMidCommit, true);
-                    // Past the session (the group moves the partitions) and the new owners'
-                    // restores and first commits; then the held requests pass, in order.
-                    s.after_exactly(p.session + secs(18), Action::Net(NetFault::HealAll), false);
                 }
             }
             Scenario::PostgresSink | Scenario::RedisSink | Scenario::RedisNoDedup | Scenario::SinkKill => {
@@ -543,7 +537,7 @@ impl Plan {
             }
         }
         let tail = secs(5);
-        Plan { instances, abort_one_in, slow_lost_relay, duration: s.now + tail, steps: s.steps }
+        Plan { instances, abort_one_in, zombie_for, duration: s.now + tail, steps: s.steps }
     }
 
     /// Faults the plan injects (deliberate aborts are counted by the instances instead).

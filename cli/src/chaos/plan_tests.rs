@@ -37,6 +37,7 @@ fn network_faults_are_healed_and_counted() {
         (Scenario::CoordinatorCut, 3),
         (Scenario::GroupCoordinatorCut, 2),
         (Scenario::MemberCut, 2),
+        (Scenario::ZombieReconcile, 2),
         (Scenario::SlowBroker, 1),
     ] {
         let plan = Plan::new(sc, &params(1), &mut rng);
@@ -47,26 +48,20 @@ fn network_faults_are_healed_and_counted() {
             assert!(matches!(w[0].action, Action::Net(f) if f != NetFault::HealAll), "{sc}");
             assert_eq!(w[1].action, Action::Net(NetFault::HealAll), "{sc}");
         }
-        assert!(plan.duration < secs(60), "{sc}: {:?} is too long for CI", plan.duration);
+        // A zombie's tasks are told 20 s late: the next cut waits for them.
+        let bound = if sc == Scenario::ZombieReconcile { secs(75) } else { secs(60) };
+        assert!(plan.duration < bound, "{sc}: {:?} is too long for CI", plan.duration);
     }
 }
 
-/// The zombie's cut: each followed by the heal that releases its held requests before the
-/// zombie's tasks are told (the instances' relay delay), the next only after they were.
+/// The zombie's cut: its instances' tasks are told late; the next cut comes only after they
+/// were; a plain member cut makes no zombie.
 #[test]
-fn a_member_cut_mid_commit_is_healed_before_its_tasks_are_told() {
-    let sc = Scenario::MemberCutEndTxnHeld;
-    let plan = Plan::new(sc, &params(1), &mut Rng::new(3));
-    assert!(sc.network() && sc.needs_broker_control());
-    assert_eq!(plan.faults(), 2);
-    let relay = plan.slow_lost_relay.expect("the instances' tasks are told late");
-    for w in plan.steps.chunks(2) {
-        assert_eq!(w[0].action, Action::CutMemberMidCommit);
-        assert_eq!(w[1].action, Action::Net(NetFault::HealAll));
-        assert!(w[1].at - w[0].at < params(1).session + relay, "healed before the zombie's tasks are told");
-    }
-    assert!(plan.steps[2].at - plan.steps[0].at > params(1).session + relay, "the next cut after they were");
-    assert!(Plan::new(Scenario::MemberCut, &params(1), &mut Rng::new(3)).slow_lost_relay.is_none());
+fn a_zombie_is_told_before_the_next_cut() {
+    let plan = Plan::new(Scenario::ZombieReconcile, &params(1), &mut Rng::new(3));
+    let late = plan.zombie_for.expect("the instances' tasks are told late");
+    assert!(plan.steps[2].at - plan.steps[0].at > params(1).session + late, "{:?}", plan.steps);
+    assert!(Plan::new(Scenario::MemberCut, &params(1), &mut Rng::new(3)).zombie_for.is_none());
 }
 
 #[test]

@@ -56,10 +56,6 @@ const DEFAULT_TIMEOUT_CHECK: Duration = Duration::from_secs(10);
 /// How long a graceful instance stop may take before SIGKILL.
 const STOP_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// An instance's `client.id` is this and its number in the fleet: the fault proxy aims at
-/// one process's connections by it.
-const CLIENT_ID_PREFIX: &str = "chaos-";
-
 /// What to run. [`SuiteConfig::new`] has the defaults of `kafka-eos chaos`.
 #[derive(Debug, Clone)]
 pub struct SuiteConfig {

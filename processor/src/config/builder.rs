@@ -28,6 +28,7 @@ pub struct PipelineBuilder {
     max_records: Option<usize>,
     process_while_collecting: Option<bool>,
     skip_deleted_records: bool,
+    purge_interval: Option<Duration>,
     transaction_timeout: Option<Duration>,
     task_timeout: Option<Duration>,
     slow_commit_warning: Option<Duration>,
@@ -219,6 +220,17 @@ impl PipelineBuilder {
     /// at a partition's first record after it was assigned or rewound.
     pub fn skip_deleted_records(mut self, on: bool) -> Self {
         self.skip_deleted_records = on;
+        self
+    }
+
+    /// How often the committed records of the internal topics (the [repartition
+    /// topics](Self::repartition), the [outbox](Self::outbox_sink)'s) are deleted: records
+    /// below the offset their reader committed are never read again, and the runtime
+    /// creates these topics with no retention of their own (`retention.ms=-1`). Default
+    /// 30 s (Kafka Streams' `repartition.purge.interval.ms`). With ACLs the principal
+    /// needs `Delete` on them; refused, the records stay and a warning says so.
+    pub fn purge_interval(mut self, d: Duration) -> Self {
+        self.purge_interval = Some(d);
         self
     }
 
@@ -527,6 +539,18 @@ impl PipelineBuilder {
     #[doc(hidden)]
     pub fn inject_slow_lost_relay(mut self, delay: Duration) -> Self {
         self.fault.lost_relay_delay = Some(delay);
+        self
+    }
+
+    /// **Test-only fault injection; not part of the API.** With
+    /// [`inject_slow_lost_relay`](Self::inject_slow_lost_relay): every other commit made
+    /// while the poll thread holds back a lost assignment, the first included, ends with an
+    /// outcome the runtime does not know ([`UnknownOutcome`]), so the zombie's tasks
+    /// reconcile while the partitions' new owners commit, and their replays commit.
+    #[cfg(feature = "test-hooks")]
+    #[doc(hidden)]
+    pub fn inject_unknown_outcome_while_lost(mut self, fault: super::UnknownOutcome) -> Self {
+        self.fault.unknown_while_lost = Some(fault);
         self
     }
 

@@ -7,7 +7,7 @@
 //! measure what the watchdog costs.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -22,6 +22,9 @@ pub enum UnknownOutcome {
     /// `commit_transaction` is not called (the offsets are already in the transaction, which
     /// stays open); the task is told it timed out. The transaction is never committed.
     TimedOutBeforeCommit,
+    /// As [`TimedOutBeforeCommit`](Self::TimedOutBeforeCommit), reported once the call
+    /// timeout has passed, as a commit whose request got no answer is.
+    TimedOutSlowlyBeforeCommit,
     /// `commit_transaction` is called and succeeds, then the call does not return for an
     /// hour, as librdkafka's calls sometimes do not (librdkafka#5456): the call's watchdog
     /// abandons it after its timeout plus the grace and reports it timed out. The
@@ -36,6 +39,7 @@ pub(super) struct FaultSpec {
     pub(super) init_failures: HashMap<i32, u32>,
     pub(super) unguarded_calls: bool,
     pub(super) lost_relay_delay: Option<Duration>,
+    pub(super) unknown_while_lost: Option<UnknownOutcome>,
 }
 
 impl FaultSpec {
@@ -44,6 +48,7 @@ impl FaultSpec {
             && self.init_failures.is_empty()
             && !self.unguarded_calls
             && self.lost_relay_delay.is_none()
+            && self.unknown_while_lost.is_none()
         {
             return None;
         }
@@ -54,6 +59,9 @@ impl FaultSpec {
             init_failures: Mutex::new(self.init_failures),
             unguarded_calls: self.unguarded_calls,
             lost_relay_delay: self.lost_relay_delay,
+            unknown_while_lost: self.unknown_while_lost,
+            relaying_lost: AtomicBool::new(false),
+            commits_while_lost: AtomicU64::new(0),
         }))
     }
 }
@@ -74,13 +82,31 @@ pub(crate) struct FaultInjection {
     /// How long the consumer's poll thread waits, in the rebalance callback, before it tells
     /// the tasks that their partitions are lost (the tasks go on meanwhile).
     pub(crate) lost_relay_delay: Option<Duration>,
+    /// The outcome of every other commit made while the poll thread holds back a lost
+    /// assignment ([`lost_relay_delay`](Self::lost_relay_delay)), the first included: the
+    /// zombie's tasks reconcile, and the commits of their replays are made.
+    unknown_while_lost: Option<UnknownOutcome>,
+    /// Commits counted while a lost assignment is held back.
+    commits_while_lost: AtomicU64,
+    /// The poll thread is holding back a lost assignment.
+    relaying_lost: AtomicBool,
 }
 
 impl FaultInjection {
     /// Counts one commit; the fault to inject into it, if it is the chosen one.
     pub(crate) fn on_commit(&self) -> Option<UnknownOutcome> {
         let n = self.commits.fetch_add(1, Ordering::Relaxed) + 1;
+        if self.relaying_lost.load(Ordering::SeqCst) && self.unknown_while_lost.is_some() {
+            let k = self.commits_while_lost.fetch_add(1, Ordering::Relaxed);
+            return self.unknown_while_lost.filter(|_| k % 2 == 0);
+        }
         self.unknown.and_then(|(nth, fault)| (n == nth).then_some(fault))
+    }
+
+    /// The poll thread starts (`true`) or ends holding back a lost assignment.
+    pub(crate) fn set_relaying_lost(&self, on: bool) {
+        self.commits_while_lost.store(0, Ordering::Relaxed);
+        self.relaying_lost.store(on, Ordering::SeqCst);
     }
 
     /// Whether this initialisation of a producer for `partitions` must fail.

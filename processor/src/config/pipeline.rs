@@ -95,6 +95,11 @@ pub struct PipelineConfig {
     pub(crate) fault: Option<std::sync::Arc<FaultInjection>>,
     /// [`PipelineBuilder::skip_deleted_records`](crate::PipelineBuilder::skip_deleted_records).
     pub(crate) skip_deleted_records: bool,
+    /// Internal topics whose records this pipeline deletes once it committed past them
+    /// ([`crate::runtime::purge`]): its repartition topics; the outbox applier's input.
+    pub(crate) purged_topics: Vec<String>,
+    /// [`PipelineBuilder::purge_interval`](crate::PipelineBuilder::purge_interval).
+    pub(crate) purge_interval: Duration,
     /// The pipeline's sink, if one was declared
     /// ([`PipelineBuilder::sink`](crate::PipelineBuilder::sink)).
     pub(crate) sink: Option<crate::sink::erased::SinkFactory>,

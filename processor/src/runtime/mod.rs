@@ -21,6 +21,7 @@ pub(crate) mod limits;
 mod pipeline;
 pub(crate) mod preflight;
 pub(crate) mod protocol;
+pub(crate) mod purge;
 pub(crate) mod reconcile;
 mod shared;
 mod shutdown;

@@ -157,6 +157,7 @@ impl Pipeline {
             global,
             standbys,
             offsets_reader: std::sync::Mutex::new(None),
+            purger: super::purge::Purger::start(&self.cfg),
         });
         let (done_tx, done_rx) = tokio::sync::oneshot::channel();
         let thread_shared = shared.clone();
@@ -246,8 +247,10 @@ fn applier_config(cfg: &PipelineConfig, outbox: &crate::sink::outbox::Outbox) ->
     let topic = outbox.topic.to_string();
     PipelineConfig {
         application_id: topic.clone(),
-        input_topics: vec![topic],
+        input_topics: vec![topic.clone()],
         repartition_topics: Vec::new(),
+        // Below the offsets the sink stored, the applier never reads the outbox again.
+        purged_topics: vec![topic],
         guarantee: crate::Guarantee::AtLeastOnce,
         handle_signals: false,
         standby_replicas: 0,

@@ -180,7 +180,10 @@ fn ensure_internal_topics(cfg: &PipelineConfig, md: &rdkafka::metadata::Metadata
     }
     let admin = crate::admin::Client::new(&cfg.bootstrap_servers).properties(cfg.consumer_properties.clone());
     for topic in &internal {
-        match admin.create_topic_with(topic, input as i32, cfg.changelog_replication, &[("cleanup.policy", "delete")]) {
+        // No retention of their own: the runtime deletes their records once read and
+        // committed (`purge`), never before.
+        let configs = [("cleanup.policy", "delete"), ("retention.ms", "-1")];
+        match admin.create_topic_with(topic, input as i32, cfg.changelog_replication, &configs) {
             Ok(()) => {}
             Err(Error::Config(m)) if m.contains("exists with") => {
                 return Err(Error::Config(format!(

@@ -58,6 +58,9 @@ pub(crate) struct Shared {
     /// The instance's reader of the group's committed offsets, made at its first use
     /// ([`Shared::stable_committed_offsets`]).
     pub offsets_reader: Mutex<Option<Arc<BaseConsumer>>>,
+    /// Deletes the internal topics' committed records ([`super::purge`]); `None` without
+    /// internal topics to purge.
+    pub purger: Option<super::purge::Purger>,
 }
 
 impl Shared {

@@ -230,6 +230,9 @@ impl Task {
             next_offset_per_partition(batch).into_iter().map(|((t, p), o)| ((t.clone(), p), o)).collect();
         for (tp, next) in &offsets {
             self.shared.shutdown.health_state().committed(tp, *next);
+            if let Some(purger) = &self.shared.purger {
+                purger.offer(tp, *next);
+            }
         }
         match self.producer.as_ref().map(|p| p.transactional_id().is_some()) {
             Some(true) => self.ledger.committed_in_flight(mark),

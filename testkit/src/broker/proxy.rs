@@ -14,7 +14,6 @@
 //! | [`delay`](FaultProxy::delay) / [`jitter`](FaultProxy::jitter) | every request waits this long (or a random time in the range) before it is forwarded; order is kept |
 //! | [`blackhole`](FaultProxy::blackhole) | bytes in both directions, on existing and new connections, are held (connections stay open) |
 //! | [`hold_next`](FaultProxy::hold_next) | the next `count` connections that send a request of one of these API keys are held from that request on, both directions (a held EndTxn, a held Produce) |
-//! | [`hold_next_from`](FaultProxy::hold_next_from) | the same, only for requests of one `client.id` (one process's) |
 //! | [`cut_on`](FaultProxy::cut_on) | the next connection that sends such a request is closed (before or after forwarding it), and the node refuses connections until healed |
 //! | [`cut`](FaultProxy::cut) | existing connections are closed (FIN) and new ones closed at once, until healed |
 //! | [`reset`](FaultProxy::reset) | existing connections are reset (RST); new ones pass |
@@ -93,8 +92,6 @@ struct Trigger {
     apis: Vec<i16>,
     /// Only requests that carry a `transactional.id` (Produce: a transactional producer's).
     transactional_only: bool,
-    /// Only requests whose header names this `client.id`.
-    client: Option<String>,
     remaining: u32,
     action: OnRequest,
 }
@@ -297,20 +294,6 @@ impl FaultProxy {
         self.arm(node, apis, transactional_only, count, OnRequest::Hold);
     }
 
-    /// As [`hold_next`](Self::hold_next), only for requests whose header names `client`
-    /// as its `client.id`: one process's connections, when each sets its own.
-    pub fn hold_next_from(&self, node: i32, apis: &[i16], client: &str, count: u32) {
-        tracing::info!(node, ?apis, client, count, "fault proxy: hold the next matching request of one client");
-        let t = Trigger {
-            apis: apis.to_vec(),
-            transactional_only: false,
-            client: Some(client.to_string()),
-            remaining: count,
-            action: OnRequest::Hold,
-        };
-        self.node(node).change(|f| f.triggers.push(t));
-    }
-
     /// Closes the next connection to `node` that sends a request of one of `apis`, as
     /// `action` says, and refuses new connections from then until healed.
     pub fn cut_on(&self, node: i32, apis: &[i16], action: OnRequest) {
@@ -319,7 +302,7 @@ impl FaultProxy {
     }
 
     fn arm(&self, node: i32, apis: &[i16], transactional_only: bool, count: u32, action: OnRequest) {
-        let t = Trigger { apis: apis.to_vec(), transactional_only, client: None, remaining: count, action };
+        let t = Trigger { apis: apis.to_vec(), transactional_only, remaining: count, action };
         self.node(node).change(|f| f.triggers.push(t));
     }
 
@@ -458,25 +441,24 @@ fn read_requests(node: &Node, conn: &Arc<Conn>, mut from: TcpStream, tx: &mpsc::
         let api_key = i16::from_be_bytes([frame[4], frame[5]]);
         let (due, fired) = {
             let mut f = node.faults();
-            let fired = match f.triggers.iter().position(|t| {
-                t.apis.contains(&api_key)
-                    && (!t.transactional_only || has_transactional_id(&frame[4..]))
-                    && t.client.as_deref().is_none_or(|c| client_id(&frame[4..]) == Some(c))
-            }) {
-                Some(i) => {
-                    let t = &mut f.triggers[i];
-                    t.remaining = t.remaining.saturating_sub(1);
-                    let action = t.action;
-                    if t.remaining == 0 {
-                        f.triggers.remove(i);
+            let fired =
+                match f.triggers.iter().position(|t| {
+                    t.apis.contains(&api_key) && (!t.transactional_only || has_transactional_id(&frame[4..]))
+                }) {
+                    Some(i) => {
+                        let t = &mut f.triggers[i];
+                        t.remaining = t.remaining.saturating_sub(1);
+                        let action = t.action;
+                        if t.remaining == 0 {
+                            f.triggers.remove(i);
+                        }
+                        if action != OnRequest::Hold {
+                            f.refuse = true;
+                        }
+                        Some(action)
                     }
-                    if action != OnRequest::Hold {
-                        f.refuse = true;
-                    }
-                    Some(action)
-                }
-                None => None,
-            };
+                    None => None,
+                };
             let delay = match f.latency {
                 Some((lo, hi)) if hi > lo => {
                     f.rng = splitmix(f.rng);
@@ -568,6 +550,46 @@ fn write_units(node: &Node, conn: &Arc<Conn>, mut to: TcpStream, rx: &mpsc::Rece
     node.cv.notify_all();
 }
 
+/// Whether a request (frame without its length) carries a non-null `transactional_id` as
+/// the first field of its body: Produce v3 and later. Header: api_key, api_version,
+/// correlation_id, client_id (nullable int16 string), then tagged fields in flexible
+/// versions (Produce v9+), where the body's strings are compact (unsigned varint length+1).
+pub(crate) fn has_transactional_id(req: &[u8]) -> bool {
+    let rd16 = |at: usize| req.get(at..at + 2).map(|b| i16::from_be_bytes([b[0], b[1]]));
+    let (Some(api), Some(version)) = (rd16(0), rd16(2)) else { return false };
+    if api != api::PRODUCE || version < 3 {
+        return false;
+    }
+    let mut at = 8;
+    let Some(client_id) = rd16(at) else { return false };
+    at += 2 + usize::try_from(client_id).unwrap_or(0);
+    if version >= 9 {
+        // Tagged fields of the header: a count, then (tag, size, bytes) each.
+        let Some((count, n)) = uvarint(&req[at.min(req.len())..]) else { return false };
+        at += n;
+        for _ in 0..count {
+            let Some((_, n)) = uvarint(&req[at.min(req.len())..]) else { return false };
+            at += n;
+            let Some((size, n)) = uvarint(&req[at.min(req.len())..]) else { return false };
+            at += n + size as usize;
+        }
+        matches!(uvarint(&req[at.min(req.len())..]), Some((len, _)) if len > 0)
+    } else {
+        matches!(rd16(at), Some(len) if len >= 0)
+    }
+}
+
+fn uvarint(b: &[u8]) -> Option<(u64, usize)> {
+    let mut v = 0u64;
+    for (i, byte) in b.iter().enumerate().take(10) {
+        v |= u64::from(byte & 0x7f) << (7 * i);
+        if byte & 0x80 == 0 {
+            return Some((v, i + 1));
+        }
+    }
+    None
+}
+
 fn splitmix(mut x: u64) -> u64 {
     x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
     let mut z = x;
@@ -575,10 +597,6 @@ fn splitmix(mut x: u64) -> u64 {
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     z ^ (z >> 31)
 }
-
-#[path = "proxy_frame.rs"]
-mod frame;
-use frame::{client_id, has_transactional_id};
 
 #[cfg(test)]
 #[path = "proxy_tests.rs"]

@@ -57,19 +57,6 @@ fn frame(api: i16, corr: i32, extra: usize) -> Vec<u8> {
     f
 }
 
-/// A request frame whose header names `client` as its client.id.
-fn frame_from(api: i16, corr: i32, client: &str) -> Vec<u8> {
-    let mut body = Vec::new();
-    body.extend(api.to_be_bytes());
-    body.extend(0i16.to_be_bytes());
-    body.extend(corr.to_be_bytes());
-    body.extend((client.len() as i16).to_be_bytes());
-    body.extend(client.as_bytes());
-    let mut f = (body.len() as i32).to_be_bytes().to_vec();
-    f.extend(body);
-    f
-}
-
 fn read_frame(s: &mut TcpStream) -> std::io::Result<Vec<u8>> {
     let mut len = [0u8; 4];
     s.read_exact(&mut len)?;
@@ -215,39 +202,6 @@ fn reset_and_cut_close_connections() {
     c.write_all(&frame(3, 2, 0)).unwrap();
     read_frame(&mut c).unwrap();
     assert_eq!(echo.received(), vec![(3, 0), (3, 1), (3, 2)]);
-}
-
-/// A trigger for one client.id holds every connection of that client that sends a
-/// matching request, up to its count; another client's, and a null client id, pass.
-#[test]
-fn hold_next_from_holds_only_the_named_clients_connections() {
-    let (proxy, echo) = setup();
-    let (mut a1, mut a2, mut b, mut anon) = (connect(&proxy), connect(&proxy), connect(&proxy), connect(&proxy));
-    proxy.hold_next_from(1, &[api::END_TXN, api::INIT_PRODUCER_ID], "chaos-1", u32::MAX);
-    b.write_all(&frame_from(api::END_TXN, 1, "chaos-10")).unwrap();
-    read_frame(&mut b).unwrap();
-    anon.write_all(&frame(api::END_TXN, 2, 0)).unwrap();
-    read_frame(&mut anon).unwrap();
-    a1.write_all(&frame_from(3, 3, "chaos-1")).unwrap();
-    read_frame(&mut a1).unwrap();
-    a1.write_all(&frame_from(api::END_TXN, 4, "chaos-1")).unwrap();
-    a2.write_all(&frame_from(api::INIT_PRODUCER_ID, 5, "chaos-1")).unwrap();
-    std::thread::sleep(Duration::from_millis(300));
-    assert_eq!(echo.received(), vec![(api::END_TXN, 1), (api::END_TXN, 2), (3, 3)], "chaos-1's two held");
-    assert!(proxy.armed(1), "a count not used up keeps the trigger armed");
-    proxy.heal(1);
-    read_frame(&mut a1).unwrap();
-    read_frame(&mut a2).unwrap();
-    assert_eq!(proxy.stats(1).held, 2);
-}
-
-#[test]
-fn client_ids_are_read_from_every_header() {
-    assert_eq!(client_id(&frame_from(26, 7, "chaos-3")[4..]), Some("chaos-3"));
-    assert_eq!(client_id(&frame(26, 7, 0)[4..]), None, "null");
-    assert_eq!(client_id(&frame_from(26, 7, "")[4..]), Some(""));
-    assert_eq!(client_id(&[0, 26, 0, 3, 0, 0, 0, 7, 0, 5, b'a']), None, "truncated");
-    assert_eq!(client_id(&[0, 26]), None);
 }
 
 #[test]

@@ -197,13 +197,10 @@ struct InstanceArgs {
     /// Standby replicas of each partition's stores on other instances.
     #[arg(long, default_value_t = 0)]
     standby_replicas: usize,
-    /// The client.id of every client of the instance (the fault proxy aims at it).
+    /// A zombie (test-only faults): tasks told of partitions lost to a session expiry this
+    /// long late, their commits meanwhile ending with outcomes unknown.
     #[arg(long)]
-    client_id: Option<String>,
-    /// Tell the tasks of partitions lost to a session expiry this long after the client
-    /// noticed (a test-only fault).
-    #[arg(long)]
-    slow_lost_relay_ms: Option<u64>,
+    zombie_for_ms: Option<u64>,
     /// The suite passes its client properties in a private file (--client-config).
     #[command(flatten)]
     client: super::ClientArgs,
@@ -356,8 +353,7 @@ fn run_instance(a: InstanceArgs) -> Result<ExitCode, Box<dyn std::error::Error>>
         keyed_values: a.keyed_values,
         timer_delay: a.timer_delay_ms.map(Duration::from_millis),
         standby_replicas: a.standby_replicas,
-        client_id: a.client_id,
-        slow_lost_relay: a.slow_lost_relay_ms.map(Duration::from_millis),
+        zombie_for: a.zombie_for_ms.map(Duration::from_millis),
         client_properties: a.client.properties()?,
     };
     match chaos::run_instance(cfg) {

@@ -74,18 +74,7 @@ impl Run<'_, '_> {
                 let server = self.sink.as_mut().ok_or("a sink scenario without its server")?;
                 server.crash(Duration::from_secs(2))?;
             }
-            Action::Net(_) | Action::KillCoordinatorMidCommit { .. } | Action::CutMemberMidCommit => {
-                let victim = match action {
-                    Action::CutMemberMidCommit => {
-                        let Some(idx) = self.fleet.pick_within(self.rng, pick_timeout) else {
-                            return Err(format!("no running instance to cut off within {pick_timeout:?}"));
-                        };
-                        let id = self.fleet.id(idx);
-                        self.mark(&format!("  instance {id}"));
-                        format!("{}{id}", super::CLIENT_ID_PREFIX)
-                    }
-                    _ => String::new(),
-                };
+            Action::Net(_) | Action::KillCoordinatorMidCommit { .. } => {
                 let cluster = self.cluster.as_deref_mut().ok_or("a network scenario needs the suite's own cluster")?;
                 let scope = Scope {
                     client: self.ctx.client,
@@ -107,7 +96,6 @@ impl Run<'_, '_> {
                         what
                     }
                     Action::Net(fault) => self.net.apply(cluster, &scope, fault, self.rng)?,
-                    Action::CutMemberMidCommit => self.net.cut_member_mid_commit(cluster, &scope, &victim)?,
                     _ => unreachable!("matched above"),
                 };
                 self.mark(&format!("  {what}"));

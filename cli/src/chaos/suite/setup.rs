@@ -59,9 +59,7 @@ impl<'a, 'r> Run<'a, 'r> {
             timer_delay: (cell.workload == Workload::Timers).then_some(cfg.timer_delay),
             // Every other instance of the largest fleet (a storm's three) keeps a copy.
             standby_replicas: if cell.workload == Workload::CloseStandby { 2 } else { 0 },
-            // The fleet puts the instance's number in for `{id}` (see `client_id`).
-            client_id: Some(format!("{}{{id}}", super::CLIENT_ID_PREFIX)),
-            slow_lost_relay: plan.slow_lost_relay,
+            zombie_for: plan.zombie_for,
             ..InstanceConfig::copy(&ctx.client.bootstrap, &app, &input_topic, &output_topic, cell.guarantee)
         };
         let mut args = vec!["chaos".to_string(), "instance".to_string()];

@@ -26,9 +26,13 @@ impl TaskManager {
         partitions: Vec<TopicPartition>,
         lost: bool,
     ) {
-        if let Some(delay) = self.shared.cfg.fault.as_ref().and_then(|f| f.lost_relay_delay).filter(|_| lost) {
+        if let Some((fault, delay)) =
+            self.shared.cfg.fault.as_ref().and_then(|f| Some((f, f.lost_relay_delay?))).filter(|_| lost)
+        {
             tracing::warn!(?partitions, ?delay, "fault injection: relaying the lost partitions late");
+            fault.set_relaying_lost(true);
             std::thread::sleep(delay);
+            fault.set_relaying_lost(false);
         }
         tracing::info!(?partitions, lost, "partitions revoked");
         self.shared.shutdown.health_state().revoked(&partitions);
