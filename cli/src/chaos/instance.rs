@@ -465,6 +465,9 @@ fn builder(cfg: &InstanceConfig, flags: Flags) -> kafka_eos::Result<PipelineBuil
             kafka_eos::Error::Config("--card-velocity needs --sink postgres=<connection string>".into())
         })?;
         let late = format!("{out}-late");
+        // Every second, so that the internal topics are purged under every fault of the
+        // cell: a purge past a record its reader had not committed would stop the pipeline.
+        let builder = builder.purge_interval(Duration::from_secs(1));
         crate::workloads::card_velocity::pipeline(builder, (&cfg.input, &out, &late), conn, &cfg.application_id)
             .map_err(|e| kafka_eos::Error::Config(format!("card velocity: {e}")))?
     } else if cfg.join {

@@ -4,9 +4,10 @@
 //! Three stages can each lose or repeat an effect: the payments' batch (windows, triggers),
 //! the repartition hop (merchant totals) and the outbox's applier (PostgreSQL). So the check
 //! counts each stage's own output: every merchant's update count and last total (read
-//! committed), the outbox's records (one per alert), and the alert table, whose trigger
-//! logs every write so that a row written twice shows even when the second write changes
-//! nothing.
+//! committed), the outbox's records (one per alert, among those not purged yet: the
+//! instances purge every second), and the alert table, whose trigger logs every write so
+//! that a row written twice shows even when the second write changes nothing (an outbox
+//! record twice, purged or not, is a row written twice).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
@@ -190,7 +191,7 @@ impl Run<'_, '_> {
         (r.anomalies.lost.at_end, r.anomalies.duplicate.at_end, r.anomalies.other.at_end) =
             (v.lost, v.duplicate, v.other);
         r.notes.push(format!(
-            "card velocity: {payments} payments; {} alerts expected, {} rows in PostgreSQL, {} outbox records; {} merchants, {} updates expected, {} streamed",
+            "card velocity: {payments} payments; {} alerts expected, {} rows in PostgreSQL, {} outbox records not purged; {} merchants, {} updates expected, {} streamed",
             want.alerts.len(),
             got.alerts.len(),
             got.outbox.0,
