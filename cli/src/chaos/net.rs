@@ -161,7 +161,7 @@ impl Net {
 }
 
 impl Net {
-    /// Issue 10's aimed fault: arms a hold on the next EndTxn to the transaction coordinator
+    /// The aimed coordinator kill: arms a hold on the next EndTxn to the transaction coordinator
     /// of a random input partition (every broker in per-consumer mode), waits up to `wait`
     /// for a commit to reach it, and SIGKILLs that broker mid-commit as `timing` says.
     /// Returns the node killed (`None`: no commit came, nothing was killed) and a note for
