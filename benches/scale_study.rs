@@ -3,7 +3,7 @@
 //! rolling restart of 4 instances without and with static membership; then an instance
 //! killed for good, without and with standby replicas, on memory and on disk.
 //!
-//! `cargo bench --bench scale_study [-- --quick] [--only study|rolling|failover] [--partitions
+//! `cargo bench --bench scale_study [-- --quick] [--only study|rolling|failover|visibility] [--partitions
 //! 64,256] [--subjects exactly-once] [--phase-secs 30] [--rate 5000] [--records N]
 //! [--brokers 3]`. The
 //! runs are `kafka_eos_cli::scale::study` and `kafka_eos_cli::scale::rolling` (see their
@@ -14,8 +14,10 @@
 //! 16 partitions, exactly-once, 1 → 2 → 1 in 10 s phases; the rolling restart over 8
 //! partitions, 20,000 records of state, 400 records/s. The failover: 2 instances, 4
 //! partitions, 2,000,000 records of 1,000 B (`--records`; about 1 GB on the killed
-//! instance), 400 records/s; quick: 20,000 records. Every run is verified; a broken copy
-//! fails the bench.
+//! instance), 400 records/s; quick: 20,000 records. The visibility run: per guarantee
+//! (`--subjects`) and takeover, an instance SIGKILLed in the middle of its transactions and
+//! how long `read_committed` readers wait (`kafka_eos_cli::scale::visibility`), 4 partitions,
+//! 400 records/s. Every run is verified; a broken copy fails the bench.
 
 mod common;
 
@@ -28,6 +30,7 @@ use kafka_eos_cli::bench::table;
 use kafka_eos_cli::scale::failover::{self, FailoverOptions};
 use kafka_eos_cli::scale::rolling::{self, RollingOptions};
 use kafka_eos_cli::scale::study::{run, PhaseReport, StudyOptions};
+use kafka_eos_cli::scale::visibility::{self, Takeover, VisibilityOptions};
 use kafka_eos_testkit::broker::ClusterConfig;
 
 const GUARANTEES: [Guarantee; 3] =
@@ -63,6 +66,10 @@ fn main() {
     }
     if part("failover") {
         failover(&args, &bootstrap, nodes, &log_dir, &mut failures);
+    }
+    if part("visibility") {
+        let guarantees = if args.subjects.is_empty() { GUARANTEES.to_vec() } else { guarantees.clone() };
+        visibility(&args, &bootstrap, nodes, &guarantees, &log_dir, &mut failures);
     }
     drop(cluster);
     if !failures.is_empty() {
@@ -265,6 +272,87 @@ failover: {} instances, {partitions} partitions, {preload} records of {} B ({sta
         "session_timeout_s": base.group.session_timeout.as_secs(),
     });
     write_results("failover", args.mode(), bootstrap, run, results);
+}
+
+/// An instance SIGKILLed in the middle of its transactions, per guarantee and takeover: how
+/// long `read_committed` readers of every output partition wait for what was written before.
+fn visibility(
+    args: &Args,
+    bootstrap: &str,
+    nodes: usize,
+    guarantees: &[Guarantee],
+    log_dir: &std::path::Path,
+    failures: &mut Vec<String>,
+) {
+    let partitions = args.partitions.first().copied().unwrap_or(4);
+    let mut base = VisibilityOptions::new(exe(), bootstrap, partitions, log_dir);
+    base.rate = args.rate.unwrap_or(base.rate);
+    base.group.replication = nodes as i32;
+    println!(
+        "\nvisibility: {partitions} partitions, {} records/s, every transaction writing every output partition, \
+         session timeout {} s, transaction timeout {} s; instance 0 SIGKILLed {} s after every instance commits",
+        base.rate,
+        base.group.session_timeout.as_secs(),
+        base.transaction_timeout.as_secs(),
+        base.steady.as_secs()
+    );
+    let (mut rows, mut results) = (Vec::new(), Vec::new());
+    for &guarantee in guarantees {
+        for takeover in Takeover::ALL {
+            let mut opts = VisibilityOptions { takeover, ..base.clone() };
+            opts.group.guarantee = guarantee;
+            let (g, t, load) = (guarantee.as_str(), takeover.as_str(), load_average());
+            eprintln!("  {g}, {t} (load average {load:.2})");
+            let r = match visibility::run(&opts) {
+                Ok(r) if r.verified.missing == 0 && (r.verified.is_exactly_once() || !guarantee.is_transactional()) => {
+                    r
+                }
+                Ok(r) => {
+                    failures.push(format!("visibility, {g}, {t}: the copy broke: {:?}", r.verified));
+                    continue;
+                }
+                Err(e) => {
+                    failures.push(format!("visibility, {g}, {t}: {e}"));
+                    continue;
+                }
+            };
+            let per: Vec<String> = r.hidden.iter().map(|(p, w)| format!("{p}: {:.1}", w.as_secs_f64())).collect();
+            rows.push(vec![
+                g.to_string(),
+                t.to_string(),
+                format!("{load:.2}"),
+                secs(r.shortest()),
+                secs(r.longest()),
+                per.join(", "),
+                secs(r.worst_before),
+                secs(r.worst_after),
+            ]);
+            results.push(serde_json::json!({
+                "guarantee": g, "takeover": t, "load_average_before": load,
+                "hidden_s": r.hidden.iter().map(|(p, w)| (p.to_string(), w.as_secs_f64())).collect::<std::collections::BTreeMap<_, _>>(),
+                "worst_before_s": r.worst_before.as_secs_f64(), "worst_after_s": r.worst_after.as_secs_f64(),
+                "produced": r.produced, "duplicates": r.verified.duplicates,
+            }));
+        }
+    }
+    println!("load average {:.2} at the end", load_average());
+    let header = [
+        "guarantee",
+        "takeover",
+        "load",
+        "hidden, shortest",
+        "hidden, longest",
+        "per output partition (s)",
+        "worst latency, 6 to 1 s before",
+        "worst latency, 1 s after",
+    ];
+    print!("{}", table(&header, &rows));
+    let run = serde_json::json!({
+        "nodes": nodes, "partitions": partitions, "rate": base.rate,
+        "session_timeout_s": base.group.session_timeout.as_secs(),
+        "transaction_timeout_s": base.transaction_timeout.as_secs(),
+    });
+    write_results("visibility", args.mode(), bootstrap, run, results);
 }
 
 /// The `kafka-eos` binary of this build: the instances run `kafka-eos chaos instance`.

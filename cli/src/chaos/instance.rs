@@ -109,6 +109,10 @@ pub struct InstanceConfig {
     /// The 1:1 copy also keeps every record's value in a store by its key: state as large
     /// as the input's distinct keys times their values (the failover measurement's).
     pub keyed_values: bool,
+    /// The 1:1 copy sends each output to its key's partition (not its input's), carrying its
+    /// input's timestamp: every transaction writes every output partition, and a reader
+    /// sees each record's latency (the read_committed wait after a kill's).
+    pub by_key: bool,
     /// `Some(delay)`: the copy's outputs are sent by wall-clock timers this long after their
     /// records (the `delayed` module), most of them in transactions of timers alone.
     pub timer_delay: Option<Duration>,
@@ -151,6 +155,7 @@ impl InstanceConfig {
             static_membership: false,
             keyed_state: false,
             keyed_values: false,
+            by_key: false,
             timer_delay: None,
             standby_replicas: 0,
             zombie_for: None,
@@ -193,6 +198,7 @@ impl InstanceConfig {
         .chain(self.static_membership.then(|| "--static-membership".into()))
         .chain(self.keyed_state.then(|| "--keyed-state".into()))
         .chain(self.keyed_values.then(|| "--keyed-values".into()))
+        .chain(self.by_key.then(|| "--by-key".into()))
         .chain(self.timer_delay.iter().flat_map(|d| ["--timer-delay-ms".into(), d.as_millis().to_string()]))
         .chain(self.zombie_for.iter().flat_map(|d| ["--zombie-for-ms".into(), d.as_millis().to_string()]))
         .chain(
@@ -483,6 +489,7 @@ fn builder(cfg: &InstanceConfig, flags: Flags) -> kafka_eos::Result<PipelineBuil
         let out = builder.output_topic(&out);
         let seen = cfg.keyed_state.then(|| builder.store::<Vec<u8>, u64>("seen"));
         let values = cfg.keyed_values.then(|| builder.store::<Vec<u8>, Vec<u8>>("values"));
+        let by_key = cfg.by_key;
         builder.processor(move |ctx, r| {
             before(r)?;
             if let Some(seen) = &seen {
@@ -496,7 +503,11 @@ fn builder(cfg: &InstanceConfig, flags: Flags) -> kafka_eos::Result<PipelineBuil
             }
             let mut value = r.value.clone().unwrap_or_default();
             value.reverse();
-            let mut o = OutputRecord::to(&out).value(value).partition(r.partition);
+            let mut o = OutputRecord::to(&out).value(value);
+            match by_key {
+                true => o.timestamp = r.timestamp,
+                false => o = o.partition(r.partition),
+            }
             o.key = r.key.clone();
             ctx.emit(o);
             Ok(())
@@ -556,6 +567,7 @@ mod tests {
             timer_delay: Some(Duration::from_millis(1500)),
             standby_replicas: 0,
             keyed_values: false,
+            by_key: true,
             zombie_for: Some(Duration::from_secs(25)),
             client_properties: Default::default(),
         };
@@ -566,7 +578,7 @@ mod tests {
         assert!(args.contains("--financial-close-payments 7 --commit-log /tmp/c"), "{args}");
         assert!(
             args.ends_with(
-                "--instance-id pod-1 --static-membership --keyed-state --timer-delay-ms 1500 --zombie-for-ms 25000"
+                "--instance-id pod-1 --static-membership --keyed-state --by-key --timer-delay-ms 1500 --zombie-for-ms 25000"
             ),
             "{args}"
         );

@@ -13,6 +13,9 @@
 //!   `benches/scale_study.rs`).
 //! - [`failover`]: an instance SIGKILLed for good, with and without standby replicas: how
 //!   long its partitions wait to commit at their new owners (also `benches/scale_study.rs`).
+//! - [`visibility`]: an instance SIGKILLed in the middle of its transactions: how long
+//!   `read_committed` readers of every output partition wait for what was written before
+//!   the kill, per guarantee and takeover (also `benches/scale_study.rs`).
 //!
 //! # The join run ([`join_third`])
 //! Two instances share an input topic while a paced writer puts one record into every
@@ -34,6 +37,7 @@ mod input;
 mod join;
 pub mod rolling;
 pub mod study;
+pub mod visibility;
 
 pub use join::{join_third, JoinOptions, JoinReport};
 

@@ -190,6 +190,9 @@ struct InstanceArgs {
     /// The copy also keeps every record's value in a store by its key.
     #[arg(long)]
     keyed_values: bool,
+    /// The copy sends each output to its key's partition, with its input's timestamp.
+    #[arg(long)]
+    by_key: bool,
     /// Send each output by a wall-clock timer this long after its record (the timers
     /// workload).
     #[arg(long)]
@@ -351,6 +354,7 @@ fn run_instance(a: InstanceArgs) -> Result<ExitCode, Box<dyn std::error::Error>>
         static_membership: a.static_membership,
         keyed_state: a.keyed_state,
         keyed_values: a.keyed_values,
+        by_key: a.by_key,
         timer_delay: a.timer_delay_ms.map(Duration::from_millis),
         standby_replicas: a.standby_replicas,
         zombie_for: a.zombie_for_ms.map(Duration::from_millis),
