@@ -12,11 +12,10 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::Message;
 use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
-use rdkafka::{ClientConfig, ClientContext, Offset, TopicPartitionList};
+use rdkafka::{ClientConfig, ClientContext};
 
 /// Bytes per value (as the other benches'): stamp, sequence number, padding.
 pub const VALUE_SIZE: usize = 100;
@@ -193,23 +192,7 @@ pub struct Reader {
 
 impl Reader {
     pub fn start(bootstrap: &str, topic: &str, plan: Schedule, epoch: Epoch) -> Result<Reader, String> {
-        // A fetch waits at most 10 ms for data (librdkafka's default is 500 ms), so the
-        // reader adds little to what it measures even if the broker did not answer a
-        // waiting fetch as soon as the last stable offset moves.
-        let consumer: BaseConsumer = ClientConfig::new()
-            .set("bootstrap.servers", bootstrap)
-            .set("group.id", kafka_eos_cli::bench::unique_name("latency-reader"))
-            .set("enable.auto.commit", "false")
-            .set("isolation.level", "read_committed")
-            .set("fetch.wait.max.ms", "10")
-            .set("log_level", "3")
-            .create()
-            .map_err(|e| format!("output reader: {e}"))?;
-        let mut tpl = TopicPartitionList::new();
-        for p in 0..plan.partitions {
-            tpl.add_partition_offset(topic, p, Offset::Beginning).map_err(|e| e.to_string())?;
-        }
-        consumer.assign(&tpl).map_err(|e| format!("assigning the output: {e}"))?;
+        let consumer = kafka_eos_cli::bench::output_reader(bootstrap, topic, plan.partitions, "latency-reader")?;
         let stop = Arc::new(AtomicBool::new(false));
         let distinct = Arc::new(AtomicU64::new(0));
         let (stop2, distinct2) = (stop.clone(), distinct.clone());

@@ -342,6 +342,35 @@ pub struct CopyOptions {
     pub hook: Option<Arc<dyn Fn(&TransactionEvent) + Send + Sync>>,
 }
 
+/// A `read_committed` consumer of every partition of `topic` from the beginning, assigned
+/// (no group join), under a group named after `prefix` that never commits. A fetch waits at
+/// most 10 ms for data (librdkafka's default is 500 ms), so the reader adds little to the
+/// latency it measures even if the broker did not answer a waiting fetch as soon as the
+/// last stable offset moves.
+pub fn output_reader(
+    bootstrap: &str,
+    topic: &str,
+    partitions: i32,
+    prefix: &str,
+) -> std::result::Result<rdkafka::consumer::BaseConsumer, String> {
+    use rdkafka::consumer::Consumer;
+    let consumer: rdkafka::consumer::BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", unique_name(prefix))
+        .set("enable.auto.commit", "false")
+        .set("isolation.level", "read_committed")
+        .set("fetch.wait.max.ms", "10")
+        .set("log_level", "3")
+        .create()
+        .map_err(|e| format!("output reader: {e}"))?;
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    for p in 0..partitions {
+        tpl.add_partition_offset(topic, p, rdkafka::Offset::Beginning).map_err(|e| e.to_string())?;
+    }
+    consumer.assign(&tpl).map_err(|e| format!("assigning the output: {e}"))?;
+    Ok(consumer)
+}
+
 /// A name no earlier run uses: `<prefix>-<pid>-<time>`.
 pub fn unique_name(prefix: &str) -> String {
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();

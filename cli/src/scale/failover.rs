@@ -18,7 +18,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use kafka_eos::Guarantee;
 use kafka_eos_testkit::verify::{verify, Report, VerifyConfig};
 
 use super::input::{per_tick, Paced};
@@ -50,16 +49,7 @@ impl FailoverOptions {
     /// timeout (the broker's minimum by default), in memory, no standby.
     pub fn new(exe: PathBuf, bootstrap: &str, partitions: i32, log_dir: &Path) -> Self {
         FailoverOptions {
-            group: Group {
-                exe,
-                bootstrap: bootstrap.to_string(),
-                partitions,
-                replication: 1,
-                instances: 2,
-                guarantee: Guarantee::ExactlyOncePerPartition,
-                session_timeout: Duration::from_secs(6),
-                log_dir: log_dir.to_path_buf(),
-            },
+            group: Group::pair(exe, bootstrap, partitions, log_dir),
             preload: 100_000,
             value_bytes: 1_000,
             rate: 400,

@@ -81,6 +81,22 @@ pub(crate) struct Prepared {
 }
 
 impl Group {
+    /// Two instances copying under per-partition exactly-once, a 6 s session timeout (the
+    /// broker's minimum by default), topics replicated once: what the failover and the
+    /// visibility runs start from.
+    pub fn pair(exe: PathBuf, bootstrap: &str, partitions: i32, log_dir: &std::path::Path) -> Group {
+        Group {
+            exe,
+            bootstrap: bootstrap.to_string(),
+            partitions,
+            replication: 1,
+            instances: 2,
+            guarantee: Guarantee::ExactlyOncePerPartition,
+            session_timeout: Duration::from_secs(6),
+            log_dir: log_dir.to_path_buf(),
+        }
+    }
+
     /// Creates the run's topics (named after `prefix`) and directory.
     pub(crate) fn prepare(&self, prefix: &str) -> Result<Prepared, String> {
         let name = crate::bench::unique_name(prefix);

@@ -24,11 +24,8 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use kafka_eos::Guarantee;
 use kafka_eos_testkit::verify::{verify, Report, VerifyConfig};
-use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
-use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
 use super::input::{per_tick, Paced};
 use super::study::{catch_up_and_stop, check_crashes, wall};
@@ -83,16 +80,7 @@ impl VisibilityOptions {
     /// the runtime's default 10 s transaction timeout, 10 s before the kill and 40 s after.
     pub fn new(exe: std::path::PathBuf, bootstrap: &str, partitions: i32, log_dir: &std::path::Path) -> Self {
         VisibilityOptions {
-            group: Group {
-                exe,
-                bootstrap: bootstrap.to_string(),
-                partitions,
-                replication: 1,
-                instances: 2,
-                guarantee: Guarantee::ExactlyOncePerPartition,
-                session_timeout: Duration::from_secs(6),
-                log_dir: log_dir.to_path_buf(),
-            },
+            group: Group::pair(exe, bootstrap, partitions, log_dir),
             takeover: Takeover::Survivor,
             rate: 400,
             steady: Duration::from_secs(10),
@@ -235,20 +223,7 @@ struct Reader {
 
 impl Reader {
     fn start(bootstrap: &str, topic: &str, partitions: i32) -> Result<Reader, String> {
-        let consumer: BaseConsumer = ClientConfig::new()
-            .set("bootstrap.servers", bootstrap)
-            .set("group.id", crate::bench::unique_name("visibility-reader"))
-            .set("enable.auto.commit", "false")
-            .set("isolation.level", "read_committed")
-            .set("fetch.wait.max.ms", "10")
-            .set("log_level", "3")
-            .create()
-            .map_err(|e| format!("output reader: {e}"))?;
-        let mut tpl = TopicPartitionList::new();
-        for p in 0..partitions {
-            tpl.add_partition_offset(topic, p, Offset::Beginning).map_err(|e| e.to_string())?;
-        }
-        consumer.assign(&tpl).map_err(|e| format!("assigning the output: {e}"))?;
+        let consumer = crate::bench::output_reader(bootstrap, topic, partitions, "visibility-reader")?;
         let (stop, distinct) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)));
         let (flag, count) = (stop.clone(), distinct.clone());
         let join = std::thread::spawn(move || {
