@@ -260,3 +260,76 @@ async fn records_deleted_before_they_were_processed_stop_the_pipeline_unless_ski
         assert_eq!(t.count_output_uncommitted().await, 400, "{guarantee:?}");
     }
 }
+
+/// The check that nothing past a partition's committed offset was deleted unprocessed reads
+/// where the partition's log starts. A partition whose committed offset points at a
+/// transaction marker (its upstream writer is transactional) resumes one past it, so the
+/// check runs at every start. When that read keeps failing, the partition is rewound and
+/// read again until the task timeout, then the pipeline stops with an error naming the
+/// partition and the read, never rewinding forever; when it fails a few times, the pipeline
+/// goes on once it succeeds, with nothing skipped or processed twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_log_start_that_cannot_be_read_is_retried_then_stops_the_pipeline() {
+    use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+    let t = topics("logstart", 1, 0, 100).await;
+    let app = unique("logstart");
+    // Two upstream transactions: records 0..300 with their marker at 300, then 700 more.
+    let writer: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", &t.bootstrap)
+        .set("transactional.id", unique("logstart-writer"))
+        .create()
+        .expect("producer");
+    writer.init_transactions(Duration::from_secs(30)).expect("init");
+    for range in [0..300u32, 300..1_000] {
+        writer.begin_transaction().expect("begin");
+        for i in range {
+            let key = i.to_string();
+            let record = BaseRecord::to(&t.input).key(&key).payload(&key).partition(0);
+            while let Err((e, _)) = writer.send(record.clone()) {
+                assert!(matches!(e.rdkafka_error_code(), Some(rdkafka::types::RDKafkaErrorCode::QueueFull)), "{e}");
+                writer.poll(Duration::from_millis(10));
+            }
+        }
+        writer.commit_transaction(Duration::from_secs(30)).expect("commit");
+    }
+    // The group processed the first transaction: its committed offset is the marker's.
+    let mut at = TopicPartitionList::new();
+    at.add_partition_offset(&t.input, 0, Offset::Offset(300)).unwrap();
+    let group: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &t.bootstrap)
+        .set("group.id", &app)
+        .set("enable.auto.commit", "false")
+        .create()
+        .expect("consumer");
+    group.commit(&at, CommitMode::Sync).expect("commit 300");
+
+    let task_timeout = Duration::from_secs(5);
+    let run = spawn(
+        t.pipeline(&app, Guarantee::ExactlyOncePerPartition)
+            .task_timeout(task_timeout)
+            .inject_log_start_failures(u32::MAX),
+    );
+    let handle = run.handle.clone();
+    let Ok(ended) = tokio::time::timeout(Duration::from_secs(60), run.finish()).await else {
+        handle.shutdown();
+        panic!("still running after 60 s with the log's start unreadable: rewinding forever");
+    };
+    let err = ended.expect_err("the pipeline must stop");
+    let partition = format!("{}-0", t.input);
+    match &err {
+        Error::TaskTimeout { what, timeout, .. } => {
+            assert!(what.contains(&partition) && what.contains("log"), "names the partition and the read: {err}");
+            assert_eq!(*timeout, task_timeout);
+        }
+        other => panic!("expected a task timeout, got {other}"),
+    }
+    assert_eq!(t.count_output_uncommitted().await, 0, "nothing processed unchecked");
+
+    let run = spawn(t.pipeline(&app, Guarantee::ExactlyOncePerPartition).inject_log_start_failures(3));
+    t.wait_caught_up(&app, Duration::from_secs(60)).await;
+    let summary = run.stop().await;
+    assert_eq!(summary.records_in, 700, "301..1001 processed once: {summary:?}");
+    assert_eq!(t.count_output_uncommitted().await, 700, "nothing skipped, nothing twice");
+}

@@ -530,6 +530,16 @@ impl PipelineBuilder {
         self
     }
 
+    /// **Test-only fault injection; not part of the API.** The first `times` reads of where
+    /// a partition's log starts fail, as a read against stale metadata does. Drives the
+    /// check that nothing past a committed offset was deleted unprocessed.
+    #[cfg(feature = "test-hooks")]
+    #[doc(hidden)]
+    pub fn inject_log_start_failures(mut self, times: u32) -> Self {
+        self.fault.log_start_failures = times;
+        self
+    }
+
     /// **Test-only fault injection; not part of the API.** When the group takes this
     /// instance's partitions without a revocation (its session expired), the consumer's
     /// poll thread waits `delay` before it tells their tasks, as a poll thread held up

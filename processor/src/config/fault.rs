@@ -7,7 +7,7 @@
 //! measure what the watchdog costs.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -40,6 +40,7 @@ pub(super) struct FaultSpec {
     pub(super) unguarded_calls: bool,
     pub(super) lost_relay_delay: Option<Duration>,
     pub(super) unknown_while_lost: Option<UnknownOutcome>,
+    pub(super) log_start_failures: u32,
 }
 
 impl FaultSpec {
@@ -49,6 +50,7 @@ impl FaultSpec {
             && !self.unguarded_calls
             && self.lost_relay_delay.is_none()
             && self.unknown_while_lost.is_none()
+            && self.log_start_failures == 0
         {
             return None;
         }
@@ -62,6 +64,7 @@ impl FaultSpec {
             unknown_while_lost: self.unknown_while_lost,
             relaying_lost: AtomicBool::new(false),
             commits_while_lost: AtomicU64::new(0),
+            log_start_failures: AtomicU32::new(self.log_start_failures),
         }))
     }
 }
@@ -90,6 +93,8 @@ pub(crate) struct FaultInjection {
     commits_while_lost: AtomicU64,
     /// The poll thread is holding back a lost assignment.
     relaying_lost: AtomicBool,
+    /// Reads of a partition's log start still to fail.
+    log_start_failures: AtomicU32,
 }
 
 impl FaultInjection {
@@ -107,6 +112,11 @@ impl FaultInjection {
     pub(crate) fn set_relaying_lost(&self, on: bool) {
         self.commits_while_lost.store(0, Ordering::Relaxed);
         self.relaying_lost.store(on, Ordering::SeqCst);
+    }
+
+    /// Whether this read of a partition's log start must fail.
+    pub(crate) fn on_log_start(&self) -> bool {
+        self.log_start_failures.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1)).is_ok()
     }
 
     /// Whether this initialisation of a producer for `partitions` must fail.

@@ -85,6 +85,9 @@ impl Shared {
     /// Where `topic`'s `partition`'s log starts now (its low watermark), read by the same
     /// reader within `timeout`.
     pub(crate) fn log_start(&self, topic: &str, partition: i32, timeout: Duration) -> Result<i64, String> {
+        if self.cfg.fault.as_ref().is_some_and(|f| f.on_log_start()) {
+            return Err("fault injection: the log's start cannot be read".into());
+        }
         let reader = self.offsets_reader()?;
         reader.fetch_watermarks(topic, partition, timeout).map(|(low, _)| low).map_err(|e| e.to_string())
     }
