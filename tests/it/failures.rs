@@ -286,10 +286,11 @@ async fn a_log_start_that_cannot_be_read_is_retried_then_stops_the_pipeline() {
         writer.begin_transaction().expect("begin");
         for i in range {
             let key = i.to_string();
-            let record = BaseRecord::to(&t.input).key(&key).payload(&key).partition(0);
-            while let Err((e, _)) = writer.send(record.clone()) {
+            let mut record = BaseRecord::to(&t.input).key(&key).payload(&key).partition(0);
+            while let Err((e, back)) = writer.send(record) {
                 assert!(matches!(e.rdkafka_error_code(), Some(rdkafka::types::RDKafkaErrorCode::QueueFull)), "{e}");
                 writer.poll(Duration::from_millis(10));
+                record = back;
             }
         }
         writer.commit_transaction(Duration::from_secs(30)).expect("commit");
