@@ -79,7 +79,8 @@ impl Shared {
         deadline: Instant,
     ) -> Result<TopicPartitionList, String> {
         let reader = self.offsets_reader()?;
-        crate::state::changelog::stable_committed_offsets(&*reader, partitions, deadline).map_err(|e| e.to_string())
+        crate::state::changelog::stable_committed_offsets(&*reader, partitions, deadline)
+            .map_err(|e| self.renew_offsets_reader(&reader, e.to_string()))
     }
 
     /// Where `topic`'s `partition`'s log starts now (its low watermark), read by the same
@@ -89,7 +90,21 @@ impl Shared {
             return Err("fault injection: the log's start cannot be read".into());
         }
         let reader = self.offsets_reader()?;
-        reader.fetch_watermarks(topic, partition, timeout).map(|(low, _)| low).map_err(|e| e.to_string())
+        reader
+            .fetch_watermarks(topic, partition, timeout)
+            .map(|(low, _)| low)
+            .map_err(|e| self.renew_offsets_reader(&reader, e.to_string()))
+    }
+
+    /// A read by `failed` failed with `error`: the next read makes a new reader. A client
+    /// whose metadata went stale while a broker was down can go on answering "unknown
+    /// partition" after the cluster is back; a new one fetches the metadata afresh.
+    fn renew_offsets_reader(&self, failed: &Arc<BaseConsumer>, error: String) -> String {
+        let mut slot = self.offsets_reader.lock().unwrap_or_else(|p| p.into_inner());
+        if slot.as_ref().is_some_and(|current| Arc::ptr_eq(current, failed)) {
+            *slot = None;
+        }
+        error
     }
 
     /// The instance's offsets reader, made at its first use, its pending events drained.

@@ -21,11 +21,14 @@
 //! records were deleted unprocessed, and the pipeline stops
 //! ([`Error::RecordsDeleted`](crate::Error::RecordsDeleted)) unless told to skip them.
 //! Transaction markers, aborted and compacted records also leave offsets without a record,
-//! but below the log's start nothing is deleted. This module holds the floors and the
+//! but below the log's start nothing is deleted. A check whose read fails (the committed
+//! offset, the log's start) rewinds the partition and reads again, until its reads have
+//! failed for the task timeout: then the pipeline stops naming the read. This module holds the floors and the
 //! decisions; the task's side (the check at each record, the reads, the rewind:
 //! `Task::above_floor`) is in `positions.rs`.
 
 use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
 
 use crate::partition::TopicPartition;
 
@@ -71,6 +74,9 @@ pub(super) struct Floors {
     /// record taken since ([`Intake::Past`]).
     fresh: HashSet<TopicPartition>,
     rewinds: HashMap<TopicPartition, u32>,
+    /// The partitions whose check cannot read what it needs (the committed offset, the
+    /// log's start), with when its reads first failed since the last that succeeded.
+    unreadable: HashMap<TopicPartition, Instant>,
 }
 
 impl Floors {
@@ -93,6 +99,9 @@ impl Floors {
             if !self.rewinds.is_empty() {
                 self.rewinds.remove(tp);
             }
+            if !self.unreadable.is_empty() {
+                self.unreadable.remove(tp);
+            }
         }
         verdict
     }
@@ -102,6 +111,15 @@ impl Floors {
         self.at.insert(tp.clone(), offset + 1);
         self.fresh.remove(tp);
         self.rewinds.remove(tp);
+        self.unreadable.remove(tp);
+    }
+
+    /// A read `tp`'s check needs failed at `now`: how long its reads have failed, since the
+    /// first failure after its last record taken. Not since the last read that succeeded:
+    /// the check reads the committed offset, then the log's start, and the first may keep
+    /// succeeding while the second fails. The task gives up at its task timeout.
+    pub(super) fn unreadable(&mut self, tp: &TopicPartition, now: Instant) -> Duration {
+        now.saturating_duration_since(*self.unreadable.entry(tp.clone()).or_insert(now))
     }
 
     /// `partitions` are moved to `resume` (an exactly-once sink's offsets) or, those not in
@@ -154,12 +172,14 @@ impl Floors {
                     self.at.remove(tp);
                     self.fresh.remove(tp);
                     self.rewinds.remove(tp);
+                    self.unreadable.remove(tp);
                 }
             }
             None => {
                 self.at.clear();
                 self.fresh.clear();
                 self.rewinds.clear();
+                self.unreadable.clear();
             }
         }
     }
@@ -274,5 +294,31 @@ mod tests {
         assert_eq!(f.fell_below(&tp(1)), 1, "forgotten with the partition");
         f.forget(None);
         assert_eq!((f.get(&tp(0)), f.fell_below(&tp(0))), (None, 1));
+    }
+
+    /// The failing reads are timed from the first failure after the partition's last record
+    /// taken, per partition; a committed offset read meanwhile does not end the row; a
+    /// record taken or accepted past the floor, or the partition forgotten, do.
+    #[test]
+    fn failing_reads_are_timed_from_the_first_since_a_record_was_taken() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let mut f = Floors::default();
+        assert_eq!(f.unreadable(&tp(0), at(0)), Duration::ZERO, "the first failure");
+        assert_eq!(f.unreadable(&tp(0), at(700)), Duration::from_millis(700));
+        assert_eq!(f.unreadable(&tp(1), at(900)), Duration::ZERO, "per partition");
+        assert_eq!(f.unreadable(&tp(0), at(1_500)), Duration::from_millis(1_500));
+        f.read(&[tp(0)], &HashMap::from([(tp(0), 10)]));
+        assert_eq!(f.unreadable(&tp(0), at(2_000)), Duration::from_millis(2_000), "a read alone goes on with the row");
+        f.accept(&tp(0), 12);
+        assert_eq!(f.unreadable(&tp(0), at(3_000)), Duration::ZERO, "a record accepted past the floor ends it");
+        f.unreadable(&tp(0), at(3_100));
+        assert_eq!(f.take(&tp(0), 13), Intake::Take);
+        assert_eq!(f.unreadable(&tp(0), at(3_500)), Duration::ZERO, "so does a record taken");
+        assert_eq!(f.unreadable(&tp(1), at(3_000)), Duration::from_millis(2_100), "the other partition's row goes on");
+        f.forget(Some(&[tp(1)]));
+        assert_eq!(f.unreadable(&tp(1), at(4_000)), Duration::ZERO, "forgotten with the partition");
+        f.forget(None);
+        assert_eq!(f.unreadable(&tp(0), at(5_000)), Duration::ZERO);
     }
 }

@@ -120,11 +120,7 @@ impl Task {
                     Intake::Past { floor } => return self.past_floor(tp, offset, floor, batch),
                     Intake::Take | Intake::ReadFloor => return true,
                 },
-                Err(e) => {
-                    tracing::warn!(task = self.id, partition = ?tp, error = %e, "cannot read the partition's committed offset; rewinding it");
-                    self.rewind_below_floor(tp.clone(), batch);
-                    return false;
-                }
+                Err(e) => return self.unreadable(tp, "the committed offset", e.to_string(), batch),
             },
         };
         let times = self.ledger.floors.fell_below(tp);
@@ -152,11 +148,7 @@ impl Task {
     fn past_floor(&mut self, tp: &TopicPartition, offset: i64, floor: i64, batch: &mut Batch) -> bool {
         let log_start = match self.shared.log_start(&tp.0, tp.1, self.shared.cfg.call_timeout()) {
             Ok(log_start) => log_start,
-            Err(e) => {
-                tracing::warn!(task = self.id, partition = ?tp, error = %e, "cannot read where the partition's log starts; rewinding it");
-                self.rewind_below_floor(tp.clone(), batch);
-                return false;
-            }
+            Err(e) => return self.unreadable(tp, "where the log starts", e, batch),
         };
         if let Some((resume, log_start)) = super::floor::deleted(floor, log_start) {
             let partition = format!("{}-{}", tp.0, tp.1);
@@ -168,6 +160,22 @@ impl Task {
         }
         self.ledger.floors.accept(tp, offset);
         true
+    }
+
+    /// A read `tp`'s check needs (`what`) failed with `error`: the partition is rewound and
+    /// checked again, until its reads have failed for the task timeout; then the pipeline
+    /// stops ([`Error::TaskTimeout`]) naming the partition and the read, rather than rewind
+    /// forever. Always `false`: the record is not taken.
+    fn unreadable(&mut self, tp: &TopicPartition, what: &str, error: String, batch: &mut Batch) -> bool {
+        let timeout = self.shared.cfg.task_timeout;
+        if self.ledger.floors.unreadable(tp, Instant::now()) >= timeout {
+            let what = format!("reading {what} of partition {}-{} for {}", tp.0, tp.1, self.who());
+            self.stop(Error::TaskTimeout { what, timeout, last: error });
+            return false;
+        }
+        tracing::warn!(task = self.id, partition = ?tp, %error, "cannot read {what} of the partition; rewinding it");
+        self.rewind_below_floor(tp.clone(), batch);
+        false
     }
 
     /// Reads `tp`'s committed offset, as its floor and, with its mark, into the ledger. Its
