@@ -13,10 +13,11 @@ use kafka_eos_testkit::write::Writer;
 const TICK: Duration = Duration::from_millis(20);
 
 /// A writer thread; [`Paced::finish`] stops it and returns how many records it wrote.
+/// Dropped unfinished (a run that fails early), it stops writing as well.
 pub(crate) struct Paced {
     stop: Arc<AtomicBool>,
     sent: Arc<AtomicU64>,
-    join: JoinHandle<Result<u64, String>>,
+    join: Option<JoinHandle<Result<u64, String>>>,
 }
 
 impl Paced {
@@ -44,7 +45,7 @@ impl Paced {
             }
             writer.flush_all_delivered(Duration::from_secs(60)).map_err(|e| e.to_string())
         });
-        Ok(Paced { stop, sent, join })
+        Ok(Paced { stop, sent, join: Some(join) })
     }
 
     /// Records handed to the producer so far.
@@ -53,9 +54,16 @@ impl Paced {
     }
 
     /// Stops writing, waits for every record's delivery, returns how many were written.
-    pub(crate) fn finish(self) -> Result<u64, String> {
+    pub(crate) fn finish(mut self) -> Result<u64, String> {
         self.stop.store(true, Ordering::SeqCst);
-        self.join.join().map_err(|_| "the input writer panicked".to_string())?
+        let join = self.join.take().ok_or("the input writer was finished already")?;
+        join.join().map_err(|_| "the input writer panicked".to_string())?
+    }
+}
+
+impl Drop for Paced {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
     }
 }
 

@@ -23,9 +23,9 @@
 //! Transaction markers, aborted and compacted records also leave offsets without a record,
 //! but below the log's start nothing is deleted. A check whose read fails (the committed
 //! offset, the log's start) rewinds the partition and reads again, until its reads have
-//! failed for the task timeout: then the pipeline stops naming the read. This module holds the floors and the
-//! decisions; the task's side (the check at each record, the reads, the rewind:
-//! `Task::above_floor`) is in `positions.rs`.
+//! failed for the task timeout: then the pipeline stops naming the read. This module holds
+//! the floors and the decisions; the task's side (the check at each record, the reads, the
+//! rewind: `Task::above_floor`) is in `positions.rs`.
 
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
@@ -75,7 +75,8 @@ pub(super) struct Floors {
     fresh: HashSet<TopicPartition>,
     rewinds: HashMap<TopicPartition, u32>,
     /// The partitions whose check cannot read what it needs (the committed offset, the
-    /// log's start), with when its reads first failed since the last that succeeded.
+    /// log's start), with when its reads first failed since the partition's last record
+    /// taken.
     unreadable: HashMap<TopicPartition, Instant>,
 }
 
