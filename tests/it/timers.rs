@@ -279,3 +279,40 @@ async fn a_timer_only_transaction_with_an_unknown_outcome_is_reconciled_from_its
 fn now_ms() -> i64 {
     SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).expect("clock after 1970").as_millis() as i64
 }
+
+/// A partition with no record yet (an empty input partition) still has state, and its
+/// stream time moves with the wall clock once it is idle: the timer store saves it. That
+/// change commits in the transactions of the worker's other partitions (per consumer), so
+/// the transaction must also commit an offset for the empty partition; else its state is
+/// committed while the group has no offset for it, and every restart then stops with
+/// `StateWithoutOffsets`. Both exactly-once modes: restarted, the pipeline runs on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_empty_partitions_idle_stream_time_commits_with_an_offset_for_it() {
+    for guarantee in [Guarantee::ExactlyOncePerConsumer, Guarantee::ExactlyOncePerPartition] {
+        let mode = guarantee.as_str();
+        let s = Setup::new("timers-empty", 2).await;
+        let base = (now_ms() - 3_600_000) / MINUTE * MINUTE;
+        let idle = Some(Duration::from_millis(1_500));
+        // One worker per consumer: both partitions in one task, as a worker owns several.
+        let first = spawn(s.pipeline(guarantee, idle).workers(1));
+        // Partition 0 only, for longer than the idle timeout: partition 1 stays empty and its
+        // stream time moves on in partition 0's transactions. Stopped before partition 0 is
+        // idle itself, so that no transaction of timers alone (which commits where every
+        // partition stands) runs.
+        for round in 0..12 {
+            s.produce((0..10).map(|i| (0, base + (round * 10 + i) * 1_000)).collect()).await;
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        first.wait_records_in(120, Duration::from_secs(60)).await;
+        first.stop().await;
+        let second = spawn(s.pipeline(guarantee, idle).workers(1));
+        s.produce(vec![(0, base + 121_000)]).await;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while second.handle.summary().records_in < 1 && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        second.handle.shutdown();
+        let summary = second.finish().await.unwrap_or_else(|e| panic!("{mode}: the restart failed: {e}"));
+        assert_eq!(summary.records_in, 1, "{mode}: {summary:?}");
+    }
+}
