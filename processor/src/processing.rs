@@ -4,7 +4,7 @@
 //! ([`crate::runtime::task`]) and the test driver ([`crate::testing`]) both call exactly this
 //! code, so what a processor sees cannot drift between tests and production.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -62,6 +62,9 @@ pub(crate) struct Processing {
     /// Pipelines with [timers](crate::timers): each partition's topic and when its last
     /// record was processed (or its state restored), for timers that fire without a record.
     idle_since: HashMap<i32, (Topic, SystemTime)>,
+    /// The partitions whose timers do not fire without a record in the transaction in
+    /// flight ([`hold_timers`](Self::hold_timers)).
+    held: HashSet<i32>,
     /// The wall clock, if not the machine's (the test driver's simulated clock).
     clock: Option<SystemTime>,
     /// Partitions of the input topics, among which records sent to a repartition topic are
@@ -90,6 +93,7 @@ impl Processing {
             sink_rows: Vec::new(),
             outputs: HashMap::new(),
             idle_since: HashMap::new(),
+            held: HashSet::new(),
             clock: None,
             input_partitions: 1,
             outbox_records: true,
@@ -106,6 +110,13 @@ impl Processing {
     /// Makes timers follow `now` instead of the machine's clock (the test driver).
     pub(crate) fn set_clock(&mut self, now: SystemTime) {
         self.clock = Some(now);
+    }
+
+    /// The timers of `partitions` do not fire without a record in the next transactions,
+    /// until told otherwise: the runtime holds those whose state the transaction must not
+    /// change (`Ledger::held`).
+    pub(crate) fn hold_timers(&mut self, partitions: HashSet<i32>) {
+        self.held = partitions;
     }
 
     /// Keeps the rows of an outbox sink as sink rows (the test driver).
@@ -148,6 +159,7 @@ impl Processing {
             outbox: self.cfg.outbox.as_ref().filter(|_| self.outbox_records),
             now,
             idle_since: &mut self.idle_since,
+            held: &self.held,
         }
     }
 
@@ -358,6 +370,8 @@ pub(crate) struct BatchWork<'a> {
     sink_rows: &'a mut Vec<SinkRow<AnyRow>>,
     /// See [`Processing::idle_since`].
     idle_since: &'a mut HashMap<i32, (Topic, SystemTime)>,
+    /// See [`Processing::held`].
+    held: &'a HashSet<i32>,
     /// See [`Processing::input_partitions`].
     input_partitions: i32,
     /// The outbox its rows become records of, if any ([`Processing::outbox_records`]).
@@ -439,8 +453,12 @@ impl Work for BatchWork<'_> {
         self.processors.clear();
         let cfg = self.cfg;
         let Some(timers) = &cfg.timers else { return Ok(&[]) };
-        let mut partitions: Vec<(i32, Topic, SystemTime)> =
-            self.idle_since.iter().map(|(p, (t, at))| (*p, t.clone(), *at)).collect();
+        let mut partitions: Vec<(i32, Topic, SystemTime)> = self
+            .idle_since
+            .iter()
+            .filter(|(p, _)| !self.held.contains(p))
+            .map(|(p, (t, at))| (*p, t.clone(), *at))
+            .collect();
         partitions.sort_unstable_by_key(|(p, _, _)| *p);
         for (partition, topic, last) in partitions {
             let before = self.processors.outputs().len();

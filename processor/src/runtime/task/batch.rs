@@ -245,6 +245,8 @@ impl Batch {
         self.records.push(record);
         // Read once per attempt, like a replay's; a failure is met again there.
         if self.records.len() == 1 && streams(task) && task.refresh_tables().is_ok() {
+            let first = (self.records[0].topic.clone(), self.records[0].partition);
+            task.hold_timers(&[first], None);
             let Some(producer) = task.producer.as_mut() else { return true };
             let started = Instant::now();
             let deadline = Deadline::interruptible(started + task.shared.cfg.task_timeout, &task.interrupt);
@@ -358,6 +360,9 @@ impl Batch {
         let offsets = match offsets {
             Ok(offsets) => {
                 task.ledger.set_in_flight(offsets.clone());
+                let committing: Vec<TopicPartition> =
+                    offsets.elements().iter().map(|e| (e.topic().into(), e.partition())).collect();
+                task.hold_timers(&committing, Some(deadline));
                 offsets
             }
             Err(e) => {

@@ -12,7 +12,7 @@
 //! transaction may have committed unseen) forgets what the group had: it is read again
 //! before it is relied on.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use rdkafka::{Offset, TopicPartitionList};
 
@@ -67,6 +67,27 @@ impl Ledger {
         owned: impl IntoIterator<Item = &'a TopicPartition>,
     ) -> Vec<TopicPartition> {
         owned.into_iter().filter(|tp| matches!(self.committed.get(*tp), Some(None))).cloned().collect()
+    }
+
+    /// The partition numbers whose state a transaction that commits `committing` must not
+    /// change: of `owned`, those no partition of which has an offset the group is known to
+    /// hold or `committing` holds. Committed, a change there (a timer of an idle partition,
+    /// fired without a record) would be state the group has no offset for, which a restart
+    /// refuses ([`Error::StateWithoutOffsets`](crate::Error::StateWithoutOffsets)).
+    pub(super) fn held<'a>(
+        &self,
+        owned: impl IntoIterator<Item = &'a TopicPartition>,
+        committing: impl Fn(&TopicPartition) -> bool,
+    ) -> HashSet<i32> {
+        let (mut all, mut allowed) = (HashSet::new(), HashSet::new());
+        for tp in owned {
+            all.insert(tp.1);
+            if matches!(self.committed.get(tp), Some(Some(_))) || committing(tp) {
+                allowed.insert(tp.1);
+            }
+        }
+        all.retain(|p| !allowed.contains(p));
+        all
     }
 
     /// Where `owned` stand, sorted: the committed offset of each one known, and for one the
@@ -264,5 +285,43 @@ mod tests {
             let unknown: Vec<TopicPartition> = [0, 1].into_iter().filter(|p| !model.contains_key(p)).map(tp).collect();
             assert_eq!(ledger.unknown(&owned), unknown, "{sequence:?}");
         }
+    }
+
+    /// Over every assignment of three partitions (two numbers, one of them with two topics)
+    /// to unknown / nothing committed / committed, and every subset committing: a number is
+    /// held exactly when none of its partitions is committed in the group or committing.
+    #[test]
+    fn a_partition_number_is_held_exactly_when_none_of_its_partitions_has_or_gets_an_offset() {
+        let owned = [tp(0), ("rep".into(), 0), tp(1)];
+        let facts = |i: usize| -> Option<Committed> {
+            match i {
+                0 => None,
+                1 => Some(None),
+                _ => Some(Some((5, "m".into()))),
+            }
+        };
+        for a in 0..27usize {
+            let mut l = Ledger::default();
+            let known: Vec<Option<Committed>> = (0..3).map(|k| facts(a / 3usize.pow(k) % 3)).collect();
+            for (tp, fact) in owned.iter().zip(&known) {
+                if let Some(c) = fact {
+                    l.learned(tp, c.clone());
+                }
+            }
+            for mask in 0..8usize {
+                let committing =
+                    |t: &TopicPartition| owned.iter().position(|o| o == t).is_some_and(|i| mask >> i & 1 == 1);
+                let ok = |i: usize| matches!(known[i], Some(Some(_))) || mask >> i & 1 == 1;
+                let mut expected = HashSet::new();
+                if !(ok(0) || ok(1)) {
+                    expected.insert(0);
+                }
+                if !ok(2) {
+                    expected.insert(1);
+                }
+                assert_eq!(l.held(&owned, committing), expected, "{known:?}, committing {mask:03b}");
+            }
+        }
+        assert!(Ledger::default().held(&[], |_| true).is_empty(), "nothing owned, nothing held");
     }
 }

@@ -40,6 +40,33 @@ impl Task {
         Ok(self.ledger.standing(&self.owned, &starts))
     }
 
+    /// Holds the timers of the partitions whose state the next transaction, which commits
+    /// `committing`, must not change ([`Ledger::held`](super::ledger::Ledger::held)):
+    /// transactional tasks with timers only. Owned partitions whose committed offset is not
+    /// known yet are read first, when `deadline` is given (else held meanwhile).
+    pub(super) fn hold_timers(&mut self, committing: &[TopicPartition], deadline: Option<Deadline<'_>>) {
+        if self.transactional_id.is_none() || !self.processing.has_timers() {
+            return;
+        }
+        if let Some(deadline) = deadline {
+            let unknown = self.ledger.unknown(&self.owned);
+            if !unknown.is_empty() {
+                match self.committed_marked(&unknown, deadline.instant(), "where the partitions stand") {
+                    Ok(group) => {
+                        for tp in &unknown {
+                            self.ledger.learned(tp, group.get(tp).cloned());
+                        }
+                    }
+                    Err(e) => {
+                        tracing::debug!(task = self.id, error = %e, "their timers held: cannot read the group's offsets")
+                    }
+                }
+            }
+        }
+        let held = self.ledger.held(&self.owned, |tp| committing.contains(tp));
+        self.processing.hold_timers(held);
+    }
+
     /// `partitions` are moved to `resume` (an exactly-once sink's offsets) or, those not in
     /// it, to their committed offsets. A transactional task reads the group's committed
     /// offsets of the resumed ones, with their marks, into the ledger; if the read fails they
