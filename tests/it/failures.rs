@@ -211,21 +211,12 @@ async fn a_position_reset_below_the_committed_offset_is_never_processed() {
 async fn records_deleted_before_they_were_processed_stop_the_pipeline_unless_skipped() {
     use rdkafka::admin::{AdminClient, AdminOptions};
     use rdkafka::client::DefaultClientContext;
-    use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
     use rdkafka::{ClientConfig, Offset, TopicPartitionList};
     for guarantee in [Guarantee::ExactlyOncePerPartition, Guarantee::ExactlyOncePerConsumer] {
         let t = topics("deleted", 1, 1_000, 100).await;
         let app = unique("deleted");
         // The group had processed 300 records when the pipeline stopped.
-        let mut at = TopicPartitionList::new();
-        at.add_partition_offset(&t.input, 0, Offset::Offset(300)).unwrap();
-        let group: BaseConsumer = ClientConfig::new()
-            .set("bootstrap.servers", &t.bootstrap)
-            .set("group.id", &app)
-            .set("enable.auto.commit", "false")
-            .create()
-            .expect("consumer");
-        group.commit(&at, CommitMode::Sync).expect("commit 300");
+        commit_group_at(&t, &app, 300);
         // Then records up to 600, never processed, are deleted.
         let admin: AdminClient<DefaultClientContext> =
             ClientConfig::new().set("bootstrap.servers", &t.bootstrap).create().expect("admin client");
@@ -270,9 +261,8 @@ async fn records_deleted_before_they_were_processed_stop_the_pipeline_unless_ski
 /// goes on once it succeeds, with nothing skipped or processed twice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_log_start_that_cannot_be_read_is_retried_then_stops_the_pipeline() {
-    use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
     use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
-    use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+    use rdkafka::ClientConfig;
     let t = topics("logstart", 1, 0, 100).await;
     let app = unique("logstart");
     // Two upstream transactions: records 0..300 with their marker at 300, then 700 more.
@@ -296,15 +286,7 @@ async fn a_log_start_that_cannot_be_read_is_retried_then_stops_the_pipeline() {
         writer.commit_transaction(Duration::from_secs(30)).expect("commit");
     }
     // The group processed the first transaction: its committed offset is the marker's.
-    let mut at = TopicPartitionList::new();
-    at.add_partition_offset(&t.input, 0, Offset::Offset(300)).unwrap();
-    let group: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", &t.bootstrap)
-        .set("group.id", &app)
-        .set("enable.auto.commit", "false")
-        .create()
-        .expect("consumer");
-    group.commit(&at, CommitMode::Sync).expect("commit 300");
+    commit_group_at(&t, &app, 300);
 
     let task_timeout = Duration::from_secs(5);
     let run = spawn(
@@ -333,4 +315,20 @@ async fn a_log_start_that_cannot_be_read_is_retried_then_stops_the_pipeline() {
     let summary = run.stop().await;
     assert_eq!(summary.records_in, 700, "301..1001 processed once: {summary:?}");
     assert_eq!(t.count_output_uncommitted().await, 700, "nothing skipped, nothing twice");
+}
+
+/// Commits `offset` for the group `app` on partition 0 of `t`'s input, as a pipeline stopped
+/// there would have.
+fn commit_group_at(t: &crate::common::Topics, app: &str, offset: i64) {
+    use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+    use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+    let mut at = TopicPartitionList::new();
+    at.add_partition_offset(&t.input, 0, Offset::Offset(offset)).unwrap();
+    let group: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &t.bootstrap)
+        .set("group.id", app)
+        .set("enable.auto.commit", "false")
+        .create()
+        .expect("consumer");
+    group.commit(&at, CommitMode::Sync).expect("commit the group's offset");
 }
