@@ -245,8 +245,8 @@ impl Batch {
         self.records.push(record);
         // Read once per attempt, like a replay's; a failure is met again there.
         if self.records.len() == 1 && streams(task) && task.refresh_tables().is_ok() {
-            let first = (self.records[0].topic.clone(), self.records[0].partition);
-            task.hold_timers(&[first], None);
+            let first = &self.records[0];
+            task.hold_timers(|tp: &TopicPartition| tp.1 == first.partition && tp.0 == first.topic, None);
             let Some(producer) = task.producer.as_mut() else { return true };
             let started = Instant::now();
             let deadline = Deadline::interruptible(started + task.shared.cfg.task_timeout, &task.interrupt);
@@ -360,9 +360,7 @@ impl Batch {
         let offsets = match offsets {
             Ok(offsets) => {
                 task.ledger.set_in_flight(offsets.clone());
-                let committing: Vec<TopicPartition> =
-                    offsets.elements().iter().map(|e| (e.topic().into(), e.partition())).collect();
-                task.hold_timers(&committing, Some(deadline));
+                task.hold_timers(|tp: &TopicPartition| offsets.find_partition(&tp.0, tp.1).is_some(), Some(deadline));
                 offsets
             }
             Err(e) => {

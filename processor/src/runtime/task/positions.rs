@@ -23,13 +23,7 @@ impl Task {
     /// after reading the group's stable committed offsets of those not known yet, and the
     /// log's start of those the group has none for (one that cannot be read is left out).
     pub(super) fn standing(&mut self, deadline: Deadline<'_>) -> Result<TopicPartitionList, Error> {
-        let unknown = self.ledger.unknown(&self.owned);
-        if !unknown.is_empty() {
-            let group = self.committed_marked(&unknown, deadline.instant(), "where the partitions stand")?;
-            for tp in &unknown {
-                self.ledger.learned(tp, group.get(tp).cloned());
-            }
-        }
+        self.learn_unknown(deadline)?;
         let timeout = self.shared.cfg.call_timeout().min(deadline.remaining());
         let starts: HashMap<TopicPartition, i64> = self
             .ledger
@@ -44,27 +38,28 @@ impl Task {
     /// `committing`, must not change ([`Ledger::held`](super::ledger::Ledger::held)):
     /// transactional tasks with timers only. Owned partitions whose committed offset is not
     /// known yet are read first, when `deadline` is given (else held meanwhile).
-    pub(super) fn hold_timers(&mut self, committing: &[TopicPartition], deadline: Option<Deadline<'_>>) {
+    pub(super) fn hold_timers(&mut self, committing: impl Fn(&TopicPartition) -> bool, deadline: Option<Deadline<'_>>) {
         if self.transactional_id.is_none() || !self.processing.has_timers() {
             return;
         }
-        if let Some(deadline) = deadline {
-            let unknown = self.ledger.unknown(&self.owned);
-            if !unknown.is_empty() {
-                match self.committed_marked(&unknown, deadline.instant(), "where the partitions stand") {
-                    Ok(group) => {
-                        for tp in &unknown {
-                            self.ledger.learned(tp, group.get(tp).cloned());
-                        }
-                    }
-                    Err(e) => {
-                        tracing::debug!(task = self.id, error = %e, "their timers held: cannot read the group's offsets")
-                    }
-                }
+        if let Some(Err(e)) = deadline.map(|deadline| self.learn_unknown(deadline)) {
+            tracing::debug!(task = self.id, error = %e, "their timers held: cannot read the group's offsets");
+        }
+        let held = self.ledger.held(&self.owned, committing);
+        self.processing.hold_timers(held);
+    }
+
+    /// Reads the group's committed offsets of the owned partitions the ledger does not know
+    /// yet, into the ledger.
+    fn learn_unknown(&mut self, deadline: Deadline<'_>) -> Result<(), Error> {
+        let unknown = self.ledger.unknown(&self.owned);
+        if !unknown.is_empty() {
+            let group = self.committed_marked(&unknown, deadline.instant(), "where the partitions stand")?;
+            for tp in &unknown {
+                self.ledger.learned(tp, group.get(tp).cloned());
             }
         }
-        let held = self.ledger.held(&self.owned, |tp| committing.contains(tp));
-        self.processing.hold_timers(held);
+        Ok(())
     }
 
     /// `partitions` are moved to `resume` (an exactly-once sink's offsets) or, those not in
