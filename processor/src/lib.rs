@@ -65,6 +65,7 @@
 //! | [`health`] | per-partition health (what `/health` serves) |
 //! | [`ops`] | Prometheus `/metrics` and `/health` (feature `ops-server`), tracing set-up (feature `logging`) |
 //! | [`Error`], [`ErrorClass`], [`KafkaError`] | typed errors and their classification (retriable / abortable / fenced / fatal) |
+//! | [`acl`] | the ACLs a pipeline needs on a cluster with an authorizer |
 //! | [`admin`] | topic creation and topic configuration |
 //!
 //! The local broker harness, the verifier and test-data helpers are in the
@@ -92,6 +93,7 @@
 // their lints still catch dead code.
 #![cfg_attr(not(feature = "test-hooks"), allow(dead_code))]
 
+pub mod acl;
 pub mod admin;
 pub mod codec;
 pub mod config;

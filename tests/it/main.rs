@@ -5,6 +5,7 @@
 //! test uses its own topics and application id, so tests run in parallel.
 
 mod aborts;
+mod acls;
 mod cli;
 mod common;
 mod diskstate;

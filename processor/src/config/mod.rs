@@ -26,6 +26,7 @@
 //! # Ok(()) }
 //! ```
 
+pub(crate) mod acls;
 pub(crate) mod builder;
 mod describe;
 pub(crate) mod error_policy;

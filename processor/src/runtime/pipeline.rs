@@ -51,6 +51,14 @@ impl Pipeline {
         TopologyDescription::of(&self.cfg, self.processor.name())
     }
 
+    /// The ACLs the pipeline's principal needs on a cluster with an authorizer: every topic
+    /// it reads, writes, creates or purges, its consumer group and its transactional ids
+    /// ([`crate::acl`]; [`Acl::kafka_acls_command`](crate::acl::Acl::kafka_acls_command)
+    /// prints the command that grants one). Connects to nothing.
+    pub fn acls(&self) -> Vec<crate::acl::Acl> {
+        crate::config::acls::required(&self.cfg)
+    }
+
     /// A handle that stops the pipeline and reads its counters.
     pub fn shutdown_handle(&self) -> ShutdownHandle {
         self.handle.clone()

@@ -90,6 +90,7 @@
 //! read that file. Before signalling a recorded PID they check `/proc/<pid>/cmdline` still names
 //! `kafka.Kafka` and that node's `server.properties`, so a recycled PID is never killed.
 
+pub mod acls;
 mod cluster;
 mod coordinator;
 mod detached;
@@ -223,6 +224,11 @@ pub struct ClusterConfig {
 pub struct SaslConfig {
     /// `(name, password)` of every user.
     pub users: Vec<(String, String)>,
+    /// Run Kafka's `StandardAuthorizer`: a SASL user may then do only what its ACLs allow
+    /// (none at first; no ACL found means denied), granted with [`acls::AclAdmin`]. The
+    /// plaintext listeners' principal, `User:ANONYMOUS` (the brokers' own traffic, the
+    /// harness and [`acls::AclAdmin`]), is a super user. Default `false`.
+    pub authorizer: bool,
 }
 
 impl SaslConfig {
@@ -239,6 +245,12 @@ impl SaslConfig {
         self.users.push((name.into(), password.into()));
         self
     }
+
+    /// With Kafka's authorizer ([`authorizer`](Self::authorizer)).
+    pub fn with_authorizer(mut self) -> Self {
+        self.authorizer = true;
+        self
+    }
 }
 
 impl std::fmt::Debug for SaslConfig {
@@ -249,7 +261,7 @@ impl std::fmt::Debug for SaslConfig {
                 f.debug_list().entries(self.0.iter().map(|(name, _)| (name, "[redacted]"))).finish()
             }
         }
-        f.debug_struct("SaslConfig").field("users", &Users(&self.users)).finish()
+        f.debug_struct("SaslConfig").field("users", &Users(&self.users)).field("authorizer", &self.authorizer).finish()
     }
 }
 

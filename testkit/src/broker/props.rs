@@ -155,6 +155,10 @@ pub(crate) fn server_properties(
         ] {
             props.push((key, "org.apache.kafka.common.security.scram.ScramLoginModule required;".into()));
         }
+        if sasl.authorizer {
+            props.push(("authorizer.class.name", "org.apache.kafka.metadata.authorizer.StandardAuthorizer".into()));
+            props.push(("super.users", "User:ANONYMOUS".into()));
+        }
     }
     let mut out = String::from("# Written by kafka-eos's local broker harness; regenerated on every start.\n");
     for (k, v) in props {
