@@ -138,7 +138,7 @@ fn used(acl: &Acl, decisions: &BTreeSet<(String, String, String)>) -> bool {
 /// Topics `<base>-in` and `<base>-out` (2 partitions) with 400 records in, made by the super user.
 async fn topics(base: &str) -> (String, String) {
     let (input, output) = (format!("{base}-in"), format!("{base}-out"));
-    let super_user = admin::Client::new(&cluster().direct_bootstrap_servers());
+    let super_user = admin::Client::new(cluster().direct_bootstrap_servers());
     let (i, o) = (input.clone(), output.clone());
     blocking(move || {
         super_user.create_topic(&i, 2, 1)?;
@@ -182,12 +182,12 @@ async fn exactly_its_acls(n: usize, guarantee: Guarantee, stateful: bool) {
     AclAdmin::new(&c.direct_bootstrap_servers()).expect("ACL admin").grant(&principal, &acls).expect("grant");
     run_until(p, RECORDS).await;
     // The restart restores the state from its changelog before its first record.
-    let super_user = admin::Client::new(&c.direct_bootstrap_servers());
+    let super_user = admin::Client::new(c.direct_bootstrap_servers());
     let i = input.clone();
     blocking(move || super_user.produce_sequence(&i, 2, RECORDS, 50)).await.expect("more input");
     run_until(pipeline(&app, &input, &output, guarantee, stateful, &props), RECORDS).await;
 
-    let report = blocking(move || verify(&VerifyConfig::new(&c.direct_bootstrap_servers(), &input, &output)))
+    let report = blocking(move || verify(&VerifyConfig::new(c.direct_bootstrap_servers(), &input, &output)))
         .await
         .expect("verify");
     assert_eq!((report.input_records, report.missing), (2 * RECORDS, 0), "{report}");

@@ -1,4 +1,4 @@
-//! Granting and revoking ACLs on an authorizing cluster ([`SaslConfig::authorizer`]) through
+//! Granting and revoking ACLs on an authorizing cluster ([`SaslConfig::authorizer`](super::SaslConfig::authorizer)) through
 //! the Admin API (`CreateAcls`, `DeleteAcls`), as the cluster's super user: a client of the
 //! plaintext listener, whose principal `User:ANONYMOUS` the harness makes a super user.
 //!
