@@ -25,7 +25,8 @@ use crate::error::ErrorClass;
 use crate::observe::Reconciliation;
 use crate::record::InputRecord;
 use crate::runtime::interrupt::Deadline;
-use crate::state::changelog::{group_reader_config, stable_committed_offsets};
+use crate::state::base::stable_committed_offsets;
+use crate::state::changelog::group_reader_config;
 use crate::txn::{Step, StepError, TxnProducer};
 
 /// What a failed cycle's Kafka error leads to.

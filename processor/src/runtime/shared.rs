@@ -71,7 +71,7 @@ impl Shared {
     }
 
     /// The group's committed offsets of `partitions`, read as stable
-    /// ([`stable_committed_offsets`](crate::state::changelog::stable_committed_offsets)) by
+    /// ([`stable_committed_offsets`](crate::state::base::stable_committed_offsets)) by
     /// the instance's one reader, which the tasks share: one client however many tasks ask.
     pub(crate) fn stable_committed_offsets(
         &self,
@@ -79,7 +79,7 @@ impl Shared {
         deadline: Instant,
     ) -> Result<TopicPartitionList, String> {
         let reader = self.offsets_reader()?;
-        crate::state::changelog::stable_committed_offsets(&*reader, partitions, deadline)
+        crate::state::base::stable_committed_offsets(&*reader, partitions, deadline)
             .map_err(|e| self.renew_offsets_reader(&reader, e.to_string()))
     }
 

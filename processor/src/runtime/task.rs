@@ -168,9 +168,16 @@ impl Task {
                         if batch.is_open() {
                             batch.end(&mut self);
                         }
-                        if let Err(e) = self.restore() {
-                            self.stop(e);
-                            continue;
+                        match self.restore() {
+                            Ok(true) => {}
+                            Ok(false) => {
+                                batch.clear(); // of the partitions given back
+                                continue;
+                            }
+                            Err(e) => {
+                                self.stop(e);
+                                continue;
+                            }
                         }
                     }
                     if !batch.add(r, &mut self) || batch.len() >= cfg.max_records_per_transaction || batch.is_overdue()

@@ -8,11 +8,13 @@ use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
+use super::base::{self, stable_committed_offsets, Base};
 use super::backend::{Change, Checkpoint, Location};
 use super::{changelog_topic, checkpoint, PartitionState, StateError, StoreDef};
 use crate::admin::QuietEof;
 use crate::config::PipelineConfig;
 use crate::error::{Error, Result};
+use crate::partition::TopicPartition;
 
 /// Creates every store's changelog topic if missing — compacted, one partition per input
 /// partition — and refuses to start if one exists with another partition count or without
@@ -134,6 +136,7 @@ pub(crate) fn restore(
         )
     })?;
 
+    let before = base::base(&committed);
     let mut records = vec![vec![0u64; cfg.stores.len()]; partitions.len()];
     let index_of = |p: i32| partitions.iter().position(|q| *q == p);
     let admin = || crate::admin::Client::new(&cfg.bootstrap_servers).properties(cfg.consumer_properties.clone());
@@ -283,11 +286,17 @@ pub(crate) fn restore(
         .filter(|e| e.offset().to_raw().is_some_and(|o| o >= 0))
         .map(|e| e.partition())
         .collect();
-    let without_offsets = state_without_offsets(partitions, &held, &with_offsets)
+    let without_offsets = base::state_without_offsets(partitions, &held, &with_offsets)
         .into_iter()
         .map(|p| (p, partitions.iter().position(|q| *q == p).map_or(0, |i| changes[i])))
         .collect();
-    Ok(Restored { states, records: changes.iter().sum(), handovers, without_offsets })
+    // Read again: a transaction that committed these partitions since the first read (another
+    // owner's, see `base`) may have put changes in the changelogs read past it.
+    let after = stable_committed_offsets(&consumer, &input, deadline).map_err(|e| {
+        timeout(format!("fetching the stable committed offsets of {partitions:?} after restoring their state"), e.to_string())
+    })?;
+    let moved = base::moved(&before, &base::base(&after));
+    Ok(Restored { states, records: changes.iter().sum(), handovers, without_offsets, base: before, moved })
 }
 
 /// What a [`restore`] rebuilt.
@@ -299,17 +308,14 @@ pub(crate) struct Restored {
     /// How many partitions continued a warm copy.
     pub handovers: usize,
     /// The partitions whose state holds committed changes while the group has no committed
-    /// offset for them ([`state_without_offsets`]), each with the changelog records read.
+    /// offset for them ([`base::state_without_offsets`]), each with the changelog records read.
     pub without_offsets: Vec<(i32, u64)>,
-}
-
-/// The partitions of `partitions` whose state holds committed changes (`held`, in the same
-/// order) while the group has no committed offset for any input partition of that number
-/// (`with_offsets`: the numbers with one). In the exactly-once modes a change commits with
-/// its input's offsets, so such state outlived its group's offsets (deleted or expired):
-/// processing from the log's start would apply every record to it a second time.
-pub(crate) fn state_without_offsets(partitions: &[i32], held: &[bool], with_offsets: &[i32]) -> Vec<i32> {
-    partitions.iter().zip(held).filter(|(p, held)| **held && !with_offsets.contains(p)).map(|(p, _)| *p).collect()
+    /// The committed offsets of the input partitions that the states reflect
+    /// ([`base`](super::base)), read before the changelogs.
+    pub base: Base,
+    /// The input partitions committed again while the changelogs were read: another
+    /// owner's commit, after which the states must not be used ([`base::moved`]).
+    pub moved: Vec<TopicPartition>,
 }
 
 /// What a restore is handed for a partition before it opens its stores.
@@ -426,36 +432,6 @@ pub(crate) fn group_reader_config(cfg: &PipelineConfig) -> ClientConfig {
     cc
 }
 
-/// The group's committed offsets of `partitions`, fetched as *stable*: the broker answers
-/// `UNSTABLE_OFFSET_COMMIT` while a transaction that carries offsets of these partitions is
-/// still open or completing, and the fetch is asked again until it is not (or `deadline`
-/// passes; the last error is returned). So the answer never reflects a transaction whose
-/// fate is still open. `consumer` must be built from [`group_reader_config`].
-pub(crate) fn stable_committed_offsets<C: rdkafka::consumer::ConsumerContext>(
-    consumer: &BaseConsumer<C>,
-    partitions: &TopicPartitionList,
-    deadline: Instant,
-) -> rdkafka::error::KafkaResult<TopicPartitionList> {
-    loop {
-        let remaining = deadline.saturating_duration_since(Instant::now());
-        // An error of one partition (e.g. UNSTABLE_OFFSET_COMMIT) fails the fetch.
-        let fetched = consumer.committed_offsets(partitions.clone(), remaining.min(Duration::from_secs(10))).and_then(
-            |offsets| match offsets.elements().iter().find_map(|e| e.error().err()) {
-                Some(e) => Err(e),
-                None => Ok(offsets),
-            },
-        );
-        match fetched {
-            Ok(offsets) => return Ok(offsets),
-            Err(e) if Instant::now() >= deadline => return Err(e),
-            Err(e) => {
-                tracing::debug!(error = %e, "committed offsets not stable yet");
-                std::thread::sleep(Duration::from_millis(100).min(deadline.saturating_duration_since(Instant::now())));
-            }
-        }
-    }
-}
-
 /// Whether a consumer error will not go away by retrying: the changelog is gone or this
 /// principal may not read it.
 pub(crate) fn is_definite(e: &KafkaError) -> bool {
@@ -485,35 +461,6 @@ pub(crate) fn retrying<T>(
 /// Error paths of the restore, driven by librdkafka's mock cluster (error injection only:
 /// the exactly-once behaviour of state is proven on a real broker by `tests/it/state.rs` and
 /// the chaos suite's financial-close scenario).
-#[cfg(test)]
-mod without_offsets_tests {
-    use super::state_without_offsets;
-
-    /// Over every partition list of up to three of 0..3 (empty included), every held/empty
-    /// pattern and every set of numbers with offsets: a partition is named exactly when its
-    /// state holds changes and its number has no offset, in the order asked for.
-    #[test]
-    fn state_is_without_offsets_exactly_when_it_holds_changes_and_its_number_has_no_offset() {
-        let subsets = |n: u32| (0..1u32 << n).map(move |bits| (0..n as i32).filter(|i| bits & (1 << i) != 0).collect());
-        for partitions in subsets(3).collect::<Vec<Vec<i32>>>() {
-            for held_bits in 0..1u32 << partitions.len() {
-                let held: Vec<bool> = (0..partitions.len()).map(|i| held_bits & (1 << i) != 0).collect();
-                for with_offsets in subsets(4).collect::<Vec<Vec<i32>>>() {
-                    let named = state_without_offsets(&partitions, &held, &with_offsets);
-                    let expected: Vec<i32> = partitions
-                        .iter()
-                        .enumerate()
-                        .filter(|(i, p)| held[*i] && !with_offsets.contains(p))
-                        .map(|(_, p)| *p)
-                        .collect();
-                    assert_eq!(named, expected, "{partitions:?} held {held:?} offsets {with_offsets:?}");
-                    assert!(named.iter().all(|p| partitions.contains(p)));
-                }
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 pub(super) mod mock_cluster_tests {
     use std::time::{Duration, Instant};

@@ -68,6 +68,7 @@
 //! every input on one instance.
 
 pub mod backend;
+pub(crate) mod base;
 mod cell;
 pub(crate) mod changelog;
 pub(crate) mod checkpoint;

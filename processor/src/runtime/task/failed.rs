@@ -254,7 +254,7 @@ impl Task {
 
     /// Drops the producer and the partitions and tells the task manager, which hands them
     /// back to the group; whoever gets them next restores their state from the changelogs.
-    fn give_partitions_back(&mut self, error: String) {
+    pub(super) fn give_partitions_back(&mut self, error: String) {
         self.producer = None;
         self.forget_partitions();
         let _ = self.shared.control.send(Control::Fenced { task: self.id, error });

@@ -3,7 +3,7 @@
 //!
 //! | fact | set by | read by |
 //! |---|---|---|
-//! | the group's committed offset and its mark | a read of the group (the floor's read, a resume from a sink, where timers alone stand), this task's own commit | a transaction of timers alone (what it commits), a reconcile (what stood before the transaction: [`Before`]) |
+//! | the group's committed offset and its mark | the restore of the partition's state (the offset that state reflects), a read of the group (the floor's read, a resume from a sink, where timers alone stand), this task's own commit | a transaction of timers alone (what it commits), a reconcile (what stood before the transaction: [`Before`]) |
 //! | the floor | the floor's read, a resume, each record taken ([`floor`](super::floor)) | the intake check at each record |
 //! | the rewinds waited for | a replacement in place, a dropped batch ([`rewind`](super::rewind)) | the intake check at each record |
 //! | the offsets the batch in flight commits | the batch's first attempt | its reconcile |
@@ -11,6 +11,14 @@
 //! Forgetting a partition (revoked) or every partition (a producer given up, whose last
 //! transaction may have committed unseen) forgets what the group had: it is read again
 //! before it is relied on.
+//!
+//! A known committed offset is never overwritten by a read ([`Ledger::learn`]): it is what
+//! the task's state of the partition reflects (restored at it, or committed by the task
+//! itself), so a read that finds anything else means another owner committed the partition
+//! since — a member the group expired unseen, whose reconcile fenced this task's producer —
+//! and the state here is stale. Learning it would make that commit look like this task's
+//! own starting point: a reconcile would then take this task's transaction for aborted and
+//! replay it on the stale state, committing a second lineage of the partition.
 
 use std::collections::{HashMap, HashSet};
 
@@ -38,10 +46,43 @@ pub(crate) struct Ledger {
     in_flight: TopicPartitionList,
 }
 
+/// How a read of the group's committed offset of a partition stands against what the ledger
+/// knows of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Read {
+    /// Nothing was known: the read is learned.
+    New,
+    /// The same offset with the same mark (or none, as known): nothing committed there since.
+    Same,
+    /// Anything else: a transaction that is not this task's committed the partition since
+    /// (this task's own commits are learned as they end). Not learned.
+    Moved,
+}
+
+/// What a read `read` of a partition's committed offset is, given what was `known`
+/// (`None`: nothing).
+pub(super) fn compare(known: Option<&Committed>, read: &Committed) -> Read {
+    match known {
+        None => Read::New,
+        Some(k) if k == read => Read::Same,
+        Some(_) => Read::Moved,
+    }
+}
+
 impl Ledger {
-    /// A read of the group found `tp` committed at `committed`.
-    pub(super) fn learned(&mut self, tp: &TopicPartition, committed: Committed) {
-        self.committed.insert(tp.clone(), committed);
+    /// A read of the group found `tp` committed at `read`: learned if nothing was known,
+    /// never overwriting what was ([`compare`]; see the module docs).
+    pub(super) fn learn(&mut self, tp: &TopicPartition, read: Committed) -> Read {
+        let verdict = compare(self.committed.get(tp), &read);
+        if verdict == Read::New {
+            self.committed.insert(tp.clone(), read);
+        }
+        verdict
+    }
+
+    /// What the group is known to hold for `tp` (`None`: not known).
+    pub(super) fn known(&self, tp: &TopicPartition) -> Option<&Committed> {
+        self.committed.get(tp)
     }
 
     /// The batch in flight committed, its offsets carrying `mark` (`None`: a transaction
@@ -170,8 +211,12 @@ mod tests {
         let owned = [tp(0), tp(1), tp(2)];
         assert_eq!(l.unknown(&owned), owned.to_vec(), "nothing known at first");
         assert_eq!(offsets(&l.standing(&owned, &HashMap::new())), vec![]);
-        l.learned(&tp(0), Some((10, "m0".into())));
-        l.learned(&tp(1), None);
+        assert_eq!(l.learn(&tp(0), Some((10, "m0".into()))), Read::New);
+        assert_eq!(l.learn(&tp(1), None), Read::New);
+        assert_eq!(l.learn(&tp(0), Some((10, "m0".into()))), Read::Same);
+        assert_eq!(l.learn(&tp(0), Some((10, "other".into()))), Read::Moved, "another transaction's mark");
+        assert_eq!(l.learn(&tp(1), Some((4, "other".into()))), Read::Moved, "committed since nothing stood");
+        assert_eq!(l.known(&tp(0)), Some(&Some((10, "m0".to_string()))), "a moved read is not learned");
         assert_eq!(l.unknown(&owned), vec![tp(2)]);
         assert_eq!(l.nothing_committed(&owned), vec![tp(1)]);
         assert_eq!(offsets(&l.standing(&owned, &HashMap::new())), vec![(0, Some(10))], "no log start: left out");
@@ -192,8 +237,8 @@ mod tests {
         l.forget(None);
         assert_eq!(l.unknown(&owned), owned.to_vec());
         assert!(l.before(&Spans::new()).is_empty(), "no spans, nothing before");
-        l.learned(&tp(0), Some((15, "m1".into())));
-        l.learned(&tp(1), None);
+        l.learn(&tp(0), Some((15, "m1".into())));
+        l.learn(&tp(1), None);
         l.committed_in_flight(None);
         assert_eq!(l.unknown(&owned), vec![tp(0), tp(2)], "a commit without a mark: its partitions not known");
     }
@@ -214,11 +259,13 @@ mod tests {
 
     /// Over every sequence of up to four events (empty included): what the ledger says stood
     /// before a transaction, and where timers alone would commit, is what a plain model of
-    /// "the last thing learned or committed, unless forgotten since" says.
+    /// "the first thing read or the last commit, unless forgotten since" says; and a read is
+    /// new, the same, or moved exactly as that model has it.
     #[test]
     fn the_ledger_knows_exactly_the_last_read_or_commit_of_each_partition() {
         let events: Vec<Event> = [
             Event::Learned(0, Some(5)),
+            Event::Learned(0, Some(12)),
             Event::Learned(0, None),
             Event::Learned(1, Some(9)),
             Event::Committed(12, true),
@@ -251,8 +298,13 @@ mod tests {
                 match *event {
                     Event::Learned(p, at) => {
                         let committed = at.map(|o| (o, "read".to_string()));
-                        ledger.learned(&tp(p), committed.clone());
-                        model.insert(p, committed);
+                        let expected = match model.get(&p) {
+                            None => Read::New,
+                            Some(known) if *known == committed => Read::Same,
+                            Some(_) => Read::Moved,
+                        };
+                        assert_eq!(ledger.learn(&tp(p), committed.clone()), expected, "{sequence:?}");
+                        model.entry(p).or_insert(committed);
                     }
                     Event::Committed(next, marked) => {
                         ledger.committed_in_flight(marked.then_some("mine"));
@@ -305,7 +357,7 @@ mod tests {
             let known: Vec<Option<Committed>> = (0..3).map(|k| facts(a / 3usize.pow(k) % 3)).collect();
             for (tp, fact) in owned.iter().zip(&known) {
                 if let Some(c) = fact {
-                    l.learned(tp, c.clone());
+                    l.learn(tp, c.clone());
                 }
             }
             for mask in 0..8usize {

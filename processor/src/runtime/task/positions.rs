@@ -13,6 +13,7 @@ use rdkafka::TopicPartitionList;
 
 use super::batch::Batch;
 use super::floor::{Intake, REWINDS_BEFORE_STOP};
+use super::ledger::Read;
 use super::Task;
 use crate::error::Error;
 use crate::partition::{Resume, TopicPartition};
@@ -56,7 +57,7 @@ impl Task {
         if !unknown.is_empty() {
             let group = self.committed_marked(&unknown, deadline.instant(), "where the partitions stand")?;
             for tp in &unknown {
-                self.ledger.learned(tp, group.get(tp).cloned());
+                self.ledger.learn(tp, group.get(tp).cloned()); // not known: always new
             }
         }
         Ok(())
@@ -76,8 +77,11 @@ impl Task {
         let deadline = Instant::now() + self.shared.cfg.task_timeout;
         match self.committed_marked(&resumed, deadline, "the group's offsets of the partitions resumed from the sink") {
             Ok(group) => {
-                for tp in &resumed {
-                    self.ledger.learned(tp, group.get(tp).cloned());
+                let moved: Vec<&TopicPartition> =
+                    resumed.iter().filter(|tp| self.ledger.learn(tp, group.get(*tp).cloned()) == Read::Moved).collect();
+                if !moved.is_empty() {
+                    let why = format!("{moved:?} committed by another transaction than the one this task's state reflects");
+                    self.stale_state(why);
                 }
             }
             Err(e) => {
@@ -136,8 +140,16 @@ impl Task {
             Intake::Past { floor } => return self.past_floor(tp, offset, floor, batch),
             Intake::Below { floor } => floor,
             Intake::ReadFloor => match self.read_floor(tp) {
+                Ok(Read::Moved) => {
+                    let known = self.ledger.known(tp).cloned().flatten();
+                    let why = format!(
+                        "{tp:?} is committed by another transaction than the one this task's state reflects ({known:?})"
+                    );
+                    self.stale_state_dropping(batch, why);
+                    return false;
+                }
                 // Read: the floor is known now.
-                Ok(()) => match self.ledger.floors.take(tp, offset) {
+                Ok(_) => match self.ledger.floors.take(tp, offset) {
                     Intake::Below { floor } => floor,
                     Intake::Past { floor } => return self.past_floor(tp, offset, floor, batch),
                     Intake::Take | Intake::ReadFloor => return true,
@@ -204,14 +216,42 @@ impl Task {
     /// partition's alone: another owned partition's offset may still be unstable (a previous
     /// owner's transaction still open), and waiting for it would hold this one. Bounded by
     /// the call timeout: librdkafka has just read the same offset to start the partition.
-    fn read_floor(&mut self, tp: &TopicPartition) -> Result<(), Error> {
+    /// [`Read::Moved`]: another owner committed the partition since this task's state of it
+    /// was made; the floor is left unknown.
+    fn read_floor(&mut self, tp: &TopicPartition) -> Result<Read, Error> {
         let deadline = Deadline::interruptible(Instant::now() + self.shared.cfg.call_timeout(), &self.interrupt);
         let one = std::slice::from_ref(tp);
         let committed = self.committed_marked(one, deadline.instant(), "the committed offset")?;
-        let offsets: HashMap<TopicPartition, i64> = committed.iter().map(|(tp, (o, _))| (tp.clone(), *o)).collect();
-        self.ledger.floors.read(one, &offsets);
-        self.ledger.learned(tp, committed.get(tp).cloned());
-        Ok(())
+        let read = self.ledger.learn(tp, committed.get(tp).cloned());
+        if read != Read::Moved {
+            let offsets: HashMap<TopicPartition, i64> =
+                committed.iter().map(|(tp, (o, _))| (tp.clone(), *o)).collect();
+            self.ledger.floors.read(one, &offsets);
+        }
+        Ok(read)
+    }
+
+    /// A read of the group found partitions committed by another transaction than the one
+    /// this task's state of them reflects (see the [ledger](super::ledger)): another owner
+    /// committed them since, and fenced this task's producer to do so. Nothing more is
+    /// committed from the stale state: the producer and the partitions are given back to the
+    /// group, whose next owner restores their state from the changelogs.
+    pub(super) fn stale_state(&mut self, why: String) {
+        if self.producer.is_none() {
+            return; // given back already
+        }
+        tracing::warn!(task = self.id, %why, "another owner committed the partitions: this task's state of them is stale; the partitions go back to the group");
+        self.shared.shutdown.stats().producers_fenced.inc();
+        crate::metrics::producer_fenced(&self.shared.cfg.application_id);
+        self.give_partitions_back(why);
+    }
+
+    /// [`stale_state`](Self::stale_state), dropping the batch collected so far (its open
+    /// transaction aborted: it was processed on the stale state).
+    fn stale_state_dropping(&mut self, batch: &mut Batch, why: String) {
+        batch.abandon(self);
+        batch.clear();
+        self.stale_state(why);
     }
 
     /// Ends the batch collected so far (its records of `tp` are above the floor), so that the

@@ -4,6 +4,7 @@
 
 use std::time::{Duration, Instant, SystemTime};
 
+use super::ledger::Read;
 use super::Task;
 use crate::error::Error;
 use crate::state::changelog;
@@ -24,8 +25,11 @@ impl Task {
     /// Rebuilds the stores of every owned partition that has none yet from their changelogs
     /// (see [`crate::state`]), and reads the [tables](crate::table) of those that have none:
     /// called before a partition's first record is processed, it restores the whole
-    /// assignment of an instance task in one pass.
-    pub(super) fn restore(&mut self) -> Result<(), Error> {
+    /// assignment of an instance task in one pass. The restored states' base (the committed
+    /// offsets they reflect, [`crate::state::base`]) goes into the ledger. `Ok(false)`:
+    /// another owner committed the partitions meanwhile, and they went back to the group
+    /// ([`Task::stale_state`]).
+    pub(super) fn restore(&mut self) -> Result<bool, Error> {
         let cfg = self.shared.cfg.clone();
         let deadline = Instant::now() + cfg.task_timeout;
         let mut partitions: Vec<i32> =
@@ -36,6 +40,20 @@ impl Task {
             let standbys = self.shared.standbys.clone();
             let hand = move |p: i32| standbys.as_ref().map(|s| s.hand(p)).unwrap_or_default();
             let restored = changelog::restore(&cfg, &partitions, deadline, Some(&hand))?;
+            if self.transactional_id.is_some() {
+                let mut moved = restored.moved.clone();
+                for (tp, at) in restored.base.iter().filter(|(tp, _)| self.owned.contains(*tp)) {
+                    if self.ledger.learn(tp, at.clone()) == Read::Moved {
+                        moved.push(tp.clone()); // read otherwise before the restore
+                    }
+                }
+                if !moved.is_empty() {
+                    self.stale_state(format!(
+                        "{moved:?} committed by another transaction while their state was restored"
+                    ));
+                    return Ok(false);
+                }
+            }
             if let (Some(&(p, changes)), true) = (restored.without_offsets.first(), self.transactional_id.is_some()) {
                 // Under at-least-once a change may commit without its offsets: no sign of loss.
                 let partition = cfg.input_topics.iter().map(|t| format!("{t}-{p}")).collect::<Vec<_>>().join(", ");
@@ -61,7 +79,7 @@ impl Task {
             self.tables = Some(reader);
             read?;
         }
-        Ok(())
+        Ok(true)
     }
 
     /// Applies the table updates fetched since the last batch attempt, and takes the latest
@@ -102,9 +120,13 @@ impl Task {
             return None;
         }
         if self.owned.iter().any(|tp| self.needs_restore(tp.1)) {
-            if let Err(e) = self.restore() {
-                self.stop(e);
-                return None;
+            match self.restore() {
+                Ok(true) => {}
+                Ok(false) => return None,
+                Err(e) => {
+                    self.stop(e);
+                    return None;
+                }
             }
         }
         let at = self.processing.next_timer_wake()?;
