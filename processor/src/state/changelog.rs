@@ -74,9 +74,11 @@ pub(crate) fn ensure_topics(cfg: &PipelineConfig, input_partitions: i32) -> Resu
 /// transaction that wrote changes and never sent offsets (its instance crashed in between)
 /// holds the LSO below changes committed after it, and stopping there would go back in
 /// time while the input resumes past them. Such a transaction ends at its transaction
-/// timeout; the read waits for it, within `deadline`. Several partitions are restored in
-/// one pass (an instance task gets them together on assignment): one client, one offset
-/// fetch, one read per store.
+/// timeout; the read waits for it, within `deadline`. The committed offsets are read again
+/// at the end: the states reflect the first read, their [base](super::base), only if no
+/// transaction committed these partitions meanwhile ([`Restored::moved`] says which did).
+/// Several partitions are restored in one pass (an instance task gets them together on
+/// assignment): one client, two offset fetches, one read per store.
 ///
 /// With `handover`, each partition's state is first asked of it ([`Handed`]: a guard the
 /// state keeps while it lives, and maybe a warm [standby](super::standby) copy, continued
