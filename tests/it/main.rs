@@ -24,6 +24,7 @@ mod restore;
 mod scale;
 mod security;
 mod sinks;
+mod stale_state;
 mod standby;
 mod startup;
 mod state;

@@ -102,7 +102,8 @@ mod tests {
         let bases: Vec<(Base, Vec<Option<Option<(i64, String)>>>)> = (0..facts.len() * facts.len())
             .map(|i| {
                 let chosen = vec![facts[i % facts.len()].clone(), facts[i / facts.len()].clone()];
-                let base = chosen.iter().enumerate().filter_map(|(p, f)| f.clone().map(|f| (tp(p as i32), f))).collect();
+                let base =
+                    chosen.iter().enumerate().filter_map(|(p, f)| f.clone().map(|f| (tp(p as i32), f))).collect();
                 (base, chosen)
             })
             .collect();
@@ -142,4 +143,3 @@ mod without_offsets_tests {
         }
     }
 }
-

@@ -8,8 +8,8 @@ use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
-use super::base::{self, stable_committed_offsets, Base};
 use super::backend::{Change, Checkpoint, Location};
+use super::base::{self, stable_committed_offsets, Base};
 use super::{changelog_topic, checkpoint, PartitionState, StateError, StoreDef};
 use crate::admin::QuietEof;
 use crate::config::PipelineConfig;
@@ -295,7 +295,10 @@ pub(crate) fn restore(
     // Read again: a transaction that committed these partitions since the first read (another
     // owner's, see `base`) may have put changes in the changelogs read past it.
     let after = stable_committed_offsets(&consumer, &input, deadline).map_err(|e| {
-        timeout(format!("fetching the stable committed offsets of {partitions:?} after restoring their state"), e.to_string())
+        timeout(
+            format!("fetching the stable committed offsets of {partitions:?} after restoring their state"),
+            e.to_string(),
+        )
     })?;
     let moved = base::moved(&before, &base::base(&after));
     Ok(Restored { states, records: changes.iter().sum(), handovers, without_offsets, base: before, moved })

@@ -80,7 +80,8 @@ impl Task {
                 let moved: Vec<&TopicPartition> =
                     resumed.iter().filter(|tp| self.ledger.learn(tp, group.get(*tp).cloned()) == Read::Moved).collect();
                 if !moved.is_empty() {
-                    let why = format!("{moved:?} committed by another transaction than the one this task's state reflects");
+                    let why =
+                        format!("{moved:?} committed by another transaction than the one this task's state reflects");
                     self.stale_state(why);
                 }
             }
@@ -224,8 +225,7 @@ impl Task {
         let committed = self.committed_marked(one, deadline.instant(), "the committed offset")?;
         let read = self.ledger.learn(tp, committed.get(tp).cloned());
         if read != Read::Moved {
-            let offsets: HashMap<TopicPartition, i64> =
-                committed.iter().map(|(tp, (o, _))| (tp.clone(), *o)).collect();
+            let offsets: HashMap<TopicPartition, i64> = committed.iter().map(|(tp, (o, _))| (tp.clone(), *o)).collect();
             self.ledger.floors.read(one, &offsets);
         }
         Ok(read)
