@@ -1,11 +1,15 @@
-//! A new owner whose producer a zombie fenced must not go on from its own state. The zombie
-//! is a member the group expired unseen (stalled inside a revocation): resuming, it
-//! reconciles its unknown transaction with a fresh producer of the partition's
-//! transactional.id, which fences the new owner, and commits its replay, moving the
-//! partition past what the new owner's restored state reflects. Staged here by hand: the
-//! test commits as that zombie would — a change to the store's changelog and the input
-//! offsets, marked as another transaction's — after the new owner restored the partition
-//! and before its first record.
+//! A new owner must not go on from its own state once another transaction committed the
+//! partition past what that state reflects. The other transaction is a zombie's: a member
+//! the group expired unseen (stalled inside a revocation) that, resuming, reconciled its
+//! unknown transaction with a fresh producer of the partition's transactional.id — fencing
+//! the new owner — and committed its replay. Staged here by hand: the test commits as that
+//! zombie would (a change to the store's changelog and the input offsets, marked as another
+//! transaction's) after the new owner restored the partition and before its first record.
+//! It commits under a transactional.id of its own, so that the new owner's producer stays
+//! usable: with the shared id, which of the new owner's calls fails first decides whether
+//! it gives its producer up (and restores afresh) or reconciles against the offset it read,
+//! and only the second path showed the flaw. What is tested is the new owner's reaction to
+//! the commit, whichever way it learns of it.
 
 use std::time::{Duration, Instant};
 
@@ -78,14 +82,14 @@ async fn produce(bootstrap: &str, topic: &str, n: usize) {
     .expect("produce");
 }
 
-/// The zombie's transaction: with partition 0's transactional.id (fencing the current
-/// owner's producer), the store's count of [`KEY`] set to `count` in its changelog and the
-/// input's offset committed at `offset`, marked as no transaction of the pipeline's.
+/// The zombie's transaction: the store's count of [`KEY`] set to `count` in its changelog
+/// and the input's offset committed at `offset`, marked as no transaction of the pipeline's
+/// (see the module docs for its transactional.id).
 fn commit_as_zombie(bootstrap: &str, app: &str, input: &str, count: u64, offset: i64) {
     let timeout = Duration::from_secs(30);
     let producer: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
-        .set("transactional.id", format!("{app}:{input}:0"))
+        .set("transactional.id", format!("{app}:zombie"))
         .create()
         .expect("zombie producer");
     producer.init_transactions(timeout).expect("init_transactions");
