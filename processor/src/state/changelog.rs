@@ -10,26 +10,19 @@ use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
 use super::backend::{Change, Checkpoint, Location};
 use super::{changelog_topic, checkpoint, PartitionState, StateError, StoreDef};
+use crate::acl::Operation;
 use crate::admin::QuietEof;
 use crate::config::PipelineConfig;
 use crate::error::{Error, Result};
 
-/// Creates every store's changelog topic if missing — compacted, one partition per input
-/// partition — and refuses to start if one exists with another partition count or without
-/// compaction (a `delete` policy would eventually drop live state; another partition count
-/// would mix partitions' state).
-pub(crate) fn ensure_topics(cfg: &PipelineConfig, input_partitions: i32) -> Result<()> {
+/// Creates every store's changelog topic that is missing — compacted, one partition per
+/// input partition — and refuses to start if one exists with another partition count
+/// (another partition count would mix partitions' state). [`check_topics`] then checks their
+/// configuration.
+pub(crate) fn create_topics(cfg: &PipelineConfig, input_partitions: i32) -> Result<()> {
     let admin = crate::admin::Client::new(&cfg.bootstrap_servers).properties(cfg.consumer_properties.clone());
     for spec in &cfg.stores {
         let topic = changelog_topic(&cfg.application_id, &spec.name);
-        let layout = |detail: String| {
-            Error::Config(format!(
-                "changelog topic {topic} of store {:?} {detail}; it must be compacted with one partition per \
-                 partition of input topic {} ({input_partitions}). Delete it (its state is rebuilt only if the \
-                 input is reprocessed) or give the store another name",
-                spec.name, cfg.input_topics[0]
-            ))
-        };
         match admin.create_topic_with(
             &topic,
             input_partitions,
@@ -37,9 +30,22 @@ pub(crate) fn ensure_topics(cfg: &PipelineConfig, input_partitions: i32) -> Resu
             &[("cleanup.policy", "compact")],
         ) {
             Ok(()) => {}
-            Err(Error::Config(m)) if m.contains("exists with") => return Err(layout(m)),
+            Err(Error::Config(m)) if m.contains("exists with") => {
+                return Err(layout_error(cfg, spec, &topic, input_partitions, m))
+            }
             Err(e) => return Err(e),
         }
+    }
+    Ok(())
+}
+
+/// Refuses to start if a store's changelog topic is not compacted: a `delete` policy would
+/// eventually drop live state.
+pub(crate) fn check_topics(cfg: &PipelineConfig, input_partitions: i32) -> Result<()> {
+    let admin = crate::admin::Client::new(&cfg.bootstrap_servers).properties(cfg.consumer_properties.clone());
+    for spec in &cfg.stores {
+        let topic = changelog_topic(&cfg.application_id, &spec.name);
+        let layout = |detail: String| layout_error(cfg, spec, &topic, input_partitions, detail);
         // Right after a creation (ours, or another instance's racing with it) the broker may
         // describe the topic before its configuration is known: only a policy it reports
         // counts, and an empty answer is asked again for a few seconds.
@@ -58,6 +64,16 @@ pub(crate) fn ensure_topics(cfg: &PipelineConfig, input_partitions: i32) -> Resu
         checkpoint::delete_retention(|| admin.clone(), &topic);
     }
     Ok(())
+}
+
+/// A changelog `topic` of store `spec` unfit for its state, as `detail` says.
+fn layout_error(cfg: &PipelineConfig, spec: &StoreDef, topic: &str, input_partitions: i32, detail: String) -> Error {
+    Error::Config(format!(
+        "changelog topic {topic} of store {:?} {detail}; it must be compacted with one partition per \
+         partition of input topic {} ({input_partitions}). Delete it (its state is rebuilt only if the \
+         input is reprocessed) or give the store another name",
+        spec.name, cfg.input_topics[0]
+    ))
 }
 
 /// Rebuilds the stores of input `partitions` from their changelogs and returns them, with
@@ -126,12 +142,24 @@ pub(crate) fn restore(
             let _ = input.add_partition(topic, *p);
         }
     }
+    // A refusal (the group's `Read`, a topic's) stops the pipeline naming the ACL; anything
+    // else is a failure of the call.
+    let failed = |e: KafkaError, (topic, during): (&str, String)| {
+        let refused =
+            crate::acl::denied::refusal(cfg, &cfg.consumer_properties, &e, (topic, Operation::Read), || during.clone());
+        refused.unwrap_or_else(|| {
+            let hint = "check that the changelog topic exists and is readable by this principal";
+            Error::kafka_failure(during, crate::error::KafkaError::new(e), hint)
+        })
+    };
     let committed = stable_committed_offsets(&consumer, &input, deadline).map_err(|e| {
         let topics = &cfg.input_topics;
-        timeout(
-            format!("fetching the stable committed offsets of {topics:?} {partitions:?} before restoring their state"),
-            e.to_string(),
-        )
+        let what =
+            format!("fetching the stable committed offsets of {topics:?} {partitions:?} before restoring their state");
+        match crate::acl::denied::refusal_code(&e) {
+            Some(_) => failed(e, (&topics[0], what)),
+            None => timeout(what, e.to_string()),
+        }
     })?;
 
     let mut records = vec![vec![0u64; cfg.stores.len()]; partitions.len()];
@@ -151,13 +179,7 @@ pub(crate) fn restore(
         let mut tpl = TopicPartitionList::new();
         for (i, p) in partitions.iter().enumerate() {
             let (low, high) = retrying(deadline, || watermarks.fetch_watermarks(&topic, *p, Duration::from_secs(10)))
-                .map_err(|e| {
-                Error::kafka_failure(
-                    format!("reading the end offsets of {topic} [{p}]"),
-                    crate::error::KafkaError::new(e),
-                    "check that the changelog topic exists and is readable by this principal",
-                )
-            })?;
+                .map_err(|e| failed(e, (&topic, format!("reading the end offsets of {topic} [{p}]"))))?;
             let mut retention = || checkpoint::delete_retention(admin, &topic);
             let given = warm[i].as_ref().map(|c| c[store]);
             let from = resume_point(cfg, &mut states[i], store, (low, high), given, &mut retention)?;
@@ -224,11 +246,8 @@ pub(crate) fn restore(
                     None
                 }
                 Some(Err(e)) => {
-                    return Err(Error::kafka_failure(
-                        format!("restoring store {:?} of partitions {partitions:?} from {topic}", spec.name),
-                        crate::error::KafkaError::new(e),
-                        "check that the changelog topic exists and is readable by this principal",
-                    ))
+                    let during = format!("restoring store {:?} of partitions {partitions:?} from {topic}", spec.name);
+                    return Err(failed(e, (&topic, during)));
                 }
                 // Nothing to read: a partition whose open transaction was aborted may have
                 // moved past its end with nothing to deliver (only aborted records and
@@ -430,7 +449,8 @@ pub(crate) fn group_reader_config(cfg: &PipelineConfig) -> ClientConfig {
 /// `UNSTABLE_OFFSET_COMMIT` while a transaction that carries offsets of these partitions is
 /// still open or completing, and the fetch is asked again until it is not (or `deadline`
 /// passes; the last error is returned). So the answer never reflects a transaction whose
-/// fate is still open. `consumer` must be built from [`group_reader_config`].
+/// fate is still open. A refusal for want of an ACL is returned at once. `consumer` must
+/// be built from [`group_reader_config`].
 pub(crate) fn stable_committed_offsets<C: rdkafka::consumer::ConsumerContext>(
     consumer: &BaseConsumer<C>,
     partitions: &TopicPartitionList,
@@ -447,7 +467,8 @@ pub(crate) fn stable_committed_offsets<C: rdkafka::consumer::ConsumerContext>(
         );
         match fetched {
             Ok(offsets) => return Ok(offsets),
-            Err(e) if Instant::now() >= deadline => return Err(e),
+            // A refusal is not retried: only a grant ends it.
+            Err(e) if Instant::now() >= deadline || crate::acl::denied::refusal_code(&e).is_some() => return Err(e),
             Err(e) => {
                 tracing::debug!(error = %e, "committed offsets not stable yet");
                 std::thread::sleep(Duration::from_millis(100).min(deadline.saturating_duration_since(Instant::now())));
@@ -460,10 +481,8 @@ pub(crate) fn stable_committed_offsets<C: rdkafka::consumer::ConsumerContext>(
 /// principal may not read it.
 pub(crate) fn is_definite(e: &KafkaError) -> bool {
     use rdkafka::types::RDKafkaErrorCode as C;
-    matches!(
-        e.rdkafka_error_code(),
-        Some(C::UnknownTopicOrPartition | C::UnknownTopic | C::TopicAuthorizationFailed | C::GroupAuthorizationFailed)
-    )
+    crate::acl::denied::refusal_code(e).is_some()
+        || matches!(e.rdkafka_error_code(), Some(C::UnknownTopicOrPartition | C::UnknownTopic))
 }
 
 /// Calls `f` until it succeeds, fails definitely, or `deadline` passes.
