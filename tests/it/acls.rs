@@ -323,11 +323,11 @@ async fn an_acl_revoked_while_it_runs_stops_the_pipeline_naming_it() {
         admin.revoke(&principal, std::slice::from_ref(&revoked)).expect("revoke");
         let super_user = admin::Client::new(c.direct_bootstrap_servers());
         let i2 = input.clone();
-        blocking(move || super_user.produce_sequence(&i2, 2, RECORDS, 50)).await.expect("more input");
         let more = std::time::Instant::now();
+        blocking(move || super_user.produce_sequence(&i2, 2, RECORDS, 50)).await.expect("more input");
         let outcome = tokio::time::timeout(Duration::from_secs(60), run).await;
         let took = more.elapsed();
-        eprintln!("revoked {revoked}: stopped {took:?} after more input: {outcome:?}");
+        eprintln!("revoked {revoked}: stopped {took:?} after more input began: {outcome:?}");
         match outcome {
             Ok(Ok(Err(e)))
                 if e.to_string().contains(&revoked.operation.to_string())
