@@ -4,8 +4,16 @@
 //! or by a prefix — granted to the pipeline's principal from any host. The vocabulary is
 //! Kafka's own (`kafka-acls --operation`, `--resource-pattern-type`), so that an ACL prints
 //! as the option of the `kafka-acls` command that grants it.
+//!
+//! A request the brokers refuse for want of an ACL stops the pipeline with
+//! [`Error::NotAuthorized`](crate::Error::NotAuthorized), which names the ACL and prints its
+//! command: no retry can succeed until an operator grants it.
 
 use std::fmt;
+
+pub(crate) mod authorized;
+pub(crate) mod denied;
+pub use denied::NotAuthorized;
 
 /// The kind of resource an ACL is on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -19,6 +27,8 @@ pub enum ResourceType {
     TransactionalId,
     /// The cluster itself (its one resource is named `kafka-cluster`).
     Cluster,
+    /// A delegation token (a pipeline uses none; named when a broker refuses one).
+    DelegationToken,
 }
 
 impl ResourceType {
@@ -29,6 +39,7 @@ impl ResourceType {
             ResourceType::Group => "--group",
             ResourceType::TransactionalId => "--transactional-id",
             ResourceType::Cluster => "--cluster",
+            ResourceType::DelegationToken => "--delegation-token",
         }
     }
 }
@@ -40,6 +51,7 @@ impl fmt::Display for ResourceType {
             ResourceType::Group => "Group",
             ResourceType::TransactionalId => "TransactionalId",
             ResourceType::Cluster => "Cluster",
+            ResourceType::DelegationToken => "DelegationToken",
         })
     }
 }

@@ -17,6 +17,8 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::ClientConfig;
 
+use crate::acl::denied::{is_refusal, not_authorized};
+use crate::acl::{Acl, Operation, ResourceType};
 use crate::config::{client_error, Properties};
 use crate::error::{Error, Result};
 
@@ -83,6 +85,12 @@ impl Client {
         Error::Unreachable { servers: self.bootstrap.clone(), timeout, detail: e.to_string() }
     }
 
+    /// The refusal of `acl` with `code`, while creating `topic`.
+    fn refused(&self, acl: Acl, code: RDKafkaErrorCode, topic: &str) -> Error {
+        let source = crate::error::KafkaError::new(rdkafka::error::KafkaError::AdminOp(code));
+        not_authorized(&self.properties, &self.bootstrap, acl, format!("creating topic {topic}"), Some(source))
+    }
+
     /// See [`create_topic`].
     pub fn create_topic(&self, topic: &str, partitions: i32, replication: i32) -> Result<()> {
         self.create_topic_with(topic, partitions, replication, &[])
@@ -109,6 +117,11 @@ impl Client {
         for r in results {
             match r {
                 Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+                // Kafka allows a creation by `Create` on the topic or on the cluster, and
+                // refuses it as the topic's.
+                Err((t, code)) if is_refusal(code) => {
+                    return Err(self.refused(Acl::literal(ResourceType::Topic, &t, Operation::Create), code, &t))
+                }
                 Err((t, code)) => return Err(Error::Config(format!("cannot create topic {t}: {code}"))),
             }
         }
@@ -117,7 +130,11 @@ impl Client {
         loop {
             let md =
                 probe.fetch_metadata(Some(topic), Duration::from_secs(5)).map_err(|e| self.unreachable(timeout, e))?;
-            let n = md.topics().first().map_or(0, |t| if t.error().is_none() { t.partitions().len() } else { 0 });
+            let error = md.topics().first().and_then(|t| t.error()).map(RDKafkaErrorCode::from);
+            if let Some(code) = error.filter(|c| is_refusal(*c)) {
+                return Err(self.refused(Acl::literal(ResourceType::Topic, topic, Operation::Describe), code, topic));
+            }
+            let n = md.topics().first().map_or(0, |t| if error.is_none() { t.partitions().len() } else { 0 });
             if n == partitions as usize {
                 return Ok(());
             }

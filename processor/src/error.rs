@@ -15,7 +15,7 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
 /// How the runtime reacts to a Kafka error.
 ///
-/// Every Kafka failure inside the transaction cycle is put in one of four classes; the class
+/// Every Kafka failure inside the transaction cycle is put in one of five classes; the class
 /// alone decides the reaction, so the reaction is the same wherever in the cycle the error
 /// comes from:
 ///
@@ -24,11 +24,17 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 /// | [`Retriable`](ErrorClass::Retriable) | request timed out, coordinator moving, brokers briefly down | repeats the same call with backoff, until the task timeout — except in the commit step (`send_offsets_to_transaction`, `commit_transaction`), whose outcome is then unknown: fenced and reconciled with a fresh producer (`runtime/reconcile.rs`) |
 /// | [`Abortable`](ErrorClass::Abortable) | a produce failed inside the transaction, offsets rejected for an old generation, anything unknown | aborts, replays the batch from the last committed offset, retries with backoff, until the task timeout |
 /// | [`Fenced`](ErrorClass::Fenced) | `PRODUCER_FENCED`, `_FENCED`, `INVALID_PRODUCER_EPOCH` (also what a transaction timeout turns into); per consumer, offsets refused with `UNKNOWN_MEMBER_ID` or `FENCED_INSTANCE_ID` (the group expired this member) | drops the producer and gives the partitions up: the consumer rejoins the group, and whoever is assigned the partition fences the zombie and resumes from the committed offset |
+/// | [`NotAuthorized`](ErrorClass::NotAuthorized) | `TOPIC_AUTHORIZATION_FAILED`, `GROUP_AUTHORIZATION_FAILED`, `CLUSTER_AUTHORIZATION_FAILED`, `TRANSACTIONAL_ID_AUTHORIZATION_FAILED`, `DELEGATION_TOKEN_AUTHORIZATION_FAILED`, from any call | aborts the open transaction and stops the pipeline with [`Error::NotAuthorized`], which names the missing ACL |
 /// | [`Fatal`](ErrorClass::Fatal) | any other error librdkafka marks fatal | the producer is unusable and the outcome unknown: fenced and reconciled with a fresh producer (at-least-once: as fenced) |
 ///
 /// Why "unknown" is abortable and not retriable: reporting a transaction as committed when
 /// it was not would lose data silently, while aborting a transaction that could have
 /// committed only costs its replay.
+///
+/// Why a refused authorization is a class of its own: it is not a fencing (no one else owns
+/// anything) and not fatal (the broker refused before acting, so nothing needs
+/// reconciling), and no retry, replay or fresh producer can succeed until an operator grants
+/// the ACL. Every partition would hit the same refusal, so the pipeline stops at once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ErrorClass {
     /// Repeat the same call; the transaction is still usable.
@@ -37,6 +43,8 @@ pub enum ErrorClass {
     Abortable,
     /// Another producer owns the transactional.id (or the group moved on): this one is a zombie.
     Fenced,
+    /// The principal lacks an ACL: stop the pipeline, naming it.
+    NotAuthorized,
     /// The producer is unusable for another reason.
     Fatal,
 }
@@ -48,6 +56,7 @@ impl ErrorClass {
             ErrorClass::Retriable => "retriable",
             ErrorClass::Abortable => "abortable",
             ErrorClass::Fenced => "fenced",
+            ErrorClass::NotAuthorized => "not_authorized",
             ErrorClass::Fatal => "fatal",
         }
     }
@@ -78,8 +87,13 @@ fn is_fencing(code: RDKafkaErrorCode) -> bool {
     )
 }
 
-/// Classifies an error returned by a producer call or a delivery report.
+/// Classifies an error returned by a Kafka call or a delivery report.
 pub(crate) fn classify(err: &RdKafkaError) -> ErrorClass {
+    // Before librdkafka's own verdicts: it marks a transactional producer refused its
+    // transactional id fatal, and a refused produce abortable.
+    if crate::acl::denied::refusal_code(err).is_some() {
+        return ErrorClass::NotAuthorized;
+    }
     match err {
         RdKafkaError::Transaction(e) => {
             if is_fencing(e.code()) {
@@ -134,7 +148,10 @@ impl KafkaError {
     /// `_TIMED_OUT`). `None` for a failure without a code (a client that could not be
     /// created, a cancelled call).
     pub fn code(&self) -> Option<i32> {
-        self.inner.rdkafka_error_code().map(|c| c as i32)
+        match &*self.inner {
+            RdKafkaError::AdminOp(code) => Some(*code as i32),
+            e => e.rdkafka_error_code().map(|c| c as i32),
+        }
     }
 
     /// librdkafka's name of the [`code`](Self::code), e.g. `"PRODUCER_FENCED"` or
@@ -194,6 +211,12 @@ pub enum Error {
         /// The cluster asked.
         servers: String,
     },
+    /// The brokers refused a request for want of an ACL: the principal, the ACL to grant,
+    /// what the pipeline was doing, and the `kafka-acls` command that grants it. Nothing is
+    /// retried: the pipeline stops, its open transaction aborted, and resumes from its last
+    /// commit once restarted with the ACL. (Boxed, as [`Error::State`].)
+    #[error(transparent)]
+    NotAuthorized(Box<crate::acl::NotAuthorized>),
     /// A Kafka call failed in a way the runtime could not recover from.
     #[error("{op} failed ({class}): {source}. {hint}")]
     Kafka {
@@ -359,6 +382,9 @@ pub(crate) fn hint(class: ErrorClass) -> &'static str {
              transaction.timeout.ms or session.timeout.ms; if it repeats, check that no two \
              deployments share the application id"
         }
+        ErrorClass::NotAuthorized => {
+            "The principal lacks an ACL: grant it and restart (Pipeline::acls() lists every ACL the pipeline needs)"
+        }
         ErrorClass::Fatal => "The producer is unusable; check broker logs and ACLs",
     }
 }
@@ -373,7 +399,6 @@ mod tests {
         assert_eq!(classify(&RdKafkaError::Flush(C::OperationTimedOut)), ErrorClass::Retriable);
         assert_eq!(classify(&RdKafkaError::MessageProduction(C::ProducerFenced)), ErrorClass::Fenced);
         assert_eq!(classify(&RdKafkaError::MessageProduction(C::Fatal)), ErrorClass::Fatal);
-        assert_eq!(classify(&RdKafkaError::MessageProduction(C::TopicAuthorizationFailed)), ErrorClass::Abortable);
         assert_eq!(classify(&RdKafkaError::Canceled), ErrorClass::Abortable);
     }
 

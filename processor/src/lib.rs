@@ -64,7 +64,7 @@
 //! | [`observe`] | a hook called after every transaction, with its timings and outcome |
 //! | [`health`] | per-partition health (what `/health` serves) |
 //! | [`ops`] | Prometheus `/metrics` and `/health` (feature `ops-server`), tracing set-up (feature `logging`) |
-//! | [`Error`], [`ErrorClass`], [`KafkaError`] | typed errors and their classification (retriable / abortable / fenced / fatal) |
+//! | [`Error`], [`ErrorClass`], [`KafkaError`] | typed errors and their classification (retriable / abortable / fenced / not authorized / fatal) |
 //! | [`acl`] | the ACLs a pipeline needs on a cluster with an authorizer |
 //! | [`admin`] | topic creation and topic configuration |
 //!

@@ -242,9 +242,26 @@ impl TxnProducer {
         if !self.serve_until_none(unreported, deadline) {
             return Err(StepError::new(Step::AwaitAcks, KafkaError::Flush(RDKafkaErrorCode::OperationTimedOut)));
         }
-        match self.inner.context().first_error.lock().unwrap_or_else(|p| p.into_inner()).take() {
-            Some(e) => Err(StepError::new(Step::AwaitAcks, e)),
+        let first = self.inner.context().first_error.lock().unwrap_or_else(|p| p.into_inner()).take();
+        match first {
+            Some(e) => Err(StepError::new(Step::AwaitAcks, self.cause(e))),
             None => Ok(()),
+        }
+    }
+
+    /// A failed delivery's error, or, if librdkafka purged the record because the open
+    /// transaction failed (`_PURGE_QUEUE`: it purges every queued record when a transaction
+    /// gets an abortable error, such as a refused `AddPartitionsToTxn`), the transaction's
+    /// own error, which says why. `begin_transaction` returns that error while the
+    /// transaction is failed, and fails with `_STATE` while it is open, changing nothing in
+    /// either case: librdkafka checks the transaction's state first.
+    fn cause(&self, e: KafkaError) -> KafkaError {
+        if !self.in_txn || self.wedged || e.rdkafka_error_code() != Some(RDKafkaErrorCode::PurgeQueue) {
+            return e;
+        }
+        match self.inner.begin_transaction() {
+            Err(cause) if cause.rdkafka_error_code() != Some(RDKafkaErrorCode::State) => cause,
+            _ => e,
         }
     }
 

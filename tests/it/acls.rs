@@ -33,7 +33,7 @@ fn cluster() -> &'static LocalCluster {
     );
     static CLUSTER: OnceLock<LocalCluster> = OnceLock::new();
     CLUSTER.get_or_init(|| {
-        let users = (0..8).fold(SaslConfig::default(), |s, i| s.user(format!("app{i}"), PASSWORD));
+        let users = (0..9).fold(SaslConfig::default(), |s, i| s.user(format!("app{i}"), PASSWORD));
         let cfg = ClusterConfig {
             sasl: Some(users.with_authorizer()),
             log_levels: vec![("kafka.authorizer.logger".into(), "DEBUG".into())],
@@ -221,10 +221,15 @@ async fn a_stateful_pipeline_runs_with_exactly_its_acls() {
     exactly_its_acls(3, Guarantee::ExactlyOncePerPartition, true).await;
 }
 
-/// What a pipeline does without each one of its ACLs in turn: it must stop, with an error
-/// that names the missing ACL and the principal, within its timeouts (not loop retrying).
+/// How long a pipeline missing an ACL may take to stop: well below its task timeout (20 s),
+/// so a refusal is never retried or replayed until that timeout.
+const STOPS_WITHIN: Duration = Duration::from_secs(10);
+
+/// Without each one of its ACLs in turn, a pipeline stops within [`STOPS_WITHIN`] with an
+/// error that names the missing operation and the principal. Exactly-once, what it committed
+/// before stopping holds nothing twice; granted the ACL, it runs on to exactly once (at least
+/// once for at-least-once): stopping lost nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "the runtime does not stop on a missing ACL with an error naming it yet"]
 async fn without_any_one_of_its_acls_the_pipeline_stops_naming_it() {
     let c = cluster();
     let admin = AclAdmin::new(&c.direct_bootstrap_servers()).expect("ACL admin");
@@ -236,21 +241,138 @@ async fn without_any_one_of_its_acls_the_pipeline_stops_naming_it() {
             let (principal, props) = principal(4 + i % 4);
             let base = unique("acl-m");
             let (input, output) = topics(&base).await;
-            let p = pipeline(&format!("{base}-app"), &input, &output, guarantee, true, &props);
+            let app = format!("{base}-app");
+            let p = pipeline(&app, &input, &output, guarantee, true, &props);
             let mut granted = p.acls();
             let missing = granted.remove(i);
             admin.grant(&principal, &granted).expect("grant");
             let started = std::time::Instant::now();
             let outcome = tokio::time::timeout(Duration::from_secs(60), p.run()).await;
-            admin.revoke(&principal, &granted).expect("revoke");
-            eprintln!("{guarantee:?} without {missing}: after {:?}: {outcome:?}", started.elapsed());
+            let took = started.elapsed();
+            eprintln!("{guarantee:?} without {missing}: after {took:?}: {outcome:?}");
             match outcome {
                 Ok(Err(e))
-                    if e.to_string().contains(&missing.operation.to_string()) && e.to_string().contains(&principal) => {
-                }
-                other => wrong.push(format!("{guarantee:?} without {missing}: {other:?}")),
+                    if e.to_string().contains(&missing.operation.to_string())
+                        && e.to_string().contains(&principal)
+                        && took < STOPS_WITHIN => {}
+                other => wrong.push(format!(
+                    "{guarantee:?} without {missing}: after {took:?} (at most {STOPS_WITHIN:?}): {other:?}"
+                )),
             }
+            let exactly_once = guarantee != Guarantee::AtLeastOnce;
+            let check = VerifyConfig::new(c.direct_bootstrap_servers(), &input, &output);
+            let report = blocking(move || verify(&check)).await.expect("verify");
+            if exactly_once && (report.duplicates, report.unexpected, report.order_violations) != (0, 0, 0) {
+                wrong.push(format!("{guarantee:?} without {missing}: committed before it stopped: {report}"));
+            }
+            // Granted the missing ACL too, it goes on from where it stopped.
+            admin.grant(&principal, std::slice::from_ref(&missing)).expect("grant the missing ACL");
+            let report =
+                run_until_complete(pipeline(&app, &input, &output, guarantee, true, &props), &input, &output).await;
+            let complete = if exactly_once { report.is_exactly_once() } else { report.is_at_least_once() };
+            if !complete {
+                wrong.push(format!("{guarantee:?} without {missing}, then with it: {report}"));
+            }
+            granted.push(missing);
+            admin.revoke(&principal, &granted).expect("revoke");
         }
     }
-    assert!(wrong.is_empty(), "a missing ACL must stop the pipeline with an error naming it:\n{}", wrong.join("\n"));
+    assert!(
+        wrong.is_empty(),
+        "a missing ACL must stop the pipeline within {STOPS_WITHIN:?} with an error naming it, committing nothing \
+         twice and losing nothing:\n{}",
+        wrong.join("\n")
+    );
+}
+
+/// An ACL revoked while the pipeline runs stops it at the first request that needs it (a
+/// fetch, a partition added to the transaction, the offsets, a transactional call) within
+/// [`STOPS_WITHIN`] of the next input, naming the ACL; the refused transaction is not
+/// committed, so nothing is committed twice, and granted the ACL again the pipeline runs
+/// on to exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acl_revoked_while_it_runs_stops_the_pipeline_naming_it() {
+    let c = cluster();
+    let admin = AclAdmin::new(&c.direct_bootstrap_servers()).expect("ACL admin");
+    let mut wrong = Vec::new();
+    let (principal, props) = principal(8);
+    let guarantee = Guarantee::ExactlyOncePerPartition;
+    // Every ACL a running pipeline uses again; a changelog's `Create`, `DescribeConfigs` and
+    // `Read` are used at start-up and at a restore only.
+    let rounds: Vec<usize> = pipeline("r-app", "r-in", "r-out", guarantee, true, &Properties::default())
+        .acls()
+        .iter()
+        .enumerate()
+        .filter(|(_, a)| !(a.name.ends_with("-changelog") && a.operation != Operation::Write))
+        .map(|(i, _)| i)
+        .collect();
+    for i in rounds {
+        let base = unique("acl-r");
+        let (input, output) = topics(&base).await;
+        let app = format!("{base}-app");
+        let p = pipeline(&app, &input, &output, guarantee, true, &props);
+        let granted = p.acls();
+        let revoked = granted[i].clone();
+        admin.grant(&principal, &granted).expect("grant");
+        let handle = p.shutdown_handle();
+        let run = tokio::spawn(p.run());
+        let deadline = std::time::Instant::now() + Duration::from_secs(90);
+        while handle.summary().records_in < RECORDS && !run.is_finished() && std::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        admin.revoke(&principal, std::slice::from_ref(&revoked)).expect("revoke");
+        let super_user = admin::Client::new(c.direct_bootstrap_servers());
+        let i2 = input.clone();
+        let more = std::time::Instant::now();
+        blocking(move || super_user.produce_sequence(&i2, 2, RECORDS, 50)).await.expect("more input");
+        let outcome = tokio::time::timeout(Duration::from_secs(60), run).await;
+        let took = more.elapsed();
+        eprintln!("revoked {revoked}: stopped {took:?} after more input began: {outcome:?}");
+        match outcome {
+            Ok(Ok(Err(e)))
+                if e.to_string().contains(&revoked.operation.to_string())
+                    && e.to_string().contains(&principal)
+                    && e.to_string().contains(&revoked.name)
+                    && took < STOPS_WITHIN => {}
+            other => wrong.push(format!("revoked {revoked}: after {took:?} (at most {STOPS_WITHIN:?}): {other:?}")),
+        }
+        let check = VerifyConfig::new(c.direct_bootstrap_servers(), &input, &output);
+        let report = blocking(move || verify(&check)).await.expect("verify");
+        if (report.duplicates, report.unexpected, report.order_violations) != (0, 0, 0) {
+            wrong.push(format!("revoked {revoked}: committed before it stopped: {report}"));
+        }
+        admin.grant(&principal, std::slice::from_ref(&revoked)).expect("grant again");
+        let report =
+            run_until_complete(pipeline(&app, &input, &output, guarantee, true, &props), &input, &output).await;
+        if !report.is_exactly_once() || report.input_records != 2 * RECORDS {
+            wrong.push(format!("revoked {revoked}, then granted again: {report}"));
+        }
+        admin.revoke(&principal, &granted).expect("revoke");
+    }
+    assert!(
+        wrong.is_empty(),
+        "a revoked ACL must stop the running pipeline within {STOPS_WITHIN:?} naming it, committing nothing \
+         twice and losing nothing:\n{}",
+        wrong.join("\n")
+    );
+}
+
+/// Runs `p` until the verifier finds every input record of `input` in `output` (or 90 s
+/// pass), stops it, and returns the verifier's last report.
+async fn run_until_complete(p: Pipeline, input: &str, output: &str) -> kafka_eos_testkit::verify::Report {
+    let handle = p.shutdown_handle();
+    let run = tokio::spawn(p.run());
+    let deadline = std::time::Instant::now() + Duration::from_secs(90);
+    let check = VerifyConfig::new(cluster().direct_bootstrap_servers(), input, output);
+    let report = loop {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let c = check.clone();
+        let report = blocking(move || verify(&c)).await.expect("verify");
+        if report.missing == 0 || run.is_finished() || std::time::Instant::now() >= deadline {
+            break report;
+        }
+    };
+    handle.shutdown();
+    run.await.expect("pipeline task").expect("pipeline");
+    report
 }

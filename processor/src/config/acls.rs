@@ -49,13 +49,23 @@ pub(crate) fn required(cfg: &PipelineConfig) -> Vec<Acl> {
         topic(outbox.topic.as_str(), &[Read, Write, Delete]);
         acls.insert(Acl::literal(ResourceType::Group, outbox.topic.as_str(), Read));
     }
-    acls.insert(Acl::literal(ResourceType::Group, &cfg.application_id, Read));
+    acls.insert(group(cfg));
     match cfg.guarantee {
-        // Every transactional.id starts with the application id and a colon.
         Guarantee::ExactlyOncePerPartition | Guarantee::ExactlyOncePerConsumer => {
-            acls.insert(Acl::prefixed(ResourceType::TransactionalId, format!("{}:", cfg.application_id), Write));
+            acls.insert(transactional_ids(cfg));
         }
         Guarantee::AtLeastOnce => {}
     }
     acls.into_iter().collect()
+}
+
+/// `Read` on the pipeline's group: joining it, fetching and committing its offsets.
+pub(crate) fn group(cfg: &PipelineConfig) -> Acl {
+    Acl::literal(ResourceType::Group, &cfg.application_id, Operation::Read)
+}
+
+/// `Write` on the pipeline's transactional ids: every one starts with the application id
+/// and a colon.
+pub(crate) fn transactional_ids(cfg: &PipelineConfig) -> Acl {
+    Acl::prefixed(ResourceType::TransactionalId, format!("{}:", cfg.application_id), Operation::Write)
 }

@@ -129,6 +129,10 @@ pub(crate) fn run(shared: Arc<Shared>, control: Receiver<Control>) -> Result<()>
                     fatal = Some(consumer_failed(&cfg, code, reason));
                     break;
                 }
+                if let Some(refused) = refused(&consumer, &cfg, &e) {
+                    fatal = Some(refused);
+                    break;
+                }
                 if last_poll_error.elapsed() > Duration::from_secs(5) {
                     tracing::warn!(error = %e, "consumer error");
                     last_poll_error = Instant::now();
@@ -195,6 +199,23 @@ fn consumer_failed(cfg: &PipelineConfig, code: rdkafka::error::RDKafkaErrorCode,
     let source = rdkafka::error::KafkaError::MessageConsumption(code);
     let source = crate::error::KafkaError::with_class(source, crate::ErrorClass::Fatal);
     Error::kafka_failure(format!("consuming as group {} ({reason})", cfg.application_id), source, hint)
+}
+
+/// A consumer error that is a refusal for want of an ACL, as the error that stops the
+/// pipeline: the group's (joining it, its offsets) or an input topic's (fetching it). A
+/// fetch's refusal does not say which input it was: the brokers are asked which one this
+/// principal may not read.
+fn refused(consumer: &BaseConsumer<Rebalancer>, cfg: &PipelineConfig, e: &rdkafka::error::KafkaError) -> Option<Error> {
+    use crate::acl::{denied, Operation};
+    let inputs: Vec<(String, Operation)> = cfg.input_topics.iter().map(|t| (t.clone(), Operation::Read)).collect();
+    let (topic, operation) = match denied::refusal_code(e)? {
+        rdkafka::error::RDKafkaErrorCode::TopicAuthorizationFailed => {
+            denied::locate(consumer.client(), &inputs, Duration::from_secs(10))?
+        }
+        _ => inputs.first()?.clone(),
+    };
+    let during = || format!("consuming {:?} as group {}", cfg.input_topics, cfg.application_id);
+    denied::refusal(cfg, &cfg.consumer_properties, e, (&topic, operation), during)
 }
 
 /// Leaves the group (committing or dropping every task's batch) and joins it again, so that

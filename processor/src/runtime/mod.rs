@@ -32,6 +32,6 @@ mod task_manager;
 mod wake;
 
 pub use pipeline::Pipeline;
-pub(crate) use shared::{Shared, POLL_INTERVAL};
+pub(crate) use shared::{Shared, Unread, POLL_INTERVAL};
 pub use shutdown::ShutdownHandle;
 pub use stats::Summary;

@@ -78,7 +78,8 @@ impl Pipeline {
     /// or until an unrecoverable error. Must be called from a multi-thread Tokio runtime.
     ///
     /// # Errors
-    /// [`Error::Unreachable`] and [`Error::UnknownTopics`] within the startup timeout; then
+    /// [`Error::Unreachable`], [`Error::UnknownTopics`] and [`Error::NotAuthorized`] (a
+    /// topic ACL the brokers say the principal lacks) within the startup timeout; then
     /// whatever stopped the pipeline (see [`Error`]). Whatever the error, nothing
     /// uncommitted becomes visible, and a restart resumes from the committed offsets.
     pub async fn run(self) -> Result<Summary> {

@@ -1,14 +1,20 @@
-//! The start-up check: the cluster answers, the credentials are accepted, and every topic
-//! the pipeline reads or writes exists (changelogs are created here).
+//! The start-up check: the cluster answers, the credentials are accepted, every topic the
+//! pipeline reads or writes exists (changelogs are created here), and the principal holds
+//! the topic ACLs it needs, as far as the brokers tell.
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
+use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::ClientContext;
 
+use crate::acl::authorized::{first_missing, topic_operations};
+use crate::acl::denied::not_authorized;
+use crate::acl::{Acl, Operation, ResourceType};
+use crate::config::acls::required;
 use crate::config::{Exhausted, PipelineConfig};
-use crate::error::{Error, Result};
+use crate::error::{Error, KafkaError, Result};
 
 /// How long a topic may stay missing from the metadata before the start-up check fails.
 const TOPIC_GRACE: Duration = Duration::from_secs(3);
@@ -114,6 +120,9 @@ pub(crate) fn preflight(cfg: &PipelineConfig) -> Result<Cluster> {
         if missing.is_empty() {
             break;
         }
+        if let Some(refused) = refused_topic(&probe, cfg, &missing, deadline) {
+            return Err(refused);
+        }
         if Instant::now() >= grace {
             return Err(Error::UnknownTopics { topics: missing, servers: cfg.bootstrap_servers.clone() });
         }
@@ -146,10 +155,10 @@ pub(crate) fn preflight(cfg: &PipelineConfig) -> Result<Cluster> {
             }
         }
     }
-    if !cfg.stores.is_empty() {
-        let input = md.topics().iter().find(|t| t.name() == cfg.input_topics[0]).map_or(0, |t| t.partitions().len());
-        crate::state::changelog::ensure_topics(cfg, input as i32)?;
-    }
+    let input = partitions(&cfg.input_topics[0]) as i32;
+    crate::state::changelog::create_topics(cfg, input)?;
+    check_topic_acls(&probe, cfg)?;
+    crate::state::changelog::check_topics(cfg, input)?;
     if cfg.advertise.is_some() {
         crate::query::endpoints::ensure_topic(cfg)?;
     }
@@ -197,4 +206,59 @@ fn ensure_internal_topics(cfg: &PipelineConfig, md: &rdkafka::metadata::Metadata
         }
     }
     Ok(())
+}
+
+/// The first of `missing` (topics the metadata does not list) that the brokers refuse to
+/// describe to this principal, as the error naming the ACL the pipeline needs on it. A
+/// listing of every topic leaves out those the principal may not describe; asked for by
+/// name, they are `TOPIC_AUTHORIZATION_FAILED`, whether they exist or not.
+fn refused_topic<C: ConsumerContext>(
+    probe: &BaseConsumer<C>,
+    cfg: &PipelineConfig,
+    missing: &[String],
+    deadline: Instant,
+) -> Option<Error> {
+    let refused = missing.iter().find_map(|topic| {
+        let timeout = deadline.saturating_duration_since(Instant::now()).min(Duration::from_secs(5));
+        let md = probe.fetch_metadata(Some(topic), timeout).ok()?;
+        let code = md.topics().first()?.error().map(RDKafkaErrorCode::from)?;
+        (code == RDKafkaErrorCode::TopicAuthorizationFailed).then_some((topic, code))
+    });
+    let (topic, code) = refused?;
+    // Its first use in the list: an input's `Read`, an output's `Write`.
+    let needed = required(cfg).into_iter().find(|a| a.resource_type == ResourceType::Topic && a.name == *topic);
+    let acl = needed.unwrap_or_else(|| Acl::literal(ResourceType::Topic, topic, Operation::Describe));
+    let source = KafkaError::new(rdkafka::error::KafkaError::MetadataFetch(code));
+    let during = format!("checking at start-up that topic {topic} exists");
+    Some(not_authorized(&cfg.consumer_properties, &cfg.bootstrap_servers, acl, during, Some(source)))
+}
+
+/// Stops at start-up on the first topic ACL of [`Pipeline::acls`](crate::Pipeline::acls)
+/// that the brokers say this principal lacks ([`crate::acl::authorized`]): a missing ACL is
+/// named now rather than at its first use, which can come much later (a changelog's `Read`,
+/// at the first restore). `Create` is left to the creation that needs it: a topic that
+/// exists needs none. Brokers that do not tell leave this unchecked.
+fn check_topic_acls<C: ConsumerContext>(probe: &BaseConsumer<C>, cfg: &PipelineConfig) -> Result<()> {
+    let uses: Vec<(String, Operation)> = required(cfg)
+        .into_iter()
+        .filter(|a| a.resource_type == ResourceType::Topic && a.operation != Operation::Create)
+        .map(|a| (a.name, a.operation))
+        .collect();
+    let mut topics: Vec<String> = uses.iter().map(|(t, _)| t.clone()).collect();
+    topics.dedup();
+    let held = match topic_operations(probe.client(), &topics, Duration::from_secs(10)) {
+        Ok(held) => held,
+        Err(why) => {
+            tracing::debug!(%why, "the principal's operations on its topics are unknown: not checked at start-up");
+            return Ok(());
+        }
+    };
+    match first_missing(&held, &uses) {
+        Some((topic, operation)) => {
+            let acl = Acl::literal(ResourceType::Topic, topic, *operation);
+            let during = "checking at start-up what the principal may do with the pipeline's topics".to_string();
+            Err(not_authorized(&cfg.consumer_properties, &cfg.bootstrap_servers, acl, during, None))
+        }
+        None => Ok(()),
+    }
 }

@@ -40,6 +40,8 @@ pub(crate) enum Verdict {
     /// This producer or member has been replaced (fenced by a newer owner, or offsets
     /// refused for a group member that left): drop it and give the partitions back.
     GiveUp,
+    /// The brokers refused the principal an ACL: abort what is open and stop the pipeline.
+    Stop,
 }
 
 /// Decides what a failed step leads to (`transactional`: the producer has a
@@ -49,7 +51,14 @@ pub(crate) enum Verdict {
 /// except fencing: the `EndTxn` may have been sent and acted on. So does a
 /// `send_offsets_to_transaction` without a definite answer (retriable: it timed out), a
 /// producer turned fatal, and an abort that failed for any reason but fencing.
+///
+/// A refusal for want of an ACL stops, at every step: the brokers refuse before acting, so
+/// even a refused commit step committed nothing, and no replay or fresh producer gets past
+/// the refusal.
 pub(crate) fn verdict(e: &StepError, transactional: bool) -> Verdict {
+    if e.class == ErrorClass::NotAuthorized {
+        return Verdict::Stop;
+    }
     if replaced(e) {
         return Verdict::GiveUp;
     }

@@ -11,6 +11,8 @@ use rdkafka::TopicPartitionList;
 use super::protocol::Control;
 use super::shutdown::ShutdownHandle;
 use super::slots;
+use crate::acl::denied::refusal;
+use crate::acl::Operation;
 use crate::config::PipelineConfig;
 use crate::observe::TransactionHook;
 use crate::processor::driver::ProcessorFactory;
@@ -77,10 +79,17 @@ impl Shared {
         &self,
         partitions: &TopicPartitionList,
         deadline: Instant,
-    ) -> Result<TopicPartitionList, String> {
-        let reader = self.offsets_reader()?;
-        crate::state::base::stable_committed_offsets(&*reader, partitions, deadline)
-            .map_err(|e| self.renew_offsets_reader(&reader, e.to_string()))
+    ) -> Result<TopicPartitionList, Unread> {
+        let reader = self.offsets_reader().map_err(Unread::Failed)?;
+        crate::state::base::stable_committed_offsets(&*reader, partitions, deadline).map_err(|e| {
+            let topic = partitions.elements().first().map(|p| p.topic().to_string()).unwrap_or_default();
+            let during = || format!("reading the committed offsets of group {}", self.cfg.application_id);
+            let refused = refusal(&self.cfg, &self.cfg.consumer_properties, &e, (&topic, Operation::Read), during);
+            match refused {
+                Some(refused) => Unread::Refused(refused),
+                None => Unread::Failed(self.renew_offsets_reader(&reader, e.to_string())),
+            }
+        })
     }
 
     /// Where `topic`'s `partition`'s log starts now (its low watermark), read by the same
@@ -126,6 +135,14 @@ impl Shared {
             reader
         })
     }
+}
+
+/// Why the group's committed offsets could not be read.
+pub(crate) enum Unread {
+    /// The brokers refused this principal an ACL (the group's `Read`, an input's).
+    Refused(crate::Error),
+    /// Anything else, until the deadline: the last error.
+    Failed(String),
 }
 
 /// How often the consumer thread checks for shutdown and control messages.

@@ -128,9 +128,10 @@ impl Task {
             return Ok(());
         }
         let started = Instant::now();
-        let mut p = TxnProducer::create(&self.shared.cfg, self.transactional_id.clone(), &self.label)
+        let cfg = &self.shared.cfg;
+        let mut p = TxnProducer::create(cfg, self.transactional_id.clone(), &self.label)
             .map_err(|e| e.into_error(&self.who()))?;
-        p.init((Instant::now() + self.shared.cfg.task_timeout).into()).map_err(|e| e.into_error(&self.who()))?;
+        p.init((Instant::now() + cfg.task_timeout).into()).map_err(|e| p.failure(e, cfg, &self.who()))?;
         tracing::debug!(task = self.id, transactional_id = ?p.transactional_id(), elapsed_ms = started.elapsed().as_millis() as u64, "producer ready");
         self.producer = Some(p);
         Ok(())
@@ -195,8 +196,13 @@ impl Task {
                         self.resumed(&partitions, resume);
                     }
                     let _ = reply.send(resume.map_err(|e| {
-                        self.stop(Error::Internal(format!("assignment failed: {e}")));
-                        e
+                        // The stop reaches the consumer thread first: a refusal goes as it is.
+                        let text = e.to_string();
+                        self.stop(match e {
+                            e @ Error::NotAuthorized(_) => e,
+                            e => Error::Internal(format!("assignment failed: {e}")),
+                        });
+                        Error::Internal(format!("assignment failed: {text}"))
                     }));
                 }
                 Ok(TaskMsg::Revoke { partitions, lost, reply }) => {

@@ -56,7 +56,8 @@ pub(crate) fn state_without_offsets(partitions: &[i32], held: &[bool], with_offs
 /// `UNSTABLE_OFFSET_COMMIT` while a transaction that carries offsets of these partitions is
 /// still open or completing, and the fetch is asked again until it is not (or `deadline`
 /// passes; the last error is returned). So the answer never reflects a transaction whose
-/// fate is still open. `consumer` must be built from [`group_reader_config`].
+/// fate is still open. A refusal for want of an ACL is returned at once. `consumer` must be
+/// built from [`group_reader_config`](super::changelog::group_reader_config).
 pub(crate) fn stable_committed_offsets<C: rdkafka::consumer::ConsumerContext>(
     consumer: &BaseConsumer<C>,
     partitions: &TopicPartitionList,
@@ -73,7 +74,8 @@ pub(crate) fn stable_committed_offsets<C: rdkafka::consumer::ConsumerContext>(
         );
         match fetched {
             Ok(offsets) => return Ok(offsets),
-            Err(e) if Instant::now() >= deadline => return Err(e),
+            // A refusal is not retried: only a grant ends it.
+            Err(e) if Instant::now() >= deadline || crate::acl::denied::refusal_code(&e).is_some() => return Err(e),
             Err(e) => {
                 tracing::debug!(error = %e, "committed offsets not stable yet");
                 std::thread::sleep(Duration::from_millis(100).min(deadline.saturating_duration_since(Instant::now())));

@@ -11,27 +11,20 @@ use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use super::backend::{Change, Checkpoint, Location};
 use super::base::{self, stable_committed_offsets, Base};
 use super::{changelog_topic, checkpoint, PartitionState, StateError, StoreDef};
+use crate::acl::Operation;
 use crate::admin::QuietEof;
 use crate::config::PipelineConfig;
 use crate::error::{Error, Result};
 use crate::partition::TopicPartition;
 
-/// Creates every store's changelog topic if missing — compacted, one partition per input
-/// partition — and refuses to start if one exists with another partition count or without
-/// compaction (a `delete` policy would eventually drop live state; another partition count
-/// would mix partitions' state).
-pub(crate) fn ensure_topics(cfg: &PipelineConfig, input_partitions: i32) -> Result<()> {
+/// Creates every store's changelog topic that is missing — compacted, one partition per
+/// input partition — and refuses to start if one exists with another partition count
+/// (another partition count would mix partitions' state). [`check_topics`] then checks their
+/// configuration.
+pub(crate) fn create_topics(cfg: &PipelineConfig, input_partitions: i32) -> Result<()> {
     let admin = crate::admin::Client::new(&cfg.bootstrap_servers).properties(cfg.consumer_properties.clone());
     for spec in &cfg.stores {
         let topic = changelog_topic(&cfg.application_id, &spec.name);
-        let layout = |detail: String| {
-            Error::Config(format!(
-                "changelog topic {topic} of store {:?} {detail}; it must be compacted with one partition per \
-                 partition of input topic {} ({input_partitions}). Delete it (its state is rebuilt only if the \
-                 input is reprocessed) or give the store another name",
-                spec.name, cfg.input_topics[0]
-            ))
-        };
         match admin.create_topic_with(
             &topic,
             input_partitions,
@@ -39,9 +32,22 @@ pub(crate) fn ensure_topics(cfg: &PipelineConfig, input_partitions: i32) -> Resu
             &[("cleanup.policy", "compact")],
         ) {
             Ok(()) => {}
-            Err(Error::Config(m)) if m.contains("exists with") => return Err(layout(m)),
+            Err(Error::Config(m)) if m.contains("exists with") => {
+                return Err(layout_error(cfg, spec, &topic, input_partitions, m))
+            }
             Err(e) => return Err(e),
         }
+    }
+    Ok(())
+}
+
+/// Refuses to start if a store's changelog topic is not compacted: a `delete` policy would
+/// eventually drop live state.
+pub(crate) fn check_topics(cfg: &PipelineConfig, input_partitions: i32) -> Result<()> {
+    let admin = crate::admin::Client::new(&cfg.bootstrap_servers).properties(cfg.consumer_properties.clone());
+    for spec in &cfg.stores {
+        let topic = changelog_topic(&cfg.application_id, &spec.name);
+        let layout = |detail: String| layout_error(cfg, spec, &topic, input_partitions, detail);
         // Right after a creation (ours, or another instance's racing with it) the broker may
         // describe the topic before its configuration is known: only a policy it reports
         // counts, and an empty answer is asked again for a few seconds.
@@ -60,6 +66,16 @@ pub(crate) fn ensure_topics(cfg: &PipelineConfig, input_partitions: i32) -> Resu
         checkpoint::delete_retention(|| admin.clone(), &topic);
     }
     Ok(())
+}
+
+/// A changelog `topic` of store `spec` unfit for its state, as `detail` says.
+fn layout_error(cfg: &PipelineConfig, spec: &StoreDef, topic: &str, input_partitions: i32, detail: String) -> Error {
+    Error::Config(format!(
+        "changelog topic {topic} of store {:?} {detail}; it must be compacted with one partition per \
+         partition of input topic {} ({input_partitions}). Delete it (its state is rebuilt only if the \
+         input is reprocessed) or give the store another name",
+        spec.name, cfg.input_topics[0]
+    ))
 }
 
 /// Rebuilds the stores of input `partitions` from their changelogs and returns them, with
@@ -130,12 +146,24 @@ pub(crate) fn restore(
             let _ = input.add_partition(topic, *p);
         }
     }
+    // A refusal (the group's `Read`, a topic's) stops the pipeline naming the ACL; anything
+    // else is a failure of the call.
+    let failed = |e: KafkaError, (topic, during): (&str, String)| {
+        let refused =
+            crate::acl::denied::refusal(cfg, &cfg.consumer_properties, &e, (topic, Operation::Read), || during.clone());
+        refused.unwrap_or_else(|| {
+            let hint = "check that the changelog topic exists and is readable by this principal";
+            Error::kafka_failure(during, crate::error::KafkaError::new(e), hint)
+        })
+    };
     let committed = stable_committed_offsets(&consumer, &input, deadline).map_err(|e| {
         let topics = &cfg.input_topics;
-        timeout(
-            format!("fetching the stable committed offsets of {topics:?} {partitions:?} before restoring their state"),
-            e.to_string(),
-        )
+        let what =
+            format!("fetching the stable committed offsets of {topics:?} {partitions:?} before restoring their state");
+        match crate::acl::denied::refusal_code(&e) {
+            Some(_) => failed(e, (&topics[0], what)),
+            None => timeout(what, e.to_string()),
+        }
     })?;
 
     let before = base::base(&committed);
@@ -156,13 +184,7 @@ pub(crate) fn restore(
         let mut tpl = TopicPartitionList::new();
         for (i, p) in partitions.iter().enumerate() {
             let (low, high) = retrying(deadline, || watermarks.fetch_watermarks(&topic, *p, Duration::from_secs(10)))
-                .map_err(|e| {
-                Error::kafka_failure(
-                    format!("reading the end offsets of {topic} [{p}]"),
-                    crate::error::KafkaError::new(e),
-                    "check that the changelog topic exists and is readable by this principal",
-                )
-            })?;
+                .map_err(|e| failed(e, (&topic, format!("reading the end offsets of {topic} [{p}]"))))?;
             let mut retention = || checkpoint::delete_retention(admin, &topic);
             let given = warm[i].as_ref().map(|c| c[store]);
             let from = resume_point(cfg, &mut states[i], store, (low, high), given, &mut retention)?;
@@ -229,11 +251,8 @@ pub(crate) fn restore(
                     None
                 }
                 Some(Err(e)) => {
-                    return Err(Error::kafka_failure(
-                        format!("restoring store {:?} of partitions {partitions:?} from {topic}", spec.name),
-                        crate::error::KafkaError::new(e),
-                        "check that the changelog topic exists and is readable by this principal",
-                    ))
+                    let during = format!("restoring store {:?} of partitions {partitions:?} from {topic}", spec.name);
+                    return Err(failed(e, (&topic, during)));
                 }
                 // Nothing to read: a partition whose open transaction was aborted may have
                 // moved past its end with nothing to deliver (only aborted records and
@@ -295,10 +314,11 @@ pub(crate) fn restore(
     // Read again: a transaction that committed these partitions since the first read (another
     // owner's, see `base`) may have put changes in the changelogs read past it.
     let after = stable_committed_offsets(&consumer, &input, deadline).map_err(|e| {
-        timeout(
-            format!("fetching the stable committed offsets of {partitions:?} after restoring their state"),
-            e.to_string(),
-        )
+        let what = format!("fetching the stable committed offsets of {partitions:?} after restoring their state");
+        match crate::acl::denied::refusal_code(&e) {
+            Some(_) => failed(e, (&cfg.input_topics[0], what)),
+            None => timeout(what, e.to_string()),
+        }
     })?;
     let moved = base::moved(&before, &base::base(&after));
     Ok(Restored { states, records: changes.iter().sum(), handovers, without_offsets, base: before, moved })
@@ -441,10 +461,8 @@ pub(crate) fn group_reader_config(cfg: &PipelineConfig) -> ClientConfig {
 /// principal may not read it.
 pub(crate) fn is_definite(e: &KafkaError) -> bool {
     use rdkafka::types::RDKafkaErrorCode as C;
-    matches!(
-        e.rdkafka_error_code(),
-        Some(C::UnknownTopicOrPartition | C::UnknownTopic | C::TopicAuthorizationFailed | C::GroupAuthorizationFailed)
-    )
+    crate::acl::denied::refusal_code(e).is_some()
+        || matches!(e.rdkafka_error_code(), Some(C::UnknownTopicOrPartition | C::UnknownTopic))
 }
 
 /// Calls `f` until it succeeds, fails definitely, or `deadline` passes.
@@ -463,113 +481,5 @@ pub(crate) fn retrying<T>(
     }
 }
 
-/// Error paths of the restore, driven by librdkafka's mock cluster (error injection only:
-/// the exactly-once behaviour of state is proven on a real broker by `tests/it/state.rs` and
-/// the chaos suite's financial-close scenario).
 #[cfg(test)]
-pub(super) mod mock_cluster_tests {
-    use std::time::{Duration, Instant};
-
-    use rdkafka::mocking::MockCluster;
-
-    use crate::state::{changelog_topic, format, StoreSpec};
-    use crate::Pipeline;
-
-    pub(crate) fn setup(
-        mock: &MockCluster<'static, rdkafka::producer::DefaultProducerContext>,
-        spec: StoreSpec<u32, u32>,
-    ) -> (crate::state::Store<u32, u32>, crate::PipelineConfig) {
-        // Again for a second pipeline on the same cluster: the topics are there.
-        for topic in ["in".to_string(), changelog_topic("app", "s")] {
-            match mock.create_topic(&topic, 1, 1) {
-                Err(e) if !e.to_string().contains("TopicAlreadyExists") => panic!("topic {topic}: {e}"),
-                _ => {}
-            }
-        }
-        let mut builder = Pipeline::builder().bootstrap_servers(mock.bootstrap_servers()).application_id("app");
-        let store = builder.store_spec(spec);
-        let pipeline = builder.input_topic("in").processor(|_, _| Ok(())).build().expect("config");
-        (store, pipeline.config().clone())
-    }
-
-    pub(crate) fn write(
-        mock: &MockCluster<'static, rdkafka::producer::DefaultProducerContext>,
-        records: &[(Vec<u8>, Vec<u8>)],
-    ) {
-        let producer: rdkafka::producer::BaseProducer =
-            crate::admin::Client::new(mock.bootstrap_servers()).client_config().create().expect("producer");
-        let topic = changelog_topic("app", "s");
-        for (k, v) in records {
-            producer.send(rdkafka::producer::BaseRecord::to(&topic).partition(0).key(k).payload(v)).unwrap();
-        }
-        rdkafka::producer::Producer::flush(&producer, Duration::from_secs(30)).expect("changelog records");
-    }
-
-    /// A broker that goes down while a partition's state is being restored (the chaos
-    /// suite's financial-close scenario killed instances this way): the restore keeps going
-    /// once the broker is back and rebuilds every entry.
-    #[test]
-    fn restore_rides_out_a_broker_outage() {
-        let mock = MockCluster::new(1).expect("mock cluster");
-        let (store, cfg) = setup(&mock, StoreSpec::new("s"));
-        let records: Vec<_> = (0..2_000u32)
-            .map(|k| (format::encode_key(&k).unwrap(), format::encode_value(1, &(k * 2)).unwrap()))
-            .collect();
-        write(&mock, &records);
-        mock.broker_down(1).expect("broker down");
-        let restoring =
-            std::thread::spawn(move || super::restore(&cfg, &[0], Instant::now() + Duration::from_secs(60), None));
-        std::thread::sleep(Duration::from_millis(1_500));
-        mock.broker_up(1).expect("broker up");
-        let restored = restoring.join().unwrap().expect("restored");
-        assert_eq!(restored.records, 2_000);
-        assert_eq!(restored.without_offsets, [(0, 2_000)], "the mock group has no offsets");
-        let s = restored.states[0].store_ref(&store);
-        assert_eq!(s.get(&1_999).unwrap(), Some(3_998));
-        assert_eq!(s.entries().unwrap().len(), 2_000);
-    }
-
-    /// Records of an older schema version, and unversioned records written before state was
-    /// versioned, restore through their migrations; without one the restore fails with a
-    /// typed error naming the store, the record and the fixes.
-    #[test]
-    fn restore_checks_versions_and_migrates() {
-        let legacy = (bincode::serialize(&1u32).unwrap(), bincode::serialize(&10u32).unwrap());
-        let v1 = (format::encode_key(&2u32).unwrap(), format::encode_value(1, &20u16).unwrap());
-        let v2 = (format::encode_key(&3u32).unwrap(), format::encode_value(2, &30u32).unwrap());
-        let garbage = (format::encode_key(&4u32).unwrap(), vec![format::FORMAT, 2, 1]);
-        let restore = |spec: StoreSpec<u32, u32>, records: &[(Vec<u8>, Vec<u8>)]| {
-            let mock = MockCluster::new(1).expect("mock cluster");
-            let (store, cfg) = setup(&mock, spec);
-            write(&mock, records);
-            super::restore(&cfg, &[0], Instant::now() + Duration::from_secs(30), None)
-                .map(|mut r| (store, r.states.remove(0)))
-        };
-        let fails = |spec, records: &[_]| match restore(spec, records) {
-            Ok(_) => panic!("the restore must fail"),
-            Err(e) => e,
-        };
-        let migrated = || {
-            StoreSpec::new("s")
-                .version(2)
-                .migrate_from::<u32>(0, |old| old + 1)
-                .migrate_from::<u16>(1, |old| u32::from(old) + 2)
-        };
-        let (store, state) = restore(migrated(), &[legacy.clone(), v1.clone(), v2.clone()]).expect("migrated");
-        let s = state.store_ref(&store);
-        assert_eq!(s.entries().unwrap(), vec![(1, 11), (2, 22), (3, 30)], "keys re-encoded, values migrated");
-
-        let err = fails(StoreSpec::new("s").version(2), &[v2.clone(), legacy]);
-        let text = err.to_string();
-        assert!(
-            matches!(&err, crate::Error::State(e) if matches!(&**e, super::StateError::Incompatible { store, offset: 1, .. } if store == "s")),
-            "{err:?}"
-        );
-        assert!(text.contains("before kafka-eos versioned its state") && text.contains("migrate_from"), "{text}");
-        assert!(text.contains("delete the changelog topic app-s-changelog"), "{text}");
-        let err = fails(StoreSpec::new("s").version(2), &[v1]).to_string();
-        assert!(err.contains("schema version 1, which the store neither is at nor migrates from"), "{err}");
-        let err = fails(migrated(), &[garbage]).to_string();
-        assert!(err.contains("does not decode as u32"), "{err}");
-    }
-}
+pub(super) mod mock_cluster_tests;

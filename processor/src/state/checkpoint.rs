@@ -85,7 +85,7 @@ pub(crate) fn resume_from(
 }
 
 /// `delete.retention.ms` of each changelog topic this process has asked about: read once
-/// (at start-up by `changelog::ensure_topics`), not on every restore. A changed retention
+/// (at start-up by `changelog::check_topics`), not on every restore. A changed retention
 /// takes effect at the next start.
 fn retentions() -> &'static Mutex<HashMap<String, Duration>> {
     static RETENTIONS: OnceLock<Mutex<HashMap<String, Duration>>> = OnceLock::new();

@@ -119,12 +119,86 @@ fn offsets_refused_for_a_member_that_left_the_group_give_the_producer_up() {
         assert!(err.refused_by_group(), "{code:?}: {err}");
         p.abort(soon(30)).expect("the transaction of a producer the group refused is aborted");
     }
-    for code in [E::RD_KAFKA_RESP_ERR_ILLEGAL_GENERATION, E::RD_KAFKA_RESP_ERR_GROUP_AUTHORIZATION_FAILED] {
-        let (err, _, _) = refuse(code);
-        assert!(!err.refused_by_group(), "{code:?}: {err}");
-        assert_eq!(err.class, ErrorClass::Abortable, "{code:?}: {err}");
-        assert_eq!(verdict(&err, true), Verdict::Replay, "{code:?} is replayed: {err}");
-    }
+    let (err, _, _) = refuse(E::RD_KAFKA_RESP_ERR_ILLEGAL_GENERATION);
+    assert!(!err.refused_by_group(), "{err}");
+    assert_eq!(err.class, ErrorClass::Abortable, "{err}");
+    assert_eq!(verdict(&err, true), Verdict::Replay, "an old generation is replayed: {err}");
+    let (err, _, _) = refuse(E::RD_KAFKA_RESP_ERR_GROUP_AUTHORIZATION_FAILED);
+    assert!(!err.refused_by_group(), "{err}");
+    assert_eq!(verdict(&err, true), Verdict::Stop, "a refused ACL stops: {err}");
+}
+
+/// A refusal for want of an ACL, at whichever step of the cycle, is classed not authorized,
+/// is not retried (the call returns long before its deadline), stops the pipeline (no replay,
+/// no reconcile), and names the ACL: the transactional ids' `Write` at `init_transactions`
+/// and at the commit, the output topic's `Write` at a produce, the group's `Read` at the
+/// offsets. A refused produce's transaction is still aborted.
+#[test]
+fn refusals_stop_at_every_step_naming_the_acl_and_are_never_retried() {
+    use crate::acl::{Operation, ResourceType};
+    use RDKafkaRespErr as E;
+    let named = |e: crate::Error| match e {
+        crate::Error::NotAuthorized(n) => (n.acl.resource_type, n.acl.name, n.acl.operation),
+        other => panic!("not a refusal: {other}"),
+    };
+    let stops = |err: &StepError, step: Step, started: Instant| {
+        assert_eq!((err.step, err.class), (step, ErrorClass::NotAuthorized), "{err}");
+        assert_eq!(verdict(err, true), Verdict::Stop, "{err}");
+        assert!(started.elapsed() < Duration::from_secs(10), "{step:?} retried: {:?}", started.elapsed());
+    };
+
+    let declaring_out = |mut b: crate::PipelineBuilder| {
+        let _ = b.output_topic("out");
+        b
+    };
+
+    let (mock, _, cfg) = setup_with_config();
+    mock.request_errors(RDKafkaApiKey::InitProducerId, &[E::RD_KAFKA_RESP_ERR_TRANSACTIONAL_ID_AUTHORIZATION_FAILED]);
+    let mut p = TxnProducer::create(&cfg, Some("mock:in:0".into()), "in-0").expect("producer");
+    let started = Instant::now();
+    let err = p.init(soon(60)).expect_err("init_transactions refused");
+    stops(&err, Step::Init, started);
+    let ids = (ResourceType::TransactionalId, "mock:".to_string(), Operation::Write);
+    assert_eq!(named(p.failure(err, &cfg, "mock:in:0")), ids);
+
+    let (mock, mut p, cfg) = setup_with(declaring_out);
+    mock.request_errors(RDKafkaApiKey::Produce, &[E::RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED]);
+    let started = Instant::now();
+    let err = produce_one(&mut p).expect_err("the produce is refused");
+    stops(&err, Step::AwaitAcks, started);
+    assert_eq!(named(p.failure(err, &cfg, "x")), (ResourceType::Topic, "out".to_string(), Operation::Write));
+    p.abort(soon(30)).expect("the refused transaction is aborted");
+    // librdkafka keeps the topic's refusal: the next record to it is refused as it is sent.
+    let err = produce_one(&mut p).expect_err("the topic stays refused");
+    stops(&err, Step::Produce, started);
+    p.abort(soon(30)).expect("abort");
+
+    // Refused as a partition of the transaction: librdkafka purges the record, and the
+    // transaction's error says why.
+    let (mock, mut p, cfg) = setup_with(declaring_out);
+    mock.request_errors(RDKafkaApiKey::AddPartitionsToTxn, &[E::RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED]);
+    let started = Instant::now();
+    let err = produce_one(&mut p).expect_err("the partition is refused to the transaction");
+    stops(&err, Step::AwaitAcks, started);
+    assert_eq!(named(p.failure(err, &cfg, "x")), (ResourceType::Topic, "out".to_string(), Operation::Write));
+    p.abort(soon(30)).expect("the refused transaction is aborted");
+
+    let (mock, mut p, cfg) = setup_with_config();
+    let group = group_metadata(&mock);
+    produce_one(&mut p).expect("produce");
+    mock.request_errors(RDKafkaApiKey::TxnOffsetCommit, &[E::RD_KAFKA_RESP_ERR_GROUP_AUTHORIZATION_FAILED]);
+    let started = Instant::now();
+    let err = p.send_offsets(&next_offsets(&[rec("in", 0, 0)]), &group, soon(60)).expect_err("refused");
+    stops(&err, Step::SendOffsets, started);
+    assert_eq!(named(p.failure(err, &cfg, "x")), (ResourceType::Group, "mock".to_string(), Operation::Read));
+
+    let (mock, mut p, cfg) = setup_with_config();
+    produce_one(&mut p).expect("produce");
+    mock.request_errors(RDKafkaApiKey::EndTxn, &[E::RD_KAFKA_RESP_ERR_TRANSACTIONAL_ID_AUTHORIZATION_FAILED]);
+    let started = Instant::now();
+    let err = p.commit(soon(60)).expect_err("the commit is refused");
+    stops(&err, Step::Commit, started);
+    assert_eq!(named(p.failure(err, &cfg, "x")), ids);
 }
 
 /// An abort refused with `INVALID_TXN_STATE` leaves the producer in librdkafka's fatal

@@ -1,12 +1,16 @@
 //! What a producer's delivery reports tell once a cycle's acknowledgements are in: the last
-//! offset each changelog partition got, and an output topic found missing.
+//! offset each changelog partition got, an output topic found missing, and the ACL a
+//! refused step asks for.
 
 use std::time::Duration;
 
 use rdkafka::error::RDKafkaErrorCode;
 use rdkafka::producer::Producer;
 
-use super::{Step, StepError, TxnProducer};
+use super::{DeliveryTracker, Step, StepError, TxnProducer};
+use crate::acl::{denied, Operation};
+use crate::config::PipelineConfig;
+use crate::error::ErrorClass;
 
 impl TxnProducer {
     /// The last offset of each changelog partition acknowledged in the current cycle: after
@@ -42,5 +46,47 @@ impl TxnProducer {
         let md = self.inner.client().fetch_metadata(Some(&topic), timeout).ok()?;
         let exists = md.topics().iter().any(|t| t.name() == topic && t.error().is_none() && !t.partitions().is_empty());
         (!exists).then_some(topic)
+    }
+
+    /// A failed step of this producer's as the error that stops the pipeline (`who`: its
+    /// transactional id or role); a refusal ([`ErrorClass::NotAuthorized`]) names its ACL.
+    pub(crate) fn failure(&self, e: StepError, cfg: &PipelineConfig, who: &str) -> crate::Error {
+        if e.class != ErrorClass::NotAuthorized {
+            return e.into_error(who);
+        }
+        let during = format!("{} for {who}", e.step.as_str());
+        let (topic, operation) = self.refused_topic(&e, cfg);
+        let source = crate::error::KafkaError::with_class(e.err.clone(), e.class);
+        let code = denied::refusal_code(&e.err).unwrap_or(RDKafkaErrorCode::TopicAuthorizationFailed);
+        let acl = denied::wanted(cfg, code, &topic, operation);
+        denied::not_authorized(&cfg.producer_properties, &cfg.bootstrap_servers, acl, during, Some(source))
+    }
+
+    /// The topic a refused step was about, and the operation it needed there: a refused
+    /// delivery's, its topic; the offsets' (`TxnOffsetCommit` reads the input topics'
+    /// offsets), an input topic; else (a partition refused to the transaction, which fails
+    /// every record queued, or a transaction's end refused for such a produce's sake) the
+    /// first topic the pipeline writes that the brokers say this principal may not write.
+    fn refused_topic(&self, e: &StepError, cfg: &PipelineConfig) -> (String, Operation) {
+        // A delivery refused itself (not purged for the transaction's sake) names its topic.
+        if matches!(e.err, rdkafka::error::KafkaError::MessageProduction(_)) {
+            let failed = self.inner.context().failed_topic.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            if let Some(topic) = failed {
+                return (topic, Operation::Write);
+            }
+        }
+        let uses: Vec<(String, Operation)> = if e.step == Step::SendOffsets {
+            cfg.input_topics.iter().map(|t| (t.clone(), Operation::Read)).collect()
+        } else {
+            let changelogs = DeliveryTracker::changelogs_of(cfg);
+            let dead_letter = match &cfg.processor_error_policy.then {
+                crate::config::Exhausted::DeadLetter(t) => Some(t.clone()),
+                _ => None,
+            };
+            let written = cfg.output_topics.iter().cloned().chain(changelogs).chain(dead_letter);
+            written.map(|t| (t, Operation::Write)).collect()
+        };
+        let unnamed = || ("<a topic it writes>".to_string(), Operation::Write);
+        denied::locate(self.inner.client(), &uses, self.call_timeout).unwrap_or_else(unnamed)
     }
 }

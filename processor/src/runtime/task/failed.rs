@@ -78,6 +78,7 @@ impl Task {
             Err(e) => Err(match reconcile::verdict(&e, self.transactional_id.is_some()) {
                 Verdict::Reconcile => self.fence_and_reconcile(batch, e, deadline, CycleStats::default()),
                 Verdict::GiveUp | Verdict::Replay => give_up(e, None, false),
+                Verdict::Stop => self.refused(e, deadline),
             }),
         }
     }
@@ -141,6 +142,7 @@ impl Task {
                 }
                 return give_up(e, None, false);
             }
+            Verdict::Stop => return self.refused(e, deadline),
             Verdict::Replay => self.discard_states(),
         }
         if let Err(end) = self.abort_for_replay(batch, deadline, &e.to_string()) {
@@ -161,6 +163,28 @@ impl Task {
         let pause = *backoff;
         *backoff = (*backoff * 2).min(Duration::from_secs(5));
         (outcome, Next::Replay(pause))
+    }
+
+    /// The brokers refused the principal an ACL ([`Verdict::Stop`]): the state overlays go,
+    /// the open transaction is aborted and the pipeline stops, naming the ACL. No replay: it
+    /// would be refused the same way until the task timeout. The abort is best effort (the
+    /// refusal may have made the producer unusable); a transaction left open is never
+    /// committed — the coordinator aborts it at its timeout, or the restart's
+    /// `init_transactions` does.
+    fn refused(&mut self, e: StepError, deadline: Deadline<'_>) -> (Outcome, Next) {
+        self.discard_states();
+        let outcome = Outcome::Aborted { class: Some(e.class), reason: e.to_string() };
+        let who = self.who();
+        let Some(producer) = self.producer.as_mut() else {
+            return (outcome, Next::End(BatchEnd::Stop(e.into_error(&who))));
+        };
+        if let Err(abort) = producer.abort(deadline.with_grace(ABORT_GRACE)) {
+            tracing::warn!(task = self.id, error = %abort, "the refused transaction could not be aborted: its coordinator aborts it after the transaction timeout");
+        } else {
+            self.shared.shutdown.stats().transactions_aborted.inc();
+        }
+        let error = producer.failure(e, &self.shared.cfg, &who);
+        (outcome, Next::End(BatchEnd::Stop(error)))
     }
 
     /// Aborts the open transaction of a producer given up because the group refused its

@@ -18,6 +18,7 @@ use super::Task;
 use crate::error::Error;
 use crate::partition::{Resume, TopicPartition};
 use crate::runtime::interrupt::Deadline;
+use crate::runtime::Unread;
 
 impl Task {
     /// Where the owned partitions stand ([`Ledger::standing`](super::ledger::Ledger::standing)),
@@ -105,10 +106,13 @@ impl Task {
             wanted.add_partition(topic, *partition);
         }
         let started = Instant::now();
-        let committed = self.shared.stable_committed_offsets(&wanted, deadline).map_err(|last| Error::TaskTimeout {
-            what: format!("reading {what} for {}", self.who()),
-            timeout: deadline.saturating_duration_since(started),
-            last,
+        let committed = self.shared.stable_committed_offsets(&wanted, deadline).map_err(|unread| match unread {
+            Unread::Refused(e) => e,
+            Unread::Failed(last) => Error::TaskTimeout {
+                what: format!("reading {what} for {}", self.who()),
+                timeout: deadline.saturating_duration_since(started),
+                last,
+            },
         })?;
         Ok(committed
             .elements()

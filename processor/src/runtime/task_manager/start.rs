@@ -96,7 +96,8 @@ impl Unstarted {
 /// pipeline: everything but a configuration or authorisation problem, which every
 /// partition would hit.
 pub(crate) fn retry_later(e: &Error) -> bool {
-    !matches!(e, Error::Config(_) | Error::Kafka { class: crate::ErrorClass::Fatal, .. })
+    use crate::ErrorClass::{Fatal, NotAuthorized};
+    !matches!(e, Error::Config(_) | Error::NotAuthorized(_) | Error::Kafka { class: Fatal | NotAuthorized, .. })
 }
 
 /// Says when a starting task is ready (where its partitions resume) or why it failed; its
@@ -255,6 +256,22 @@ pub(crate) fn join_by(thread: JoinHandle<()>, deadline: Instant) -> bool {
 
 #[cfg(test)]
 mod tests {
+    /// A task refused an ACL at its start stops the pipeline: every partition would be.
+    #[test]
+    fn a_refused_start_is_not_retried() {
+        use crate::error::{Error, KafkaError};
+        use rdkafka::error::{KafkaError as RdKafkaError, RDKafkaErrorCode as C};
+        let refused = KafkaError::new(RdKafkaError::MessageProduction(C::TransactionalIdAuthorizationFailed));
+        let acl = crate::acl::Acl::cluster(crate::acl::Operation::IdempotentWrite);
+        let props = crate::config::Properties::default();
+        let not_authorized = crate::acl::denied::not_authorized(&props, "b:1", acl, "x".into(), Some(refused.clone()));
+        assert!(!super::retry_later(&not_authorized));
+        let hint = crate::error::hint(refused.class());
+        assert!(!super::retry_later(&Error::kafka_failure("init_transactions", refused, hint)));
+        let timed_out = KafkaError::new(RdKafkaError::MessageProduction(C::RequestTimedOut));
+        assert!(super::retry_later(&Error::kafka_failure("init_transactions", timed_out, "")));
+    }
+
     #[test]
     fn a_retry_waits_for_the_thread_of_the_start_given_up_on() {
         use super::Unstarted;
