@@ -93,7 +93,9 @@ mod tests {
     /// moved exactly when the two reads say different things of it.
     #[test]
     fn a_partition_moved_exactly_when_the_two_reads_differ() {
-        let facts: Vec<Option<Option<(i64, String)>>> = vec![
+        /// A partition's place in a read: absent, or what the group holds for it.
+        type Fact = Option<Option<(i64, String)>>;
+        let facts: Vec<Fact> = vec![
             None,
             Some(None),
             Some(Some((5, "a".into()))),
@@ -101,7 +103,7 @@ mod tests {
             Some(Some((7, "a".into()))),
         ];
         let tp = |p: i32| -> TopicPartition { ("in".into(), p) };
-        let bases: Vec<(Base, Vec<Option<Option<(i64, String)>>>)> = (0..facts.len() * facts.len())
+        let bases: Vec<(Base, Vec<Fact>)> = (0..facts.len() * facts.len())
             .map(|i| {
                 let chosen = vec![facts[i % facts.len()].clone(), facts[i / facts.len()].clone()];
                 let base =
