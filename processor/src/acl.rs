@@ -13,7 +13,6 @@ use std::fmt;
 
 pub(crate) mod authorized;
 pub(crate) mod denied;
-pub use denied::NotAuthorized;
 
 /// The kind of resource an ACL is on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -17,9 +17,10 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::ClientConfig;
 
-use crate::acl::denied::{is_refusal, not_authorized};
+use crate::acl::denied::not_authorized;
 use crate::acl::{Acl, Operation, ResourceType};
 use crate::config::{client_error, Properties};
+use crate::error::is_refusal;
 use crate::error::{Error, Result};
 
 /// A cluster to run the chores on: bootstrap servers plus client properties, applied to

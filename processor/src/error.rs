@@ -91,7 +91,7 @@ fn is_fencing(code: RDKafkaErrorCode) -> bool {
 pub(crate) fn classify(err: &RdKafkaError) -> ErrorClass {
     // Before librdkafka's own verdicts: it marks a transactional producer refused its
     // transactional id fatal, and a refused produce abortable.
-    if crate::acl::denied::refusal_code(err).is_some() {
+    if refusal_code(err).is_some() {
         return ErrorClass::NotAuthorized;
     }
     match err {
@@ -216,7 +216,7 @@ pub enum Error {
     /// retried: the pipeline stops, its open transaction aborted, and resumes from its last
     /// commit once restarted with the ACL. (Boxed, as [`Error::State`].)
     #[error(transparent)]
-    NotAuthorized(Box<crate::acl::NotAuthorized>),
+    NotAuthorized(Box<NotAuthorized>),
     /// A Kafka call failed in a way the runtime could not recover from.
     #[error("{op} failed ({class}): {source}. {hint}")]
     Kafka {
@@ -387,6 +387,61 @@ pub(crate) fn hint(class: ErrorClass) -> &'static str {
         }
         ErrorClass::Fatal => "The producer is unusable; check broker logs and ACLs",
     }
+}
+
+/// The code of `e` if it is a refusal (rust-rdkafka's own `rdkafka_error_code` leaves an
+/// admin call's code out).
+pub(crate) fn refusal_code(e: &RdKafkaError) -> Option<RDKafkaErrorCode> {
+    match e {
+        RdKafkaError::AdminOp(code) => Some(*code),
+        e => e.rdkafka_error_code(),
+    }
+    .filter(|code| is_refusal(*code))
+}
+
+/// Whether `code` is a broker's refusal for want of an ACL.
+pub(crate) fn is_refusal(code: RDKafkaErrorCode) -> bool {
+    matches!(
+        code,
+        RDKafkaErrorCode::TopicAuthorizationFailed
+            | RDKafkaErrorCode::GroupAuthorizationFailed
+            | RDKafkaErrorCode::ClusterAuthorizationFailed
+            | RDKafkaErrorCode::TransactionalIdAuthorizationFailed
+            | RDKafkaErrorCode::DelegationTokenAuthorizationFailed
+    )
+}
+
+/// A request the brokers refused for want of an ACL ([`Error::NotAuthorized`]): whom they
+/// refused, the ACL that would have allowed it, and how to grant it. Its `source()` is the
+/// refusal as librdkafka reported it, when it came from a call (a start-up check that reads
+/// the principal's operations has none). Never holds a secret.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error(
+    "{principal} is not authorized to {} {} {:?} ({during}). The pipeline stopped; what it had not \
+     committed is read again once it restarts. Grant the ACL ({} pattern) and restart it: {command} \
+     (Pipeline::acls() lists every ACL the pipeline needs)",
+    acl.operation,
+    acl.resource_type,
+    acl.name,
+    acl.pattern_type
+)]
+#[non_exhaustive]
+pub struct NotAuthorized {
+    /// Whom the brokers refused: `User:<sasl.username>` under SASL/PLAIN or SCRAM,
+    /// `User:ANONYMOUS` without authentication, else a description of the principal the
+    /// brokers derive (from a TLS certificate, a Kerberos or an OAuth identity).
+    pub principal: String,
+    /// The ACL to grant: the resource (its type, its name or prefix, the pattern) and the
+    /// operation refused.
+    pub acl: crate::acl::Acl,
+    /// What the pipeline was doing.
+    pub during: String,
+    /// The `kafka-acls` command that grants it ([`Acl::kafka_acls_command`](crate::acl::Acl::kafka_acls_command); with a
+    /// placeholder principal, `User:<principal>`, when the client's settings do not name
+    /// it).
+    pub command: String,
+    #[source]
+    pub(crate) source: Option<KafkaError>,
 }
 
 #[cfg(test)]

@@ -126,7 +126,7 @@ pub use config::error_policy::{Exhausted, ProcessorErrorPolicy};
 pub use config::group::Rebalancing;
 pub use config::guarantee::Guarantee;
 pub use config::pipeline::PipelineConfig;
-pub use error::{BoxError, Error, ErrorClass, KafkaError, Result};
+pub use error::{BoxError, Error, ErrorClass, KafkaError, NotAuthorized, Result};
 pub(crate) use processor::Context;
 pub use record::input::InputRecord;
 pub use record::output::OutputRecord;

@@ -12,29 +12,7 @@ use rdkafka::types::RDKafkaErrorCode as C;
 use super::authorized::{first_missing, topic_operations};
 use super::{Acl, Operation, ResourceType};
 use crate::config::{acls, PipelineConfig, Properties};
-use crate::error::{Error, KafkaError};
-
-/// The code of `e` if it is a refusal (rust-rdkafka's own `rdkafka_error_code` leaves an
-/// admin call's code out).
-pub(crate) fn refusal_code(e: &RdKafkaError) -> Option<C> {
-    match e {
-        RdKafkaError::AdminOp(code) => Some(*code),
-        e => e.rdkafka_error_code(),
-    }
-    .filter(|code| is_refusal(*code))
-}
-
-/// Whether `code` is a broker's refusal for want of an ACL.
-pub(crate) fn is_refusal(code: C) -> bool {
-    matches!(
-        code,
-        C::TopicAuthorizationFailed
-            | C::GroupAuthorizationFailed
-            | C::ClusterAuthorizationFailed
-            | C::TransactionalIdAuthorizationFailed
-            | C::DelegationTokenAuthorizationFailed
-    )
-}
+use crate::error::{refusal_code, Error, KafkaError, NotAuthorized};
 
 /// The ACL a refusal with `code` asks for, the client having used `topic` for `operation`:
 /// a topic refusal is about that topic; the others about the pipeline's group, its
@@ -75,39 +53,6 @@ pub(crate) fn not_authorized(
     let principal = Principal::of(props);
     let command = acl.kafka_acls_command(principal.name.as_deref().unwrap_or("User:<principal>"), bootstrap);
     Error::NotAuthorized(Box::new(NotAuthorized { principal: principal.shown, acl, during, command, source }))
-}
-
-/// A request the brokers refused for want of an ACL ([`Error::NotAuthorized`]): whom they
-/// refused, the ACL that would have allowed it, and how to grant it. Its `source()` is the
-/// refusal as librdkafka reported it, when it came from a call (a start-up check that reads
-/// the principal's operations has none). Never holds a secret.
-#[derive(Debug, Clone, thiserror::Error)]
-#[error(
-    "{principal} is not authorized to {} {} {:?} ({during}). The pipeline stopped; what it had not \
-     committed is read again once it restarts. Grant the ACL ({} pattern) and restart it: {command} \
-     (Pipeline::acls() lists every ACL the pipeline needs)",
-    acl.operation,
-    acl.resource_type,
-    acl.name,
-    acl.pattern_type
-)]
-#[non_exhaustive]
-pub struct NotAuthorized {
-    /// Whom the brokers refused: `User:<sasl.username>` under SASL/PLAIN or SCRAM,
-    /// `User:ANONYMOUS` without authentication, else a description of the principal the
-    /// brokers derive (from a TLS certificate, a Kerberos or an OAuth identity).
-    pub principal: String,
-    /// The ACL to grant: the resource (its type, its name or prefix, the pattern) and the
-    /// operation refused.
-    pub acl: Acl,
-    /// What the pipeline was doing.
-    pub during: String,
-    /// The `kafka-acls` command that grants it ([`Acl::kafka_acls_command`]; with a
-    /// placeholder principal, `User:<principal>`, when the client's settings do not name
-    /// it).
-    pub command: String,
-    #[source]
-    source: Option<KafkaError>,
 }
 
 /// The topic a refusal that names none was about: the first of `uses` (a topic and the
@@ -173,7 +118,7 @@ impl Principal {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::error::{classify, ErrorClass};
+    use crate::error::{classify, is_refusal, ErrorClass};
     use crate::runtime::reconcile::{verdict, Verdict};
     use crate::txn::{Step, StepError};
 

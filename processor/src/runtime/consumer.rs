@@ -208,7 +208,7 @@ fn consumer_failed(cfg: &PipelineConfig, code: rdkafka::error::RDKafkaErrorCode,
 fn refused(consumer: &BaseConsumer<Rebalancer>, cfg: &PipelineConfig, e: &rdkafka::error::KafkaError) -> Option<Error> {
     use crate::acl::{denied, Operation};
     let inputs: Vec<(String, Operation)> = cfg.input_topics.iter().map(|t| (t.clone(), Operation::Read)).collect();
-    let (topic, operation) = match denied::refusal_code(e)? {
+    let (topic, operation) = match crate::error::refusal_code(e)? {
         rdkafka::error::RDKafkaErrorCode::TopicAuthorizationFailed => {
             denied::locate(consumer.client(), &inputs, Duration::from_secs(10))?
         }

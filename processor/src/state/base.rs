@@ -75,7 +75,7 @@ pub(crate) fn stable_committed_offsets<C: rdkafka::consumer::ConsumerContext>(
         match fetched {
             Ok(offsets) => return Ok(offsets),
             // A refusal is not retried: only a grant ends it.
-            Err(e) if Instant::now() >= deadline || crate::acl::denied::refusal_code(&e).is_some() => return Err(e),
+            Err(e) if Instant::now() >= deadline || crate::error::refusal_code(&e).is_some() => return Err(e),
             Err(e) => {
                 tracing::debug!(error = %e, "committed offsets not stable yet");
                 std::thread::sleep(Duration::from_millis(100).min(deadline.saturating_duration_since(Instant::now())));

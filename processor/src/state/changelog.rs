@@ -160,7 +160,7 @@ pub(crate) fn restore(
         let topics = &cfg.input_topics;
         let what =
             format!("fetching the stable committed offsets of {topics:?} {partitions:?} before restoring their state");
-        match crate::acl::denied::refusal_code(&e) {
+        match crate::error::refusal_code(&e) {
             Some(_) => failed(e, (&topics[0], what)),
             None => timeout(what, e.to_string()),
         }
@@ -315,7 +315,7 @@ pub(crate) fn restore(
     // owner's, see `base`) may have put changes in the changelogs read past it.
     let after = stable_committed_offsets(&consumer, &input, deadline).map_err(|e| {
         let what = format!("fetching the stable committed offsets of {partitions:?} after restoring their state");
-        match crate::acl::denied::refusal_code(&e) {
+        match crate::error::refusal_code(&e) {
             Some(_) => failed(e, (&cfg.input_topics[0], what)),
             None => timeout(what, e.to_string()),
         }
@@ -461,7 +461,7 @@ pub(crate) fn group_reader_config(cfg: &PipelineConfig) -> ClientConfig {
 /// principal may not read it.
 pub(crate) fn is_definite(e: &KafkaError) -> bool {
     use rdkafka::types::RDKafkaErrorCode as C;
-    crate::acl::denied::refusal_code(e).is_some()
+    crate::error::refusal_code(e).is_some()
         || matches!(e.rdkafka_error_code(), Some(C::UnknownTopicOrPartition | C::UnknownTopic))
 }
 

@@ -57,7 +57,7 @@ impl TxnProducer {
         let during = format!("{} for {who}", e.step.as_str());
         let (topic, operation) = self.refused_topic(&e, cfg);
         let source = crate::error::KafkaError::with_class(e.err.clone(), e.class);
-        let code = denied::refusal_code(&e.err).unwrap_or(RDKafkaErrorCode::TopicAuthorizationFailed);
+        let code = crate::error::refusal_code(&e.err).unwrap_or(RDKafkaErrorCode::TopicAuthorizationFailed);
         let acl = denied::wanted(cfg, code, &topic, operation);
         denied::not_authorized(&cfg.producer_properties, &cfg.bootstrap_servers, acl, during, Some(source))
     }
